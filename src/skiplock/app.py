@@ -1,0 +1,224 @@
+"""The application object: task registry, settings, and the enqueue/admin entry points."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, ParamSpec, TypeVar, overload
+
+from psycopg import AsyncConnection, Connection
+
+from ._client_async import AsyncClient
+from ._client_sync import SyncClient
+from ._store_async import AsyncStore
+from ._store_sync import SyncStore
+from .database import check_dsn, resolve_dsn
+from .enqueue import EnqueueOptions, NewJob, build_job
+from .errors import ConfigurationError, UnknownTask
+from .job import Enqueued, Job
+from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name, check_schema_name, check_task_name
+from .retry import ExponentialBackoff, RetryPolicy
+from .sql import Queries
+from .task import Task, TaskSettings, WorkerModel
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+Completion = Literal["keep", "delete", "archive"]
+COMPLETIONS: tuple[Completion, ...] = ("keep", "delete", "archive")
+
+
+class App:
+    """A skiplock application.
+
+    ``dsn`` may be left out: skiplock then uses ``SKIPLOCK_DATABASE_URL``, ``DATABASE_URL``, or
+    the embedded server, on first use.  Everything lives in ``schema``.  ``completion`` says what
+    happens to a job that succeeded: kept as ``done``, deleted, or moved to ``jobs_archive``.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        schema: str = "skiplock",
+        *,
+        completion: Completion = "keep",
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        default_queue: str = "default",
+    ) -> None:
+        if completion not in COMPLETIONS:
+            raise ConfigurationError(f"completion must be one of {COMPLETIONS}, got {completion!r}")
+        if max_payload_bytes <= 0:
+            raise ConfigurationError("max_payload_bytes must be > 0")
+        self._dsn = check_dsn(dsn) if dsn else None
+        self.schema = check_schema_name(schema)
+        self.completion: Completion = completion
+        self.max_payload_bytes = max_payload_bytes
+        self.default_queue = check_queue_name(default_queue)
+        self.queries = Queries(self.schema)
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.sync_client = SyncClient(lambda: self.dsn, SyncStore(self.queries))
+        self.async_client = AsyncClient(lambda: self.dsn, AsyncStore(self.queries))
+
+    def __repr__(self) -> str:
+        return f"<skiplock.App schema={self.schema!r} tasks={sorted(self.tasks)}>"
+
+    @property
+    def dsn(self) -> str:
+        """The database URL, resolved on first use (which may start the embedded server)."""
+        if self._dsn is None:
+            self._dsn = resolve_dsn(None)
+        return self._dsn
+
+    def use_dsn(self, dsn: str) -> None:
+        """Point the app at another database (the CLI's ``--dsn``); only before first use."""
+        self._dsn = check_dsn(dsn)
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        max_attempts: int = 5,
+        retry: RetryPolicy | None = None,
+        model: WorkerModel | None = None,
+        pass_context: bool = False,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(  # type: ignore[misc]  # mypy cannot match a ParamSpec bound only by the result
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        max_attempts: int = 5,
+        retry: RetryPolicy | None = None,
+        model: WorkerModel | None = None,
+        pass_context: bool = False,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a function as a task; its keyword arguments are the job's JSON payload.
+
+        ``model`` picks how workers run it: ``"lease"`` (claim commits, heartbeats keep it) or
+        ``"held"`` (the row lock is held in one transaction for the whole job); None leaves it
+        to the worker (lease by default).
+        """
+
+        def register(func: Callable[P, R]) -> Task[P, R]:
+            task_name = check_task_name(name or f"{func.__module__}.{func.__qualname__}")
+            if task_name in self.tasks:
+                raise ConfigurationError(f"a task named {task_name!r} is already registered")
+            if model not in (None, "lease", "held"):
+                raise ConfigurationError(f"model must be 'lease' or 'held', got {model!r}")
+            options = EnqueueOptions(
+                queue=check_queue_name(queue or self.default_queue),
+                priority=priority,
+                max_attempts=max_attempts,
+            )
+            build_job(task_name, {}, options, max_payload_bytes=self.max_payload_bytes)
+            settings = TaskSettings(
+                task_name, options, retry or ExponentialBackoff(), model, pass_context
+            )
+            registered = Task(self, func, settings)
+            self.tasks[task_name] = registered
+            return registered
+
+        return register(fn) if fn is not None else register
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise UnknownTask(name, list(self.tasks)) from None
+
+    def build_jobs(
+        self, task_name: str, payloads: Iterable[Mapping[str, Any]], options: EnqueueOptions
+    ) -> list[NewJob]:
+        """Validate jobs of a registered task; nothing is written if any one is invalid."""
+        task = self.get_task(task_name)
+        merged = task.settings.options.merged(options)
+        return [
+            build_job(task_name, payload, merged, max_payload_bytes=self.max_payload_bytes)
+            for payload in payloads
+        ]
+
+    # -- enqueue by task name ------------------------------------------------------------
+
+    def enqueue(
+        self,
+        task_name: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        conn: Connection[Any] | None = None,
+        **options: Any,
+    ) -> Enqueued:
+        """Enqueue one job of a registered task; options as in :meth:`Task.with_options`."""
+        return self.enqueue_many(task_name, [payload or {}], conn=conn, **options)[0]
+
+    async def enqueue_async(
+        self,
+        task_name: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        conn: AsyncConnection[Any] | None = None,
+        **options: Any,
+    ) -> Enqueued:
+        return (await self.enqueue_many_async(task_name, [payload or {}], conn=conn, **options))[0]
+
+    def enqueue_many(
+        self,
+        task_name: str,
+        payloads: Iterable[Mapping[str, Any]],
+        *,
+        conn: Connection[Any] | None = None,
+        **options: Any,
+    ) -> list[Enqueued]:
+        """Enqueue one job per payload in one statement (thousands per round trip)."""
+        jobs = self.build_jobs(task_name, payloads, EnqueueOptions(**options))
+        return self.sync_client.enqueue_many(jobs, conn)
+
+    async def enqueue_many_async(
+        self,
+        task_name: str,
+        payloads: Iterable[Mapping[str, Any]],
+        *,
+        conn: AsyncConnection[Any] | None = None,
+        **options: Any,
+    ) -> list[Enqueued]:
+        jobs = self.build_jobs(task_name, payloads, EnqueueOptions(**options))
+        return await self.async_client.enqueue_many(jobs, conn)
+
+    # -- administration ------------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        """Create or upgrade skiplock's tables; returns the migration versions applied now."""
+        return self.sync_client.migrate()
+
+    async def migrate_async(self) -> list[int]:
+        return await self.async_client.migrate()
+
+    def get_job(self, job_id: int) -> Job | None:
+        return self.sync_client.get_job(job_id)
+
+    async def get_job_async(self, job_id: int) -> Job | None:
+        return await self.async_client.get_job(job_id)
+
+    def retry_job(self, job_id: int) -> bool:
+        """Give a failed or cancelled job one more attempt now; False if it is in another state."""
+        return self.sync_client.retry_job(job_id)
+
+    def cancel_job(self, job_id: int) -> bool:
+        """Cancel a job that has not started; False if it already started or finished."""
+        return self.sync_client.cancel_job(job_id)
+
+    def close(self) -> None:
+        self.sync_client.close()
+
+    async def close_async(self) -> None:
+        await self.async_client.close()

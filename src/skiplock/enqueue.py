@@ -1,0 +1,157 @@
+"""Turning an enqueue call into rows, and idempotency bookkeeping.  Pure, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .job import Enqueued
+from .payload import (
+    check_delay,
+    check_max_attempts,
+    check_priority,
+    check_queue_name,
+    check_task_name,
+    encode_payload,
+)
+
+
+@dataclass(frozen=True)
+class EnqueueOptions:
+    """Per-job options of an enqueue; None means the task's default."""
+
+    queue: str | None = None
+    priority: int | None = None
+    run_at: datetime | None = None
+    delay: float | timedelta | None = None
+    max_attempts: int | None = None
+    entity_key: str | None = None
+    idempotency_key: str | None = None
+
+    def merged(self, other: EnqueueOptions) -> EnqueueOptions:
+        """These options with every option ``other`` sets taking precedence."""
+        return EnqueueOptions(
+            **{
+                name: getattr(other, name) if getattr(other, name) is not None else value
+                for name, value in vars(self).items()
+            }
+        )
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """One row to insert, already validated."""
+
+    queue: str
+    task: str
+    payload: str
+    priority: int
+    run_at: datetime | None
+    delay: float | None
+    max_attempts: int
+    entity_key: str | None
+    idempotency_key: str | None
+
+
+def build_job(
+    task: str,
+    payload: Mapping[str, Any],
+    options: EnqueueOptions,
+    *,
+    max_payload_bytes: int,
+) -> NewJob:
+    """Validate one job; options must be complete (queue, priority and max_attempts set)."""
+    if options.run_at is not None and options.delay is not None:
+        raise ValueError("give either run_at or delay, not both")
+    if options.run_at is not None and options.run_at.tzinfo is None:
+        raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    delay = options.delay
+    if isinstance(delay, timedelta):
+        delay = delay.total_seconds()
+    for key, label in (
+        (options.entity_key, "entity_key"),
+        (options.idempotency_key, "idempotency_key"),
+    ):
+        if key is not None and (not isinstance(key, str) or not key):
+            raise ValueError(f"{label} must be a non-empty string, got {key!r}")
+    assert options.queue is not None and options.priority is not None
+    assert options.max_attempts is not None
+    return NewJob(
+        queue=check_queue_name(options.queue),
+        task=check_task_name(task),
+        payload=encode_payload(payload, max_bytes=max_payload_bytes, task=task),
+        priority=check_priority(options.priority),
+        run_at=options.run_at,
+        delay=check_delay(delay),
+        max_attempts=check_max_attempts(options.max_attempts),
+        entity_key=options.entity_key,
+        idempotency_key=options.idempotency_key,
+    )
+
+
+def insert_params(jobs: Sequence[NewJob], channel: str) -> dict[str, Any]:
+    """Parameters of ``job_insert_many``: one array per column."""
+    return {
+        "queue": [j.queue for j in jobs],
+        "task": [j.task for j in jobs],
+        "payload": [j.payload for j in jobs],
+        "priority": [j.priority for j in jobs],
+        "run_at": [j.run_at for j in jobs],
+        "delay": [j.delay for j in jobs],
+        "max_attempts": [j.max_attempts for j in jobs],
+        "entity_key": [j.entity_key for j in jobs],
+        "idempotency_key": [j.idempotency_key for j in jobs],
+        "channel": channel,
+    }
+
+
+@dataclass
+class InsertOutcome:
+    """Matches the rows an insert returned to the jobs asked for."""
+
+    jobs: Sequence[NewJob]
+    results: list[Enqueued | None]
+
+    @classmethod
+    def start(cls, jobs: Sequence[NewJob]) -> InsertOutcome:
+        return cls(jobs, [None] * len(jobs))
+
+    def pending_indexes(self) -> list[int]:
+        return [i for i, r in enumerate(self.results) if r is None]
+
+    def add_inserted(self, indexes: Sequence[int], rows: Sequence[tuple[int, str | None]]) -> None:
+        """Record what one ``job_insert_many`` over ``indexes`` returned (rows ordered by id).
+
+        Ids are assigned in input order, so the rows without a key, and the first row of each
+        key, line up with the inputs in order; a later input with an already-seen key (within
+        this batch) is a duplicate of that first one.
+        """
+        by_key = {key: job_id for job_id, key in rows if key is not None}
+        ids = iter(job_id for job_id, _ in rows)
+        seen: set[str] = set()
+        for i in indexes:
+            key = self.jobs[i].idempotency_key
+            if key is None:
+                self.results[i] = Enqueued(next(ids))
+            elif key in by_key and key not in seen:
+                seen.add(key)
+                self.results[i] = Enqueued(next(ids))
+            elif key in by_key:
+                self.results[i] = Enqueued(by_key[key], deduplicated=True)
+            # else: an unfinished job already held the key; resolved by add_existing()
+
+    def missing_keys(self) -> list[str]:
+        return sorted({self.jobs[i].idempotency_key or "" for i in self.pending_indexes()})
+
+    def add_existing(self, rows: Sequence[tuple[int, str]]) -> None:
+        found = {key: job_id for job_id, key in rows}
+        for i in self.pending_indexes():
+            key = self.jobs[i].idempotency_key
+            if key in found:
+                self.results[i] = Enqueued(found[key], deduplicated=True)
+
+    def done(self) -> list[Enqueued]:
+        assert all(r is not None for r in self.results)
+        return [r for r in self.results if r is not None]

@@ -1,0 +1,60 @@
+"""The exceptions skiplock raises, and the ones a task raises to steer its own job.
+
+Every error skiplock raises on bad input or a database problem is a :class:`SkiplockError`
+whose message names the problem and the fix.
+"""
+
+from __future__ import annotations
+
+
+class SkiplockError(Exception):
+    """Base class of every error skiplock raises."""
+
+
+class ConfigurationError(SkiplockError):
+    """skiplock is not set up right: no database given, a malformed DSN, a bad option."""
+
+
+class DatabaseUnavailable(SkiplockError):
+    """PostgreSQL could not be reached or refused the connection."""
+
+
+class SchemaNotMigrated(SkiplockError):
+    """The skiplock tables do not exist in this schema yet."""
+
+    def __init__(self, schema: str) -> None:
+        super().__init__(
+            f"skiplock's tables are missing from schema {schema!r}: "
+            f"run `skiplock migrate --schema {schema}` (or App.migrate()) first"
+        )
+        self.schema = schema
+
+
+class UnknownTask(SkiplockError):
+    """No task of that name is registered with the app."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        listed = ", ".join(sorted(known)) or "none"
+        super().__init__(
+            f"unknown task {name!r}: register it with @app.task(name={name!r}) "
+            f"in the module the worker imports (registered: {listed})"
+        )
+        self.name = name
+
+
+class InvalidPayload(SkiplockError):
+    """A job payload that cannot be stored: not JSON-serialisable, or too large."""
+
+
+class InvalidName(SkiplockError):
+    """A queue, task or schema name skiplock does not accept."""
+
+
+class Retry(Exception):
+    """Raise in a task to run the job again after ``delay`` seconds without spending an attempt."""
+
+    def __init__(self, delay: float = 0.0, reason: str = "") -> None:
+        if delay < 0:
+            raise ValueError("Retry delay must be >= 0 seconds")
+        super().__init__(reason or f"retry requested in {delay:g}s")
+        self.delay = delay

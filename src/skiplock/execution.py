@@ -1,0 +1,77 @@
+"""Running one claimed job's task and turning what happened into an outcome.  No SQL here."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import traceback
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from psycopg import AsyncConnection
+
+from .errors import Retry, UnknownTask
+from .job import Job
+from .retry import ExponentialBackoff, RetryPolicy
+from .task import JobContext, Task
+
+MAX_ERROR_CHARS = 16_000
+_UNKNOWN_TASK_RETRY = ExponentialBackoff()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an attempt ended: ``done``; ``snooze`` (run again after ``delay`` without spending the
+    attempt); ``retry`` (failed, next attempt after ``delay``); ``failed`` (failed for good)."""
+
+    kind: Literal["done", "snooze", "retry", "failed"]
+    delay: float = 0.0
+    error: str | None = None
+
+
+def failure(job: Job, exc: BaseException, policy: RetryPolicy) -> Outcome:
+    text = "".join(traceback.format_exception(exc))
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS // 2] + "\n[...]\n" + text[-MAX_ERROR_CHARS // 2 :]
+    headline = f"{type(exc).__name__}: {exc}"
+    error = f"{headline}\n\n{text}" if text.strip() != headline else headline
+    if job.attempts >= job.max_attempts:
+        return Outcome("failed", error=error)
+    return Outcome("retry", delay=max(0.0, policy.delay(job.attempts)), error=error)
+
+
+async def run_job(
+    job: Job,
+    task: Task[Any, Any] | None,
+    *,
+    worker_id: str,
+    executor: Executor,
+    conn: AsyncConnection[Any] | None = None,
+    unknown: UnknownTask | None = None,
+) -> Outcome:
+    """Call the job's task; exceptions become outcomes, cancellation propagates."""
+    if task is None:
+        assert unknown is not None
+        return failure(job, unknown, _UNKNOWN_TASK_RETRY)
+    args: tuple[Any, ...] = ()
+    if task.settings.pass_context:
+        args = (JobContext(job, worker_id, conn if task.is_async else None),)
+    try:
+        if not isinstance(job.payload, dict):
+            raise TypeError(f"payload of job {job.id} is not a JSON object")
+        if task.is_async:
+            if conn is not None:
+                # A savepoint: the task's writes roll back if it fails; the job row stays locked.
+                async with conn.transaction():
+                    await task.fn(*args, **job.payload)
+            else:
+                await task.fn(*args, **job.payload)
+        else:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(executor, functools.partial(task.fn, *args, **job.payload))
+    except Retry as request:
+        return Outcome("snooze", delay=request.delay)
+    except Exception as exc:
+        return failure(job, exc, task.settings.retry)
+    return Outcome("done")

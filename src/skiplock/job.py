@@ -1,0 +1,79 @@
+"""What a job is once it is in the table."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+class JobStatus(enum.StrEnum):
+    """The states of a job.
+
+    ``scheduled`` -> ``pending`` when its run_at comes; ``pending`` -> ``running`` when a worker
+    claims it; ``running`` -> ``done``, back to ``scheduled``/``pending`` for a retry, or
+    ``failed`` when its attempts are spent.  ``done``, ``failed`` and ``cancelled`` are final
+    (an admin may retry a failed or cancelled job).
+    """
+
+    SCHEDULED = "scheduled"
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A row of the jobs table.  For a claimed job, ``locked_by`` + ``attempts`` is the claim."""
+
+    id: int
+    queue: str
+    task: str
+    payload: dict[str, Any]
+    status: JobStatus
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    locked_by: str | None
+    locked_until: datetime | None
+    entity_key: str | None
+    idempotency_key: str | None
+    created_at: datetime
+    last_error: str | None = None
+    finished_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Job:
+        return cls(**{**row, "status": JobStatus(row["status"])})
+
+    @property
+    def claim(self) -> Claim:
+        if self.locked_by is None:
+            raise ValueError(f"job {self.id} is not claimed")
+        return Claim(self.id, self.attempts, self.locked_by)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Ownership of a running job: every state change names it, so a stale owner changes nothing."""
+
+    job_id: int
+    attempt: int
+    worker: str
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """The result of an enqueue: the job's id, and whether an unfinished job with the same
+    idempotency key already existed (then no new job was made)."""
+
+    id: int
+    deduplicated: bool = False

@@ -1,0 +1,86 @@
+"""Checks on what callers hand to enqueue: names, payloads, options.  Pure, no I/O."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import InvalidName, InvalidPayload
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$")
+_TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
+
+
+def check_queue_name(name: str) -> str:
+    if not isinstance(name, str) or not _QUEUE_NAME.match(name):
+        raise InvalidName(
+            f"invalid queue name {name!r}: use 1-63 letters, digits, '_', '.', ':' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def check_task_name(name: str) -> str:
+    if not isinstance(name, str) or not _TASK_NAME.match(name):
+        raise InvalidName(
+            f"invalid task name {name!r}: use letters, digits, '_', '.', ':' or '-', "
+            "starting with a letter or '_' (at most 200 characters)"
+        )
+    return name
+
+
+def check_schema_name(name: str) -> str:
+    if not isinstance(name, str) or not _SCHEMA_NAME.match(name):
+        raise InvalidName(
+            f"invalid schema name {name!r}: use 1-40 lower-case letters, digits or '_', "
+            "not starting with a digit"
+        )
+    return name
+
+
+def encode_payload(payload: Mapping[str, Any], *, max_bytes: int, task: str) -> str:
+    """The payload as JSON text, or :class:`InvalidPayload` naming what is wrong."""
+    if not isinstance(payload, Mapping):
+        raise InvalidPayload(f"payload of task {task!r} must be a mapping of keyword arguments")
+    try:
+        text = json.dumps(payload, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(
+            f"payload of task {task!r} is not JSON-serialisable ({exc}); pass only str, int, "
+            "float, bool, None, lists and dicts (convert dates, UUIDs and objects first)"
+        ) from None
+    if "\\u0000" in text:
+        raise InvalidPayload(
+            f"payload of task {task!r} contains a NUL character, which jsonb rejects"
+        )
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise InvalidPayload(
+            f"payload of task {task!r} is {size} bytes, over the limit of {max_bytes} bytes: "
+            "store large data elsewhere and pass a reference (or raise App(max_payload_bytes=...))"
+        )
+    return text
+
+
+def check_priority(priority: int) -> int:
+    if not isinstance(priority, int) or isinstance(priority, bool) or abs(priority) >= 2**31:
+        raise ValueError(f"priority must be a 32-bit integer, got {priority!r}")
+    return priority
+
+
+def check_max_attempts(max_attempts: int) -> int:
+    if not isinstance(max_attempts, int) or not 1 <= max_attempts < 2**31:
+        raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+    return max_attempts
+
+
+def check_delay(delay: float | None) -> float | None:
+    if delay is not None and (not math.isfinite(delay) or delay < 0):
+        raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
+    return delay

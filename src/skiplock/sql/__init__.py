@@ -1,0 +1,80 @@
+"""All SQL skiplock runs, loaded from the named blocks of the ``.sql`` files beside this module.
+
+Runtime code never writes SQL: it asks :class:`Queries` for a statement by name.  Table and
+schema names are composed with :mod:`psycopg.sql` identifiers, so a schema name can never
+change the meaning of a statement.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from psycopg import sql
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Statement:
+    name: str
+    description: str
+    text: str
+
+
+def parse_blocks(source: str) -> dict[str, Statement]:
+    """Split a ``.sql`` file into its ``-- name:`` blocks (dropping the header before them)."""
+    parts = _NAME.split(source)
+    statements: dict[str, Statement] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        lines = body.strip("\n").splitlines()
+        description = " ".join(
+            line.removeprefix("--").strip() for line in lines if line.startswith("--")
+        )
+        text = "\n".join(line for line in lines if not line.startswith("--")).strip()
+        if name in statements:
+            raise ValueError(f"SQL statement {name!r} is defined twice")
+        statements[name] = Statement(name, description, text)
+    return statements
+
+
+@cache
+def _load(filename: str) -> dict[str, Statement]:
+    return parse_blocks(resources.files(__package__).joinpath(filename).read_text("utf-8"))
+
+
+def statements() -> dict[str, Statement]:
+    """Every named statement of every ``.sql`` file, by name."""
+    return {**_load("jobs.sql"), **_load("migrations.sql")}
+
+
+class Queries:
+    """The named statements composed for one schema."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.channel = notify_channel(schema)
+        names = {
+            "schema": sql.Identifier(schema),
+            "jobs": sql.Identifier(schema, "jobs"),
+            "archive": sql.Identifier(schema, "jobs_archive"),
+            "migrations": sql.Identifier(schema, "migrations"),
+            "channel": sql.Identifier(self.channel),
+        }
+        self._composed = {
+            name: sql.SQL(statement.text).format(**names)
+            for name, statement in statements().items()
+        }
+
+    def __getitem__(self, name: str) -> sql.Composed:
+        try:
+            return self._composed[name]
+        except KeyError:
+            raise KeyError(f"no SQL statement named {name!r}") from None
+
+
+def notify_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema; the payload of each notification is a queue name."""
+    return f"skiplock.{schema}"

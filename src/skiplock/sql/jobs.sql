@@ -1,0 +1,241 @@
+-- Every statement skiplock runs against the jobs table.  Each block starts with
+-- "-- name: <noun>_<verb>" and a one-line description.  {jobs}, {archive} and
+-- {migrations} are replaced by quoted, schema-qualified identifiers; %(x)s are bound
+-- parameters.  State changes always name the state they expect and, for a claimed job,
+-- the claim's owner (locked_by) and attempt number.
+
+-- name: job_insert_many
+-- Insert jobs given as parallel arrays; skip those whose idempotency key is already unfinished.
+-- Sends one NOTIFY per queue that got a due job; delivered when the caller's transaction commits.
+WITH input AS (
+    SELECT i.*, coalesce(i.at, now() + make_interval(secs => coalesce(i.delay, 0))) AS due
+    FROM unnest(
+        %(queue)s::text[], %(task)s::text[], %(payload)s::jsonb[], %(priority)s::int[],
+        %(run_at)s::timestamptz[], %(delay)s::float8[], %(max_attempts)s::int[],
+        %(entity_key)s::text[], %(idempotency_key)s::text[]
+    ) WITH ORDINALITY AS i(queue, task, payload, priority, at, delay, max_attempts,
+                           entity_key, idempotency_key, ord)
+), inserted AS (
+    INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts,
+                        entity_key, idempotency_key, status)
+    SELECT queue, task, payload, priority, due, max_attempts, entity_key, idempotency_key,
+           CASE WHEN due > now() THEN 'scheduled' ELSE 'pending' END
+    FROM input
+    ORDER BY ord
+    ON CONFLICT (idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND status IN ('scheduled', 'pending', 'running')
+        DO NOTHING
+    RETURNING id, queue, status, idempotency_key
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted WHERE status = 'pending') AS q
+)
+SELECT inserted.id, inserted.idempotency_key FROM inserted, woken ORDER BY inserted.id;
+
+-- name: job_find_unfinished_by_idempotency_keys
+-- The unfinished job holding each of the given idempotency keys.
+SELECT id, idempotency_key FROM {jobs}
+WHERE idempotency_key = ANY(%(keys)s::text[])
+  AND status IN ('scheduled', 'pending', 'running');
+
+-- name: job_claim
+-- Claim up to %(limit)s pending jobs of one queue, best priority then oldest run_at first.
+-- Rows other workers hold are skipped, not waited on; jobs whose entity key already has a
+-- running job are left alone, and at most one job per entity key is taken.
+WITH locked AS (
+    SELECT id, entity_key, priority, run_at
+    FROM {jobs} AS c
+    WHERE c.status = 'pending' AND c.queue = %(queue)s
+      AND (c.entity_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {jobs} AS r WHERE r.status = 'running' AND r.entity_key = c.entity_key))
+    ORDER BY c.priority, c.run_at, c.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT DISTINCT ON (coalesce(entity_key, id::text)) id
+    FROM locked
+    ORDER BY coalesce(entity_key, id::text), priority, run_at, id
+)
+UPDATE {jobs} AS j
+SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.task, j.payload, j.status, j.priority, j.run_at, j.attempts,
+          j.max_attempts, j.locked_by, j.locked_until, j.entity_key, j.idempotency_key,
+          j.created_at;
+
+-- name: job_claim_from_queues
+-- The same claim across several queues: the best jobs of each queue, then the best of those.
+WITH locked AS (
+    SELECT c.*
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT id, entity_key, priority, run_at
+        FROM {jobs} AS c
+        WHERE c.status = 'pending' AND c.queue = q.name
+          AND (c.entity_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM {jobs} AS r WHERE r.status = 'running' AND r.entity_key = c.entity_key))
+        ORDER BY c.priority, c.run_at, c.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority, c.run_at, c.id
+    LIMIT %(limit)s
+), picked AS (
+    SELECT DISTINCT ON (coalesce(entity_key, id::text)) id
+    FROM locked
+    ORDER BY coalesce(entity_key, id::text), priority, run_at, id
+)
+UPDATE {jobs} AS j
+SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.task, j.payload, j.status, j.priority, j.run_at, j.attempts,
+          j.max_attempts, j.locked_by, j.locked_until, j.entity_key, j.idempotency_key,
+          j.created_at;
+
+-- name: job_complete_many
+-- Mark claimed jobs done, if each claim still owns its job; returns the ids it changed.
+UPDATE {jobs} AS j
+SET status = 'done', finished_at = now(), locked_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+WHERE j.id = c.id AND j.attempts = c.attempts
+  AND j.status = 'running' AND j.locked_by = %(worker)s
+RETURNING j.id;
+
+-- name: job_delete_many
+-- Delete claimed jobs that finished, if each claim still owns its job.
+DELETE FROM {jobs} AS j
+USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+WHERE j.id = c.id AND j.attempts = c.attempts
+  AND j.status = 'running' AND j.locked_by = %(worker)s
+RETURNING j.id;
+
+-- name: job_archive_many
+-- Move claimed jobs that finished to the archive table, if each claim still owns its job.
+WITH moved AS (
+    DELETE FROM {jobs} AS j
+    USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+    WHERE j.id = c.id AND j.attempts = c.attempts
+      AND j.status = 'running' AND j.locked_by = %(worker)s
+    RETURNING j.*
+)
+INSERT INTO {archive} (id, queue, task, payload, status, priority, run_at, attempts,
+                       max_attempts, locked_by, entity_key, idempotency_key, last_error,
+                       created_at, finished_at)
+SELECT id, queue, task, payload, 'done', priority, run_at, attempts, max_attempts, locked_by,
+       entity_key, idempotency_key, last_error, created_at, now()
+FROM moved
+RETURNING id;
+
+-- name: job_fail_many
+-- Record failed attempts of claimed jobs that still own them: back to the queue after
+-- retry_in seconds, or 'failed' when retry_in is NULL or the attempts are spent.
+WITH f AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
+                         %(retry_in)s::float8[]) AS f(id, attempts, error, retry_in)
+)
+UPDATE {jobs} AS j
+SET status = CASE WHEN f.retry_in IS NULL OR j.attempts >= j.max_attempts THEN 'failed'
+                  WHEN f.retry_in > 0 THEN 'scheduled'
+                  ELSE 'pending' END,
+    run_at = CASE WHEN f.retry_in IS NULL OR j.attempts >= j.max_attempts THEN j.run_at
+                  ELSE now() + make_interval(secs => f.retry_in) END,
+    finished_at = CASE WHEN f.retry_in IS NULL OR j.attempts >= j.max_attempts THEN now() END,
+    last_error = f.error,
+    locked_until = NULL
+FROM f
+WHERE j.id = f.id AND j.attempts = f.attempts
+  AND j.status = 'running' AND j.locked_by = %(worker)s
+RETURNING j.id, j.status;
+
+-- name: job_snooze_many
+-- Put claimed jobs back to run after delay seconds without spending an attempt
+-- (max_attempts grows by one so the attempt counter stays a unique claim token).
+UPDATE {jobs} AS j
+SET status = CASE WHEN s.delay > 0 THEN 'scheduled' ELSE 'pending' END,
+    run_at = now() + make_interval(secs => s.delay),
+    max_attempts = j.max_attempts + 1,
+    locked_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(delays)s::float8[]) AS s(id, attempts, delay)
+WHERE j.id = s.id AND j.attempts = s.attempts
+  AND j.status = 'running' AND j.locked_by = %(worker)s
+RETURNING j.id;
+
+-- name: job_extend_leases
+-- Heartbeat: push the lease of each claim that still owns its job; returns those it extended.
+UPDATE {jobs} AS j
+SET locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+WHERE j.id = c.id AND j.attempts = c.attempts
+  AND j.status = 'running' AND j.locked_by = %(worker)s
+RETURNING j.id;
+
+-- name: job_reclaim_expired
+-- Requeue running jobs whose lease expired (the attempt stays spent); 'failed' when none is left.
+WITH expired AS (
+    SELECT id FROM {jobs}
+    WHERE status = 'running' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {jobs} AS j
+SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at ELSE now() END,
+    last_error = format('lease expired: worker %%s did not finish attempt %%s by %%s',
+                        j.locked_by, j.attempts, j.locked_until),
+    locked_until = NULL
+FROM expired
+WHERE j.id = expired.id AND j.status = 'running'
+RETURNING j.id, j.status;
+
+-- name: job_promote_due
+-- Make scheduled jobs whose run_at has come claimable, and wake workers of their queues.
+WITH due AS (
+    SELECT id FROM {jobs}
+    WHERE status = 'scheduled' AND run_at <= now()
+    ORDER BY run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), promoted AS (
+    UPDATE {jobs} AS j SET status = 'pending'
+    FROM due WHERE j.id = due.id AND j.status = 'scheduled'
+    RETURNING j.queue
+)
+SELECT q.queue, q.n, pg_notify(%(channel)s, q.queue)
+FROM (SELECT queue, count(*) AS n FROM promoted GROUP BY queue) AS q;
+
+-- name: job_retry_failed
+-- Admin: give a failed (or cancelled) job one more attempt, now.
+WITH retried AS (
+    UPDATE {jobs}
+    SET status = 'pending', run_at = now(), finished_at = NULL,
+        max_attempts = greatest(max_attempts, attempts + 1)
+    WHERE id = %(id)s AND status IN ('failed', 'cancelled')
+    RETURNING id, queue
+)
+SELECT id, pg_notify(%(channel)s, queue) FROM retried;
+
+-- name: job_cancel
+-- Admin: cancel a job that has not started.
+UPDATE {jobs} SET status = 'cancelled', finished_at = now()
+WHERE id = %(id)s AND status IN ('scheduled', 'pending')
+RETURNING id;
+
+-- name: job_get
+-- One job by id, with its current state.
+SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
+       locked_until, entity_key, idempotency_key, created_at, last_error, finished_at
+FROM {jobs} WHERE id = %(id)s;
+
+-- name: job_count_by_queue_and_status
+-- How many jobs each queue has in each status.
+SELECT queue, status, count(*) AS n FROM {jobs} GROUP BY queue, status ORDER BY queue, status;
+
+-- name: channel_listen
+-- Subscribe this session to the schema's wake-up notifications (payload: a queue name).
+LISTEN {channel};

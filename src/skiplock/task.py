@@ -1,0 +1,152 @@
+"""Tasks: the functions workers run, and the handles that enqueue them."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
+
+from psycopg import AsyncConnection, Connection
+
+from .enqueue import EnqueueOptions
+from .job import Enqueued, Job
+from .retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from .app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+WorkerModel = Literal["lease", "held"]
+RESERVED_ARGUMENTS = frozenset({"conn"})
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a task declared with ``pass_context=True`` gets as its first argument.
+
+    ``conn`` is set for held-lock jobs of async tasks: the transaction that holds the job's row
+    lock and will mark it done.  Writes made on it commit atomically with the job's completion,
+    or roll back with its failure.
+    """
+
+    job: Job
+    worker_id: str
+    conn: AsyncConnection[Any] | None = None
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    name: str
+    options: EnqueueOptions
+    retry: RetryPolicy
+    model: WorkerModel | None
+    pass_context: bool
+
+
+class Task(Generic[P, R]):
+    """A registered task.  Calling it runs the function directly; ``enqueue`` makes a job."""
+
+    def __init__(self, app: App, fn: Callable[P, R], settings: TaskSettings) -> None:
+        self.app = app
+        self.fn = fn
+        self.settings = settings
+        self.is_async = inspect.iscoroutinefunction(fn)
+        clash = RESERVED_ARGUMENTS & set(inspect.signature(fn).parameters)
+        if clash:
+            raise ValueError(
+                f"task {settings.name!r} has a parameter named {sorted(clash)[0]!r}, which "
+                "enqueue() reserves for the caller's connection; rename it"
+            )
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def queue(self) -> str:
+        assert self.settings.options.queue is not None
+        return self.settings.options.queue
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue}>"
+
+    def with_options(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        entity_key: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> TaskCall:
+        """A handle that enqueues this task with these options instead of the task's defaults."""
+        options = EnqueueOptions(
+            queue, priority, run_at, delay, max_attempts, entity_key, idempotency_key
+        )
+        return TaskCall(self, self.settings.options.merged(options))
+
+    def enqueue(self, *, conn: Connection[Any] | None = None, **payload: Any) -> Enqueued:
+        """Enqueue one job; with ``conn``, inside that connection's current transaction."""
+        return self.with_options().enqueue(conn=conn, **payload)
+
+    async def enqueue_async(
+        self, *, conn: AsyncConnection[Any] | None = None, **payload: Any
+    ) -> Enqueued:
+        return await self.with_options().enqueue_async(conn=conn, **payload)
+
+    def enqueue_many(
+        self, payloads: Iterable[Mapping[str, Any]], *, conn: Connection[Any] | None = None
+    ) -> list[Enqueued]:
+        """Enqueue one job per payload in a single statement."""
+        return self.with_options().enqueue_many(payloads, conn=conn)
+
+    async def enqueue_many_async(
+        self,
+        payloads: Iterable[Mapping[str, Any]],
+        *,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> list[Enqueued]:
+        return await self.with_options().enqueue_many_async(payloads, conn=conn)
+
+
+@dataclass(frozen=True)
+class TaskCall:
+    """A task with enqueue options bound (see :meth:`Task.with_options`)."""
+
+    task: Task[Any, Any]
+    options: EnqueueOptions
+
+    def with_options(self, **options: Any) -> TaskCall:
+        return replace(self, options=self.options.merged(EnqueueOptions(**options)))
+
+    def enqueue(self, *, conn: Connection[Any] | None = None, **payload: Any) -> Enqueued:
+        return self.enqueue_many([payload], conn=conn)[0]
+
+    async def enqueue_async(
+        self, *, conn: AsyncConnection[Any] | None = None, **payload: Any
+    ) -> Enqueued:
+        return (await self.enqueue_many_async([payload], conn=conn))[0]
+
+    def enqueue_many(
+        self, payloads: Iterable[Mapping[str, Any]], *, conn: Connection[Any] | None = None
+    ) -> list[Enqueued]:
+        jobs = self.task.app.build_jobs(self.task.name, payloads, self.options)
+        return self.task.app.sync_client.enqueue_many(jobs, conn)
+
+    async def enqueue_many_async(
+        self,
+        payloads: Iterable[Mapping[str, Any]],
+        *,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> list[Enqueued]:
+        jobs = self.task.app.build_jobs(self.task.name, payloads, self.options)
+        return await self.task.app.async_client.enqueue_many(jobs, conn)

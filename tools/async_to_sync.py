@@ -1,0 +1,83 @@
+"""Generate the sync twins of skiplock's async modules.
+
+    python tools/async_to_sync.py          # rewrite the generated files
+    python tools/async_to_sync.py --check  # exit 1 if a generated file is out of date (CI)
+
+The async module is the source of truth; the sync one is the same code with ``await``,
+``async`` and the async names removed or swapped, then formatted with ruff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "src" / "skiplock"
+
+PAIRS = {"_store_async.py": "_store_sync.py", "_client_async.py": "_client_sync.py"}
+
+NAMES = {
+    "AsyncConnectionPool": "ConnectionPool",
+    "AsyncConnection": "Connection",
+    "AsyncStore": "SyncStore",
+    "AsyncClient": "SyncClient",
+    "AsyncIterator": "Iterator",
+    "asynccontextmanager": "contextmanager",
+    "_store_async": "_store_sync",
+    "_client_async": "_client_sync",
+}
+
+REWRITES = [
+    (re.compile(r"\bawait\s+"), ""),
+    (re.compile(r"\basync\s+(def|with|for)\b"), r"\1"),
+    *((re.compile(rf"\b{old}\b"), new) for old, new in NAMES.items()),
+]
+
+
+def header(source_name: str) -> str:
+    return f"# Generated from {source_name} by tools/async_to_sync.py: do not edit.\n"
+
+
+def convert(source: str, source_name: str) -> str:
+    text = source
+    for pattern, replacement in REWRITES:
+        text = pattern.sub(replacement, text)
+    text = header(source_name) + text
+    for command in (["check", "--fix", "--select", "I", "--quiet"], ["format"]):
+        text = subprocess.run(
+            [sys.executable, "-m", "ruff", *command, "--stdin-filename", "generated.py", "-"],
+            input=text,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=PACKAGE.parent.parent,
+        ).stdout
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only check, write nothing")
+    args = parser.parse_args()
+    stale = []
+    for source_name, target_name in PAIRS.items():
+        wanted = convert((PACKAGE / source_name).read_text(), source_name)
+        target = PACKAGE / target_name
+        if target.exists() and target.read_text() == wanted:
+            continue
+        stale.append(target_name)
+        if not args.check:
+            target.write_text(wanted)
+    if args.check and stale:
+        print(
+            f"out of date: {', '.join(stale)}; run python tools/async_to_sync.py", file=sys.stderr
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
