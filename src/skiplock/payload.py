@@ -18,7 +18,7 @@ _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 
 
 def check_queue_name(name: str) -> str:
-    if not isinstance(name, str) or not _QUEUE_NAME.match(name):
+    if not isinstance(name, str) or not _QUEUE_NAME.fullmatch(name):
         raise InvalidName(
             f"invalid queue name {name!r}: use 1-63 letters, digits, '_', '.', ':' or '-', "
             "starting with a letter or digit"
@@ -27,7 +27,7 @@ def check_queue_name(name: str) -> str:
 
 
 def check_task_name(name: str) -> str:
-    if not isinstance(name, str) or not _TASK_NAME.match(name):
+    if not isinstance(name, str) or not _TASK_NAME.fullmatch(name):
         raise InvalidName(
             f"invalid task name {name!r}: use letters, digits, '_', '.', ':' or '-', "
             "starting with a letter or '_' (at most 200 characters)"
@@ -36,7 +36,7 @@ def check_task_name(name: str) -> str:
 
 
 def check_schema_name(name: str) -> str:
-    if not isinstance(name, str) or not _SCHEMA_NAME.match(name):
+    if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
         raise InvalidName(
             f"invalid schema name {name!r}: use 1-40 lower-case letters, digits or '_', "
             "not starting with a digit"
@@ -55,11 +55,16 @@ def encode_payload(payload: Mapping[str, Any], *, max_bytes: int, task: str) -> 
             f"payload of task {task!r} is not JSON-serialisable ({exc}); pass only str, int, "
             "float, bool, None, lists and dicts (convert dates, UUIDs and objects first)"
         ) from None
-    if "\\u0000" in text:
+    if "\\u0000" in text and _contains_nul(payload):
         raise InvalidPayload(
             f"payload of task {task!r} contains a NUL character, which jsonb rejects"
         )
-    size = len(text.encode("utf-8"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidPayload(
+            f"payload of task {task!r} contains text that is not valid Unicode (a lone surrogate)"
+        ) from None
     if size > max_bytes:
         raise InvalidPayload(
             f"payload of task {task!r} is {size} bytes, over the limit of {max_bytes} bytes: "
@@ -84,3 +89,14 @@ def check_delay(delay: float | None) -> float | None:
     if delay is not None and (not math.isfinite(delay) or delay < 0):
         raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
     return delay
+
+
+def _contains_nul(value: Any) -> bool:
+    """Whether a NUL character hides in any key or string of a JSON-able value."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(_contains_nul(k) or _contains_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_contains_nul(v) for v in value)
+    return False

@@ -31,6 +31,8 @@ class ExponentialBackoff:
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if not all(math.isfinite(v) for v in (self.base, self.factor, self.cap, self.jitter)):
+            raise ValueError("backoff parameters must be finite numbers")
         if self.base < 0 or self.cap < 0:
             raise ValueError("backoff base and cap must be >= 0")
         if self.factor < 1:
@@ -44,14 +46,18 @@ class ExponentialBackoff:
         if self.base == 0 or self.cap == 0:
             return 0.0
         # Compare logarithms first: factor ** exponent overflows long before attempts run out.
-        if self.factor > 1 and exponent * math.log(self.factor) > math.log(self.cap / self.base):
+        if self.factor > 1 and exponent * math.log(self.factor) > math.log(self.cap) - math.log(
+            self.base
+        ):
             return self.cap
         return float(min(self.cap, self.base * self.factor**exponent))
 
     def delay(self, attempts: int) -> float:
         nominal = self.nominal(attempts)
-        spread = nominal * self.jitter
-        return min(self.cap, max(0.0, nominal + self.rng.uniform(-spread, spread)))
+        # Draw inside the band rather than clamping it, so delays at the cap are spread too.
+        low = nominal * (1 - self.jitter)
+        high = min(self.cap, nominal * (1 + self.jitter))
+        return max(0.0, self.rng.uniform(low, high))
 
 
 @dataclass(frozen=True)

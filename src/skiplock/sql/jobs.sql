@@ -52,9 +52,12 @@ WITH locked AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT DISTINCT ON (coalesce(entity_key, id::text)) id
-    FROM locked
-    ORDER BY coalesce(entity_key, id::text), priority, run_at, id
+    -- Of locked jobs sharing an entity key, only the first in claim order.
+    SELECT l.id FROM locked AS l
+    WHERE l.entity_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM locked AS e
+        WHERE e.entity_key = l.entity_key
+          AND (e.priority, e.run_at, e.id) < (l.priority, l.run_at, l.id))
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
@@ -83,9 +86,12 @@ WITH locked AS (
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
 ), picked AS (
-    SELECT DISTINCT ON (coalesce(entity_key, id::text)) id
-    FROM locked
-    ORDER BY coalesce(entity_key, id::text), priority, run_at, id
+    -- Of locked jobs sharing an entity key, only the first in claim order.
+    SELECT l.id FROM locked AS l
+    WHERE l.entity_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM locked AS e
+        WHERE e.entity_key = l.entity_key
+          AND (e.priority, e.run_at, e.id) < (l.priority, l.run_at, l.id))
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
@@ -239,3 +245,17 @@ SELECT queue, status, count(*) AS n FROM {jobs} GROUP BY queue, status ORDER BY 
 -- name: channel_listen
 -- Subscribe this session to the schema's wake-up notifications (payload: a queue name).
 LISTEN {channel};
+
+-- name: channel_notify
+-- Send one notification on the schema's channel (the listener's self-test, admin wake-ups).
+SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: job_cancel_claimed_many
+-- Mark running jobs cancelled (an admin asked while they ran), if each claim still owns its job.
+UPDATE {jobs} AS j
+SET status = 'cancelled', finished_at = now(), locked_until = NULL,
+    last_error = 'cancelled while running'
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+WHERE j.id = c.id AND j.attempts = c.attempts
+  AND j.status = 'running' AND j.locked_by = %(worker)s
+RETURNING j.id;

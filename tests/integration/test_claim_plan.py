@@ -1,0 +1,260 @@
+"""The claim's query plan with a big history: it reads the partial claim index, never the table.
+
+100k finished rows and ~1k pending ones, analyzed; then the exact claim statements are
+EXPLAINed (plain EXPLAIN does not run the UPDATE) with literal parameters, as a prepared
+statement's generic plan, and once with ANALYZE inside a rolled-back transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import ClientCursor, sql
+
+from skiplock import App
+
+QUEUES = ["default", "mail", "reports"]
+DONE_ROWS = 100_000
+PENDING_ROWS = 1_000
+
+
+def fill_history(conn: psycopg.Connection[Any], jobs: str) -> None:
+    conn.execute(
+        f"""
+        INSERT INTO {jobs} (queue, task, payload, status, run_at, attempts, locked_by,
+                            entity_key, created_at, finished_at)
+        SELECT (%(queues)s::text[])[1 + g %% 3], 'task', jsonb_build_object('n', g), 'done',
+               now() - make_interval(secs => g), 1, 'old-worker',
+               CASE WHEN g %% 4 = 0 THEN 'customer-' || g %% 50 END,
+               now() - make_interval(secs => g), now() - make_interval(secs => g)
+        FROM generate_series(1, {DONE_ROWS}) AS g
+        """,
+        {"queues": QUEUES},
+    )
+    conn.execute(
+        f"""
+        INSERT INTO {jobs} (queue, task, payload, status, priority, run_at, entity_key)
+        SELECT (%(queues)s::text[])[1 + g %% 3], 'task', jsonb_build_object('n', g), 'pending',
+               g %% 3, now() - make_interval(secs => g),
+               CASE WHEN g %% 5 = 0 THEN 'customer-' || g %% 50 END
+        FROM generate_series(1, {PENDING_ROWS}) AS g
+        """,
+        {"queues": QUEUES},
+    )
+    # A few running jobs, so the entity-key check has something to look at.
+    conn.execute(
+        f"UPDATE {jobs} SET status = 'running', attempts = 1, locked_by = 'w0', "
+        "locked_until = now() + interval '1 minute' "
+        f"WHERE id IN (SELECT id FROM {jobs} WHERE status = 'pending' AND entity_key IS NOT NULL "
+        "ORDER BY id LIMIT 3)"
+    )
+    conn.execute(f"ANALYZE {jobs}")
+
+
+@pytest.fixture(scope="module")
+def app(pg_dsn: str) -> Iterator[App]:
+    """One schema with the big history for the whole module (the tests only EXPLAIN, or
+    EXPLAIN ANALYZE in a rolled-back transaction, so they leave it as it was)."""
+    application = App(pg_dsn, f"plan_{secrets.token_hex(5)}")
+    application.migrate()
+    try:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            fill_history(conn, f'"{application.schema}".jobs')
+        yield application
+    finally:
+        application.sync_client.drop_schema()
+        application.close()
+
+
+@pytest.fixture
+def big_history(app: App, db: Any) -> str:
+    jobs = f'"{app.schema}".jobs'
+    # Every test starts from (and must leave) the same state.
+    assert db.execute(f"SELECT status, count(*) FROM {jobs} GROUP BY 1 ORDER BY 1").fetchall() == [
+        ("done", DONE_ROWS),
+        ("pending", PENDING_ROWS - 3),
+        ("running", 3),
+    ]
+    return jobs
+
+
+@pytest.fixture
+def literal_conn(app: App) -> Iterator[psycopg.Connection[Any]]:
+    """Parameters inlined client-side: EXPLAIN sees literal values."""
+    with psycopg.connect(app.dsn, autocommit=True, cursor_factory=ClientCursor) as conn:
+        yield conn
+
+
+def claim_params(limit: int = 10) -> dict[str, Any]:
+    return {"queue": "mail", "limit": limit, "worker": "w1", "lease_seconds": 30.0}
+
+
+def from_queues_params(limit: int = 10) -> dict[str, Any]:
+    return {"queues": QUEUES, "limit": limit, "worker": "w1", "lease_seconds": 30.0}
+
+
+def explain(
+    conn: psycopg.Connection[Any], statement: sql.Composable, params: dict[str, Any], options: str
+) -> dict[str, Any]:
+    query = sql.SQL("EXPLAIN ({} FORMAT JSON) {}").format(sql.SQL(options), statement)
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    return dict(plan[0])
+
+
+def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from nodes(child)
+
+
+def index_scans(plan: dict[str, Any], index: str) -> list[dict[str, Any]]:
+    return [
+        n
+        for n in nodes(plan)
+        if n["Node Type"] in ("Index Scan", "Index Only Scan") and n.get("Index Name") == index
+    ]
+
+
+def one_claim_index_scan(plan: dict[str, Any]) -> dict[str, Any]:
+    scans = index_scans(plan, "jobs_claim_idx")
+    assert len(scans) == 1, f"expected one scan of jobs_claim_idx, plan: {json.dumps(plan)}"
+    return scans[0]
+
+
+def buffers(node: dict[str, Any]) -> int:
+    return int(node["Shared Hit Blocks"] + node["Shared Read Blocks"])
+
+
+def seq_scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [n for n in nodes(plan) if n["Node Type"] == "Seq Scan"]
+
+
+def locked_cte(plan: dict[str, Any]) -> dict[str, Any]:
+    """The subplan that picks and locks rows: everything that reads the jobs table for work."""
+    (cte,) = [n for n in nodes(plan) if n.get("Subplan Name") == "CTE locked"]
+    return cte
+
+
+def sort_inputs(plan: dict[str, Any]) -> list[str]:
+    """What each Sort node of the plan sorts (by its child's node type)."""
+    return [
+        child["Node Type"] for n in nodes(plan) if n["Node Type"] == "Sort" for child in n["Plans"]
+    ]
+
+
+def assert_single_queue_claim_plan(plan: dict[str, Any]) -> None:
+    root = plan["Plan"]
+    assert seq_scans(root) == [], "the claim scans a table sequentially"
+    claim_scan = one_claim_index_scan(root)
+    assert claim_scan["Relation Name"] == "jobs"
+    cte = locked_cte(root)
+    assert claim_scan in list(nodes(cte))
+    # The index supplies the claim order: nothing in the locking subplan sorts.
+    assert [n for n in nodes(cte) if n["Node Type"] in ("Sort", "Incremental Sort")] == []
+    # Nor does anything else: the entity-key filter over the locked rows is an anti-join.
+    assert sort_inputs(root) == []
+
+
+def test_claim_reads_the_partial_index_without_seq_scan_or_sort(
+    app: App, big_history: str, literal_conn: psycopg.Connection[Any], db: Any
+) -> None:
+    plan = explain(literal_conn, app.queries["job_claim"], claim_params(), "")
+    assert_single_queue_claim_plan(plan)
+    # Plain EXPLAIN planned the UPDATE without running it.
+    assert db.execute(
+        f"SELECT count(*) FROM {big_history} WHERE status = 'running'"
+    ).fetchone() == (3,)
+
+
+def test_claim_generic_plan_of_the_prepared_statement_uses_the_index(
+    app: App, big_history: str, literal_conn: psycopg.Connection[Any]
+) -> None:
+    """psycopg prepares a statement run often; its generic plan must be as good."""
+    text = app.queries["job_claim"].as_string(literal_conn)
+    order: list[str] = []
+
+    def placeholder(match: re.Match[str]) -> str:
+        if match.group(1) not in order:
+            order.append(match.group(1))
+        return f"${order.index(match.group(1)) + 1}"
+
+    prepared = re.sub(r"%\((\w+)\)s", placeholder, text).replace("%%", "%")
+    params = claim_params()
+    literal_conn.execute(f"PREPARE claim AS {prepared}")
+    literal_conn.execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        args = sql.SQL(", ").join(sql.Literal(params[name]) for name in order)
+        query = sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE claim({})").format(args)
+        row = literal_conn.execute(query).fetchone()
+        assert row is not None
+        plan = dict(row[0][0])
+    finally:
+        literal_conn.execute("DEALLOCATE claim")
+        literal_conn.execute("RESET plan_cache_mode")
+    assert_single_queue_claim_plan(plan)
+
+
+def test_claim_touches_few_buffers_compared_to_the_table(
+    app: App, big_history: str, literal_conn: psycopg.Connection[Any], db: Any
+) -> None:
+    (pages,) = db.execute(
+        "SELECT relpages FROM pg_class WHERE oid = %s::regclass", (big_history,)
+    ).fetchone()
+    assert pages > 500  # the history is big enough for a full scan to show
+    with literal_conn.transaction(force_rollback=True):
+        plan = explain(literal_conn, app.queries["job_claim"], claim_params(), "ANALYZE, BUFFERS,")
+    root = plan["Plan"]
+    assert root["Actual Rows"] == 10  # it did claim (then rolled back)
+    claim_scan = one_claim_index_scan(root)
+    assert claim_scan["Actual Rows"] >= 10
+    # Finding and locking the 10 jobs reads a handful of index and heap pages; the whole
+    # statement (with the updates of 10 rows and their index entries) stays far below a scan.
+    found = buffers(locked_cte(root))
+    assert found < pages / 20, f"finding 10 jobs touched {found} of {pages} pages"
+    assert buffers(root) < pages / 5, f"claiming 10 jobs touched {buffers(root)} of {pages} pages"
+    # Rolled back: nothing was claimed.
+    assert db.execute(
+        f"SELECT count(*) FROM {big_history} WHERE status = 'running'"
+    ).fetchone() == (3,)
+
+
+def test_claim_from_several_queues_reads_the_index_once_per_queue(
+    app: App, big_history: str, literal_conn: psycopg.Connection[Any], db: Any
+) -> None:
+    limit = 10
+    plan = explain(literal_conn, app.queries["job_claim_from_queues"], from_queues_params(), "")
+    root = plan["Plan"]
+    assert seq_scans(root) == []
+    claim_scan = one_claim_index_scan(root)
+    # The scan is parameterized by the queue name (nested loop over the queues).
+    assert "queue" in claim_scan.get("Index Cond", "")
+
+    with literal_conn.transaction(force_rollback=True):
+        analyzed = explain(
+            literal_conn,
+            app.queries["job_claim_from_queues"],
+            from_queues_params(limit),
+            "ANALYZE, BUFFERS,",
+        )
+    root = analyzed["Plan"]
+    assert seq_scans(root) == []
+    claim_scan = one_claim_index_scan(root)
+    assert claim_scan["Actual Loops"] == len(QUEUES)
+    # Each queue's scan stops after its best rows; sorts see at most limit * queues rows.
+    for node in nodes(root):
+        if node["Node Type"] == "Sort":
+            assert node["Actual Rows"] <= limit * len(QUEUES)
+    (pages,) = db.execute(
+        "SELECT relpages FROM pg_class WHERE oid = %s::regclass", (big_history,)
+    ).fetchone()
+    found = buffers(locked_cte(root))
+    assert found < pages / 20, f"finding jobs in {len(QUEUES)} queues touched {found} pages"
+    assert buffers(root) < pages / 5
