@@ -105,3 +105,50 @@ class AsyncClient:
         """Drop skiplock's schema with all its jobs.  Irreversible."""
         async with self.connection(conn) as c:
             await self.store.schema_drop(c)
+
+    async def cancel_or_request(self, job_id: int, conn: AsyncConnection[Any] | None = None) -> str:
+        """Cancel a job that has not started, or ask the worker running it to cancel it.
+
+        Returns ``"cancelled"``, ``"requested"`` or ``"unchanged"`` (finished or unknown job).
+        """
+        async with self.connection(conn) as c:
+            if await self.store.job_cancel(c, job_id):
+                return "cancelled"
+            if await self.store.job_request_cancel(c, job_id):
+                return "requested"
+            return "unchanged"
+
+    async def queue_status(self, conn: AsyncConnection[Any] | None = None) -> list[dict[str, Any]]:
+        async with self.connection(conn) as c:
+            return await self.store.queue_status(c)
+
+    async def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> list[Job]:
+        async with self.connection(conn) as c:
+            return await self.store.job_list(c, queue=queue, status=status, task=task, limit=limit)
+
+    async def set_paused(
+        self, queue: str, paused: bool, conn: AsyncConnection[Any] | None = None
+    ) -> None:
+        async with self.connection(conn) as c:
+            await self.store.queue_set_paused(c, queue, paused)
+
+    async def set_concurrency_limit(
+        self, queue: str, limit: int | None, conn: AsyncConnection[Any] | None = None
+    ) -> None:
+        async with self.connection(conn) as c:
+            await self.store.queue_set_concurrency_limit(c, queue, limit)
+
+    async def prune(
+        self, retention: dict[str, float | None], conn: AsyncConnection[Any] | None = None
+    ) -> dict[str, int]:
+        """Delete finished jobs older than their status's retention; returns how many per status."""
+        async with self.connection(conn) as c:
+            return await self.store.job_prune_by_retention(c, retention)

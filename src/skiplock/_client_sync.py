@@ -104,3 +104,48 @@ class SyncClient:
         """Drop skiplock's schema with all its jobs.  Irreversible."""
         with self.connection(conn) as c:
             self.store.schema_drop(c)
+
+    def cancel_or_request(self, job_id: int, conn: Connection[Any] | None = None) -> str:
+        """Cancel a job that has not started, or ask the worker running it to cancel it.
+
+        Returns ``"cancelled"``, ``"requested"`` or ``"unchanged"`` (finished or unknown job).
+        """
+        with self.connection(conn) as c:
+            if self.store.job_cancel(c, job_id):
+                return "cancelled"
+            if self.store.job_request_cancel(c, job_id):
+                return "requested"
+            return "unchanged"
+
+    def queue_status(self, conn: Connection[Any] | None = None) -> list[dict[str, Any]]:
+        with self.connection(conn) as c:
+            return self.store.queue_status(c)
+
+    def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+        conn: Connection[Any] | None = None,
+    ) -> list[Job]:
+        with self.connection(conn) as c:
+            return self.store.job_list(c, queue=queue, status=status, task=task, limit=limit)
+
+    def set_paused(self, queue: str, paused: bool, conn: Connection[Any] | None = None) -> None:
+        with self.connection(conn) as c:
+            self.store.queue_set_paused(c, queue, paused)
+
+    def set_concurrency_limit(
+        self, queue: str, limit: int | None, conn: Connection[Any] | None = None
+    ) -> None:
+        with self.connection(conn) as c:
+            self.store.queue_set_concurrency_limit(c, queue, limit)
+
+    def prune(
+        self, retention: dict[str, float | None], conn: Connection[Any] | None = None
+    ) -> dict[str, int]:
+        """Delete finished jobs older than their status's retention; returns how many per status."""
+        with self.connection(conn) as c:
+            return self.store.job_prune_by_retention(c, retention)

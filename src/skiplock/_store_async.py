@@ -42,11 +42,16 @@ class AsyncStore:
         self.queries = queries
         self.schema = queries.schema
 
-    async def _rows(
-        self, conn: AsyncConnection[Any], name: str, params: dict[str, Any]
+    async def _fetch(
+        self,
+        conn: AsyncConnection[Any],
+        name: str,
+        params: dict[str, Any],
+        row_factory: Any = tuple_row,
     ) -> list[Any]:
+        """Run one named statement; its rows (none for a statement without result)."""
         try:
-            async with conn.cursor(row_factory=tuple_row) as cur:
+            async with conn.cursor(row_factory=row_factory) as cur:
                 await cur.execute(self.queries[name], params)
                 return await cur.fetchall() if cur.description else []
         except psycopg.Error as exc:
@@ -55,18 +60,15 @@ class AsyncStore:
                 raise
             raise error from exc
 
+    async def _rows(
+        self, conn: AsyncConnection[Any], name: str, params: dict[str, Any]
+    ) -> list[Any]:
+        return await self._fetch(conn, name, params)
+
     async def _jobs(
         self, conn: AsyncConnection[Any], name: str, params: dict[str, Any]
     ) -> list[Job]:
-        try:
-            async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(self.queries[name], params)
-                return [Job.from_row(row) for row in await cur.fetchall()]
-        except psycopg.Error as exc:
-            error = translate(exc, self.schema)
-            if error is exc:
-                raise
-            raise error from exc
+        return [Job.from_row(row) for row in await self._fetch(conn, name, params, dict_row)]
 
     # -- enqueue -------------------------------------------------------------------------
 
@@ -143,6 +145,15 @@ class AsyncStore:
         }[completion]
         return {row[0] for row in await self._rows(conn, name, _claim_arrays(claims))}
 
+    async def job_cancel_claimed_many(
+        self, conn: AsyncConnection[Any], claims: Sequence[Claim]
+    ) -> set[int]:
+        """Record that running jobs were cancelled; returns the ids still owned."""
+        if not claims:
+            return set()
+        rows = await self._rows(conn, "job_cancel_claimed_many", _claim_arrays(claims))
+        return {row[0] for row in rows}
+
     async def job_fail_many(
         self,
         conn: AsyncConnection[Any],
@@ -168,14 +179,20 @@ class AsyncStore:
 
     # -- leases and maintenance ----------------------------------------------------------
 
+    async def job_heartbeat(
+        self, conn: AsyncConnection[Any], claims: Sequence[Claim], lease_seconds: float
+    ) -> dict[int, bool]:
+        """Extend the leases still owned; returns their job ids -> cancellation requested."""
+        if not claims:
+            return {}
+        params = {**_claim_arrays(claims), "lease_seconds": lease_seconds}
+        return dict(await self._rows(conn, "job_extend_leases", params))
+
     async def job_extend_leases(
         self, conn: AsyncConnection[Any], claims: Sequence[Claim], lease_seconds: float
     ) -> set[int]:
-        """Heartbeat: extend the leases still owned; returns their job ids."""
-        if not claims:
-            return set()
-        params = {**_claim_arrays(claims), "lease_seconds": lease_seconds}
-        return {row[0] for row in await self._rows(conn, "job_extend_leases", params)}
+        """Extend the leases still owned; returns their job ids."""
+        return set(await self.job_heartbeat(conn, claims, lease_seconds))
 
     async def job_reclaim_expired(
         self, conn: AsyncConnection[Any], limit: int = 1000
@@ -192,6 +209,102 @@ class AsyncStore:
         )
         return {queue: n for queue, n, _ in rows}
 
+    async def job_prune_finished(
+        self, conn: AsyncConnection[Any], status: str, older_than: float, limit: int = 5000
+    ) -> int:
+        """Delete jobs finished in ``status`` more than ``older_than`` seconds ago."""
+        params = {"status": status, "older_than": older_than, "limit": limit}
+        return len(await self._rows(conn, "job_prune_finished", params))
+
+    async def job_prune_by_retention(
+        self, conn: AsyncConnection[Any], retention: dict[str, float | None], batch: int = 5000
+    ) -> dict[str, int]:
+        """Prune each finished status past its retention (None keeps it), in batches."""
+        pruned: dict[str, int] = {}
+        for status, seconds in retention.items():
+            if seconds is None:
+                continue
+            pruned[status] = 0
+            while True:
+                n = await self.job_prune_finished(conn, status, seconds, batch)
+                pruned[status] += n
+                if n < batch:
+                    break
+        return pruned
+
+    async def job_release_many(
+        self, conn: AsyncConnection[Any], claims: Sequence[Claim]
+    ) -> set[int]:
+        """Give back claimed jobs that never started, without spending their attempt."""
+        if not claims:
+            return set()
+        return {row[0] for row in await self._rows(conn, "job_release_many", _claim_arrays(claims))}
+
+    # -- queues, leadership, periodic ----------------------------------------------------
+
+    async def queue_settings(
+        self, conn: AsyncConnection[Any], names: Sequence[str]
+    ) -> dict[str, tuple[bool, int | None]]:
+        """(paused, concurrency limit) of the given queues that have settings."""
+        rows = await self._rows(conn, "queue_settings", {"names": list(names)})
+        return {name: (paused, limit) for name, paused, limit in rows}
+
+    async def queue_set_paused(self, conn: AsyncConnection[Any], name: str, paused: bool) -> None:
+        await self._rows(conn, "queue_set_paused", {"name": name, "paused": paused})
+
+    async def queue_set_concurrency_limit(
+        self, conn: AsyncConnection[Any], name: str, limit: int | None
+    ) -> None:
+        await self._rows(conn, "queue_set_concurrency_limit", {"name": name, "limit": limit})
+
+    async def job_claim_limited(
+        self,
+        conn: AsyncConnection[Any],
+        queue: str,
+        limit: int,
+        queue_limit: int,
+        worker: str,
+        lease_seconds: float,
+    ) -> list[Job]:
+        """Claim from a queue with a cluster-wide concurrency limit, serialised per queue."""
+        async with conn.transaction():
+            await self._rows(conn, "queue_lock_for_claim", {"schema": self.schema, "queue": queue})
+            running = (await self._rows(conn, "queue_running_count", {"queue": queue}))[0][0]
+            room = min(limit, queue_limit - running)
+            if room <= 0:
+                return []
+            return await self.job_claim(conn, [queue], room, worker, lease_seconds)
+
+    async def leader_acquire(
+        self, conn: AsyncConnection[Any], role: str, holder: str, ttl: float
+    ) -> bool:
+        """Take or renew ``role``; True while ``holder`` has it."""
+        params = {"role": role, "holder": holder, "ttl": ttl}
+        return bool(await self._rows(conn, "leader_acquire", params))
+
+    async def leader_resign(self, conn: AsyncConnection[Any], role: str, holder: str) -> None:
+        await self._rows(conn, "leader_resign", {"role": role, "holder": holder})
+
+    async def periodic_enqueue_tick(
+        self, conn: AsyncConnection[Any], name: str, tick: Any, job: NewJob
+    ) -> int | None:
+        """Enqueue the job of one tick unless it was already; returns the new job's id."""
+        params = {
+            "name": name,
+            "tick": tick,
+            "queue": job.queue,
+            "task": job.task,
+            "payload": job.payload,
+            "priority": job.priority,
+            "max_attempts": job.max_attempts,
+            "channel": self.queries.channel,
+        }
+        rows = await self._rows(conn, "periodic_enqueue_tick", params)
+        return int(rows[0][0]) if rows else None
+
+    async def periodic_prune_ticks(self, conn: AsyncConnection[Any]) -> None:
+        await self._rows(conn, "periodic_prune_ticks", {})
+
     # -- admin ---------------------------------------------------------------------------
 
     async def job_get(self, conn: AsyncConnection[Any], job_id: int) -> Job | None:
@@ -207,10 +320,39 @@ class AsyncStore:
     async def job_cancel(self, conn: AsyncConnection[Any], job_id: int) -> bool:
         return bool(await self._rows(conn, "job_cancel", {"id": job_id}))
 
+    async def job_request_cancel(self, conn: AsyncConnection[Any], job_id: int) -> bool:
+        return bool(await self._rows(conn, "job_request_cancel", {"id": job_id}))
+
+    async def queue_status(self, conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
+        return await self._fetch(conn, "queue_status", {}, dict_row)
+
+    async def job_list(
+        self,
+        conn: AsyncConnection[Any],
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+    ) -> list[Job]:
+        params = {"queue": queue, "status": status, "task": task, "limit": limit}
+        return await self._jobs(conn, "job_list", params)
+
     async def job_count_by_queue_and_status(
         self, conn: AsyncConnection[Any]
     ) -> list[tuple[str, str, int]]:
         return list(await self._rows(conn, "job_count_by_queue_and_status", {}))
+
+    # -- wake-ups ------------------------------------------------------------------------
+
+    async def channel_listen(self, conn: AsyncConnection[Any]) -> None:
+        """Subscribe ``conn`` to the schema's wake-up channel."""
+        await self._rows(conn, "channel_listen", {})
+
+    async def channel_notify(self, conn: AsyncConnection[Any], payload: str) -> None:
+        await self._rows(
+            conn, "channel_notify", {"channel": self.queries.channel, "payload": payload}
+        )
 
     # -- migrations ----------------------------------------------------------------------
 

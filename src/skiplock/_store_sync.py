@@ -43,9 +43,16 @@ class SyncStore:
         self.queries = queries
         self.schema = queries.schema
 
-    def _rows(self, conn: Connection[Any], name: str, params: dict[str, Any]) -> list[Any]:
+    def _fetch(
+        self,
+        conn: Connection[Any],
+        name: str,
+        params: dict[str, Any],
+        row_factory: Any = tuple_row,
+    ) -> list[Any]:
+        """Run one named statement; its rows (none for a statement without result)."""
         try:
-            with conn.cursor(row_factory=tuple_row) as cur:
+            with conn.cursor(row_factory=row_factory) as cur:
                 cur.execute(self.queries[name], params)
                 return cur.fetchall() if cur.description else []
         except psycopg.Error as exc:
@@ -54,16 +61,11 @@ class SyncStore:
                 raise
             raise error from exc
 
+    def _rows(self, conn: Connection[Any], name: str, params: dict[str, Any]) -> list[Any]:
+        return self._fetch(conn, name, params)
+
     def _jobs(self, conn: Connection[Any], name: str, params: dict[str, Any]) -> list[Job]:
-        try:
-            with conn.cursor(row_factory=dict_row) as cur:
-                cur.execute(self.queries[name], params)
-                return [Job.from_row(row) for row in cur.fetchall()]
-        except psycopg.Error as exc:
-            error = translate(exc, self.schema)
-            if error is exc:
-                raise
-            raise error from exc
+        return [Job.from_row(row) for row in self._fetch(conn, name, params, dict_row)]
 
     # -- enqueue -------------------------------------------------------------------------
 
@@ -138,6 +140,13 @@ class SyncStore:
         }[completion]
         return {row[0] for row in self._rows(conn, name, _claim_arrays(claims))}
 
+    def job_cancel_claimed_many(self, conn: Connection[Any], claims: Sequence[Claim]) -> set[int]:
+        """Record that running jobs were cancelled; returns the ids still owned."""
+        if not claims:
+            return set()
+        rows = self._rows(conn, "job_cancel_claimed_many", _claim_arrays(claims))
+        return {row[0] for row in rows}
+
     def job_fail_many(
         self,
         conn: Connection[Any],
@@ -163,14 +172,20 @@ class SyncStore:
 
     # -- leases and maintenance ----------------------------------------------------------
 
+    def job_heartbeat(
+        self, conn: Connection[Any], claims: Sequence[Claim], lease_seconds: float
+    ) -> dict[int, bool]:
+        """Extend the leases still owned; returns their job ids -> cancellation requested."""
+        if not claims:
+            return {}
+        params = {**_claim_arrays(claims), "lease_seconds": lease_seconds}
+        return dict(self._rows(conn, "job_extend_leases", params))
+
     def job_extend_leases(
         self, conn: Connection[Any], claims: Sequence[Claim], lease_seconds: float
     ) -> set[int]:
-        """Heartbeat: extend the leases still owned; returns their job ids."""
-        if not claims:
-            return set()
-        params = {**_claim_arrays(claims), "lease_seconds": lease_seconds}
-        return {row[0] for row in self._rows(conn, "job_extend_leases", params)}
+        """Extend the leases still owned; returns their job ids."""
+        return set(self.job_heartbeat(conn, claims, lease_seconds))
 
     def job_reclaim_expired(self, conn: Connection[Any], limit: int = 1000) -> dict[int, str]:
         """Requeue (or fail) running jobs whose lease expired; returns id -> new status."""
@@ -182,6 +197,98 @@ class SyncStore:
             conn, "job_promote_due", {"limit": limit, "channel": self.queries.channel}
         )
         return {queue: n for queue, n, _ in rows}
+
+    def job_prune_finished(
+        self, conn: Connection[Any], status: str, older_than: float, limit: int = 5000
+    ) -> int:
+        """Delete jobs finished in ``status`` more than ``older_than`` seconds ago."""
+        params = {"status": status, "older_than": older_than, "limit": limit}
+        return len(self._rows(conn, "job_prune_finished", params))
+
+    def job_prune_by_retention(
+        self, conn: Connection[Any], retention: dict[str, float | None], batch: int = 5000
+    ) -> dict[str, int]:
+        """Prune each finished status past its retention (None keeps it), in batches."""
+        pruned: dict[str, int] = {}
+        for status, seconds in retention.items():
+            if seconds is None:
+                continue
+            pruned[status] = 0
+            while True:
+                n = self.job_prune_finished(conn, status, seconds, batch)
+                pruned[status] += n
+                if n < batch:
+                    break
+        return pruned
+
+    def job_release_many(self, conn: Connection[Any], claims: Sequence[Claim]) -> set[int]:
+        """Give back claimed jobs that never started, without spending their attempt."""
+        if not claims:
+            return set()
+        return {row[0] for row in self._rows(conn, "job_release_many", _claim_arrays(claims))}
+
+    # -- queues, leadership, periodic ----------------------------------------------------
+
+    def queue_settings(
+        self, conn: Connection[Any], names: Sequence[str]
+    ) -> dict[str, tuple[bool, int | None]]:
+        """(paused, concurrency limit) of the given queues that have settings."""
+        rows = self._rows(conn, "queue_settings", {"names": list(names)})
+        return {name: (paused, limit) for name, paused, limit in rows}
+
+    def queue_set_paused(self, conn: Connection[Any], name: str, paused: bool) -> None:
+        self._rows(conn, "queue_set_paused", {"name": name, "paused": paused})
+
+    def queue_set_concurrency_limit(
+        self, conn: Connection[Any], name: str, limit: int | None
+    ) -> None:
+        self._rows(conn, "queue_set_concurrency_limit", {"name": name, "limit": limit})
+
+    def job_claim_limited(
+        self,
+        conn: Connection[Any],
+        queue: str,
+        limit: int,
+        queue_limit: int,
+        worker: str,
+        lease_seconds: float,
+    ) -> list[Job]:
+        """Claim from a queue with a cluster-wide concurrency limit, serialised per queue."""
+        with conn.transaction():
+            self._rows(conn, "queue_lock_for_claim", {"schema": self.schema, "queue": queue})
+            running = (self._rows(conn, "queue_running_count", {"queue": queue}))[0][0]
+            room = min(limit, queue_limit - running)
+            if room <= 0:
+                return []
+            return self.job_claim(conn, [queue], room, worker, lease_seconds)
+
+    def leader_acquire(self, conn: Connection[Any], role: str, holder: str, ttl: float) -> bool:
+        """Take or renew ``role``; True while ``holder`` has it."""
+        params = {"role": role, "holder": holder, "ttl": ttl}
+        return bool(self._rows(conn, "leader_acquire", params))
+
+    def leader_resign(self, conn: Connection[Any], role: str, holder: str) -> None:
+        self._rows(conn, "leader_resign", {"role": role, "holder": holder})
+
+    def periodic_enqueue_tick(
+        self, conn: Connection[Any], name: str, tick: Any, job: NewJob
+    ) -> int | None:
+        """Enqueue the job of one tick unless it was already; returns the new job's id."""
+        params = {
+            "name": name,
+            "tick": tick,
+            "queue": job.queue,
+            "task": job.task,
+            "payload": job.payload,
+            "priority": job.priority,
+            "max_attempts": job.max_attempts,
+            "channel": self.queries.channel,
+        }
+        rows = self._rows(conn, "periodic_enqueue_tick", params)
+        return int(rows[0][0]) if rows else None
+
+    def periodic_prune_ticks(self, conn: Connection[Any]) -> None:
+        self._rows(conn, "periodic_prune_ticks", {})
 
     # -- admin ---------------------------------------------------------------------------
 
@@ -196,8 +303,35 @@ class SyncStore:
     def job_cancel(self, conn: Connection[Any], job_id: int) -> bool:
         return bool(self._rows(conn, "job_cancel", {"id": job_id}))
 
+    def job_request_cancel(self, conn: Connection[Any], job_id: int) -> bool:
+        return bool(self._rows(conn, "job_request_cancel", {"id": job_id}))
+
+    def queue_status(self, conn: Connection[Any]) -> list[dict[str, Any]]:
+        return self._fetch(conn, "queue_status", {}, dict_row)
+
+    def job_list(
+        self,
+        conn: Connection[Any],
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+    ) -> list[Job]:
+        params = {"queue": queue, "status": status, "task": task, "limit": limit}
+        return self._jobs(conn, "job_list", params)
+
     def job_count_by_queue_and_status(self, conn: Connection[Any]) -> list[tuple[str, str, int]]:
         return list(self._rows(conn, "job_count_by_queue_and_status", {}))
+
+    # -- wake-ups ------------------------------------------------------------------------
+
+    def channel_listen(self, conn: Connection[Any]) -> None:
+        """Subscribe ``conn`` to the schema's wake-up channel."""
+        self._rows(conn, "channel_listen", {})
+
+    def channel_notify(self, conn: Connection[Any], payload: str) -> None:
+        self._rows(conn, "channel_notify", {"channel": self.queries.channel, "payload": payload})
 
     # -- migrations ----------------------------------------------------------------------
 

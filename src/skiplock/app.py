@@ -16,6 +16,7 @@ from .enqueue import EnqueueOptions, NewJob, build_job
 from .errors import ConfigurationError, UnknownTask
 from .job import Enqueued, Job
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name, check_schema_name, check_task_name
+from .periodic import PeriodicTask, Schedule
 from .retry import ExponentialBackoff, RetryPolicy
 from .sql import Queries
 from .task import Task, TaskSettings, WorkerModel
@@ -24,6 +25,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 Completion = Literal["keep", "delete", "archive"]
+DAY = 86400.0
+# Seconds a finished job is kept before the maintenance leader deletes it (None: forever).
+DEFAULT_RETENTION: dict[str, float | None] = {"done": DAY, "cancelled": DAY, "failed": 7 * DAY}
 COMPLETIONS: tuple[Completion, ...] = ("keep", "delete", "archive")
 
 
@@ -32,7 +36,8 @@ class App:
 
     ``dsn`` may be left out: skiplock then uses ``SKIPLOCK_DATABASE_URL``, ``DATABASE_URL``, or
     the embedded server, on first use.  Everything lives in ``schema``.  ``completion`` says what
-    happens to a job that succeeded: kept as ``done``, deleted, or moved to ``jobs_archive``.
+    happens to a job that succeeded: kept as ``done``, deleted, or moved to ``jobs_archive``;
+    ``retention`` how long finished jobs are kept, per status, before workers prune them.
     """
 
     def __init__(
@@ -43,6 +48,7 @@ class App:
         completion: Completion = "keep",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         default_queue: str = "default",
+        retention: Mapping[str, float | None] | None = None,
     ) -> None:
         if completion not in COMPLETIONS:
             raise ConfigurationError(f"completion must be one of {COMPLETIONS}, got {completion!r}")
@@ -55,6 +61,15 @@ class App:
         self.default_queue = check_queue_name(default_queue)
         self.queries = Queries(self.schema)
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.periodic_tasks: dict[str, PeriodicTask] = {}
+        self.retention = dict(DEFAULT_RETENTION)
+        for status, seconds in (retention or {}).items():
+            if status not in DEFAULT_RETENTION:
+                raise ConfigurationError(
+                    f"retention is kept per finished status {sorted(DEFAULT_RETENTION)}, "
+                    f"not {status!r}"
+                )
+            self.retention[status] = seconds
         self.sync_client = SyncClient(lambda: self.dsn, SyncStore(self.queries))
         self.async_client = AsyncClient(lambda: self.dsn, AsyncStore(self.queries))
 
@@ -88,6 +103,7 @@ class App:
         retry: RetryPolicy | None = None,
         model: WorkerModel | None = None,
         pass_context: bool = False,
+        timeout: float | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # mypy cannot match a ParamSpec bound only by the result
@@ -102,12 +118,14 @@ class App:
         retry: RetryPolicy | None = None,
         model: WorkerModel | None = None,
         pass_context: bool = False,
+        timeout: float | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task; its keyword arguments are the job's JSON payload.
 
         ``model`` picks how workers run it: ``"lease"`` (claim commits, heartbeats keep it) or
         ``"held"`` (the row lock is held in one transaction for the whole job); None leaves it
-        to the worker (lease by default).
+        to the worker (lease by default).  ``timeout`` (seconds) fails an attempt that runs
+        longer; it is then retried like any failure.
         """
 
         def register(func: Callable[P, R]) -> Task[P, R]:
@@ -122,14 +140,43 @@ class App:
                 max_attempts=max_attempts,
             )
             build_job(task_name, {}, options, max_payload_bytes=self.max_payload_bytes)
+            if timeout is not None and not timeout > 0:
+                raise ConfigurationError(f"timeout must be > 0 seconds, got {timeout!r}")
             settings = TaskSettings(
-                task_name, options, retry or ExponentialBackoff(), model, pass_context
+                task_name, options, retry or ExponentialBackoff(), model, pass_context, timeout
             )
             registered = Task(self, func, settings)
             self.tasks[task_name] = registered
             return registered
 
         return register(fn) if fn is not None else register
+
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        name: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+        catch_up: int = 0,
+        misfire_grace: float = 60.0,
+        **task_options: Any,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a task that runs on a schedule: ``cron`` (5 fields, UTC) or ``every`` seconds.
+
+        Exactly one job is enqueued per tick however many workers run; ticks missed for longer
+        than ``misfire_grace`` seconds are skipped unless ``catch_up`` asks for the last few.
+        """
+        schedule = Schedule(cron=cron, every=every, catch_up=catch_up, misfire_grace=misfire_grace)
+
+        def register(func: Callable[P, R]) -> Task[P, R]:
+            registered: Task[P, R] = self.task(name=name, **task_options)(func)
+            periodic = PeriodicTask(registered.name, registered.name, schedule, dict(payload or {}))
+            self.build_jobs(periodic.task, [periodic.payload], EnqueueOptions())
+            self.periodic_tasks[periodic.name] = periodic
+            return registered
+
+        return register
 
     def get_task(self, name: str) -> Task[Any, Any]:
         try:

@@ -8,28 +8,19 @@ import logging
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 import click
 
+from . import admin
+from .admin import dsn_option, schema_option
 from .app import App
 from .errors import SkiplockError
 from .migrations import render_sql
 from .payload import check_schema_name
+from .supervisor import Supervisor
 from .worker import Worker
-
-dsn_option = click.option(
-    "--dsn",
-    envvar="SKIPLOCK_DATABASE_URL",
-    help="PostgreSQL URL (default: $SKIPLOCK_DATABASE_URL, $DATABASE_URL, else embedded).",
-)
-schema_option = click.option(
-    "--schema",
-    envvar="SKIPLOCK_SCHEMA",
-    default="skiplock",
-    show_default=True,
-    help="Schema holding skiplock's tables.",
-)
 
 
 class SkiplockGroup(click.Group):
@@ -47,6 +38,9 @@ class SkiplockGroup(click.Group):
 @click.version_option(package_name="skiplock")
 def main() -> None:
     """skiplock: a PostgreSQL job queue built on FOR UPDATE SKIP LOCKED."""
+
+
+admin.register(main)
 
 
 def load_app(spec: str) -> App:
@@ -69,19 +63,14 @@ def load_app(spec: str) -> App:
 @main.command()
 @dsn_option
 @schema_option
-@click.option(
-    "--sql", "print_sql", is_flag=True, help="Print the SQL for a DBA instead of running it."
-)
+@click.option("--sql", "print_sql", is_flag=True, help="Print the SQL for a DBA instead.")
 def migrate(dsn: str | None, schema: str, print_sql: bool) -> None:
     """Create or upgrade skiplock's tables (safe to run from several processes at once)."""
     if print_sql:
         click.echo(render_sql(check_schema_name(schema)), nl=False)
         return
-    app = App(dsn, schema)
-    try:
+    with admin.open_app(dsn, schema) as app:
         applied = app.migrate()
-    finally:
-        app.close()
     if applied:
         click.echo(
             f"applied migrations {', '.join(f'{v:04d}' for v in applied)} to schema {schema}"
@@ -94,7 +83,7 @@ def migrate(dsn: str | None, schema: str, print_sql: bool) -> None:
 @click.argument("app_spec", metavar="APP")
 @dsn_option
 @click.option(
-    "--queues", envvar="SKIPLOCK_QUEUES", help="Comma-separated queues (default: all of the app's)."
+    "--queues", envvar="SKIPLOCK_QUEUES", help="Comma-separated (default: all the app's)."
 )
 @click.option(
     "--concurrency",
@@ -102,12 +91,21 @@ def migrate(dsn: str | None, schema: str, print_sql: bool) -> None:
     type=click.IntRange(1),
     default=10,
     show_default=True,
+    help="Jobs run at once by each worker process.",
+)
+@click.option(
+    "--processes",
+    envvar="SKIPLOCK_PROCESSES",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Worker processes on this host, restarted if they die.",
 )
 @click.option(
     "--model",
     envvar="SKIPLOCK_MODEL",
     type=click.Choice(["lease", "held"]),
-    help="Force one worker model for every task.",
+    help="Run every task with this worker model (default: each task's own, else lease).",
 )
 @click.option(
     "--lease",
@@ -124,28 +122,63 @@ def migrate(dsn: str | None, schema: str, print_sql: bool) -> None:
     type=click.FloatRange(min=0.01),
     default=1.0,
     show_default=True,
+    help="Seconds between polls when no NOTIFY comes.",
+)
+@click.option(
+    "--poll-only",
+    envvar="SKIPLOCK_POLL_ONLY",
+    is_flag=True,
+    help="Do not LISTEN (for transaction-mode poolers such as PgBouncer).",
+)
+@click.option(
+    "--shutdown-grace",
+    envvar="SKIPLOCK_SHUTDOWN_GRACE",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds running jobs get to finish on SIGTERM.",
 )
 @click.option(
     "--burst", is_flag=True, envvar="SKIPLOCK_BURST", help="Run what is due, then exit 0."
 )
-@click.option("--log-level", envvar="SKIPLOCK_LOG_LEVEL", default="INFO", show_default=True)
+@click.option(
+    "--log-level",
+    envvar="SKIPLOCK_LOG_LEVEL",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
 def worker(
     app_spec: str,
     dsn: str | None,
     queues: str | None,
     concurrency: int,
+    processes: int,
     model: str | None,
     lease_seconds: float,
     poll_interval: float,
+    poll_only: bool,
+    shutdown_grace: float,
     burst: bool,
     log_level: str,
 ) -> None:
-    """Run the tasks of APP (module:attribute) until stopped (SIGTERM/SIGINT)."""
+    """Run the tasks of APP (module:attribute) until SIGTERM/SIGINT (or, with --burst, done)."""
     logging.basicConfig(
         level=log_level.upper(),
         stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        format="%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
     )
+    if processes > 1:
+        if dsn:
+            os.environ["SKIPLOCK_DATABASE_URL"] = dsn  # not on the children's command lines
+        args = [app_spec, "--concurrency", str(concurrency), "--lease", str(lease_seconds),
+                "--poll-interval", str(poll_interval), "--shutdown-grace", str(shutdown_grace),
+                "--log-level", log_level]  # fmt: skip
+        args += ["--queues", queues] if queues else []
+        args += ["--model", model] if model else []
+        args += ["--poll-only"] if poll_only else []
+        args += ["--burst"] if burst else []
+        raise SystemExit(Supervisor(args, processes).run())
     app = load_app(app_spec)
     if dsn:
         app.use_dsn(dsn)
@@ -156,9 +189,12 @@ def worker(
         model=model,  # type: ignore[arg-type]
         lease_seconds=lease_seconds,
         poll_interval=poll_interval,
+        listen=not poll_only,
+        shutdown_grace=shutdown_grace,
         burst=burst,
     )
     asyncio.run(_run_worker(runner))
+    _exit_despite_stuck_threads()
 
 
 async def _run_worker(runner: Worker) -> None:
@@ -170,15 +206,33 @@ async def _run_worker(runner: Worker) -> None:
         signals += 1
         if signals == 1:
             logging.getLogger("skiplock.worker").info(
-                "stopping: finishing running jobs (signal again to exit now)"
+                "stopping: no new jobs; running ones get %.0fs (signal again to exit now)",
+                runner.shutdown_grace,
             )
             runner.stop()
         else:
+            logging.getLogger("skiplock.worker").warning("exiting now")
             os._exit(130)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     await runner.run()
+
+
+def _exit_despite_stuck_threads() -> None:
+    """A sync task that ignored its cancel flag still runs in its thread; its job was released
+    already, so exit now rather than wait for it at interpreter shutdown."""
+    threads = [t for t in threading.enumerate() if t.name.startswith("skiplock-task")]
+    for thread in threads:
+        thread.join(timeout=0.5)  # idle pool threads exit as soon as they see the shutdown
+    busy = [t for t in threads if t.is_alive()]
+    if busy:
+        logging.getLogger("skiplock.worker").warning(
+            "%d sync task(s) still running in threads after shutdown; exiting anyway", len(busy)
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 @main.command()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import traceback
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from psycopg import AsyncConnection
@@ -20,12 +21,22 @@ MAX_ERROR_CHARS = 16_000
 _UNKNOWN_TASK_RETRY = ExponentialBackoff()
 
 
+class JobTimeout(Exception):
+    """The task ran longer than its ``timeout``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the task ran longer than its timeout of {seconds:g}s and was stopped")
+        self.seconds = seconds
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How an attempt ended: ``done``; ``snooze`` (run again after ``delay`` without spending the
-    attempt); ``retry`` (failed, next attempt after ``delay``); ``failed`` (failed for good)."""
+    attempt); ``retry`` (failed, next attempt after ``delay``); ``failed`` (failed for good);
+    ``cancelled`` (an admin cancelled it while it ran); ``release`` (the worker shut down before
+    it finished: back to pending, attempt unspent)."""
 
-    kind: Literal["done", "snooze", "retry", "failed"]
+    kind: Literal["done", "snooze", "retry", "failed", "cancelled", "release"]
     delay: float = 0.0
     error: str | None = None
 
@@ -49,6 +60,7 @@ async def run_job(
     executor: Executor,
     conn: AsyncConnection[Any] | None = None,
     unknown: UnknownTask | None = None,
+    cancel_flag: threading.Event | None = None,
 ) -> Outcome:
     """Call the job's task; exceptions become outcomes, cancellation propagates."""
     if task is None:
@@ -56,7 +68,10 @@ async def run_job(
         return failure(job, unknown, _UNKNOWN_TASK_RETRY)
     args: tuple[Any, ...] = ()
     if task.settings.pass_context:
-        args = (JobContext(job, worker_id, conn if task.is_async else None),)
+        context = JobContext(job, worker_id, conn if task.is_async else None)
+        if cancel_flag is not None:
+            context = replace(context, cancelled=cancel_flag)
+        args = (context,)
     try:
         if not isinstance(job.payload, dict):
             raise TypeError(f"payload of job {job.id} is not a JSON object")

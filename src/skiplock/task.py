@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
@@ -30,12 +31,14 @@ class JobContext:
 
     ``conn`` is set for held-lock jobs of async tasks: the transaction that holds the job's row
     lock and will mark it done.  Writes made on it commit atomically with the job's completion,
-    or roll back with its failure.
+    or roll back with its failure.  ``cancelled`` is set when the job is cancelled or times out:
+    a sync task, which cannot be interrupted, should check it in long loops and return.
     """
 
     job: Job
     worker_id: str
     conn: AsyncConnection[Any] | None = None
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class TaskSettings:
     retry: RetryPolicy
     model: WorkerModel | None
     pass_context: bool
+    timeout: float | None = None
 
 
 class Task(Generic[P, R]):

@@ -1,9 +1,13 @@
-"""The worker: claims jobs into free slots, runs them, records how they ended.
+"""The worker: claims jobs into its free slots, runs them, records how they ended.
 
-Lease model (default): the claim commits at once with ``locked_until``; a heartbeat extends
-the leases of running jobs; every finish names the claim (worker id + attempt) so a worker
-whose lease was reclaimed changes nothing.  Held model: claim, task and finish run in one
-transaction that keeps the row locked; a crash rolls it back and the job is claimable again.
+Lease model (default): the claim commits at once with ``locked_until``; one heartbeat statement
+per tick extends the leases of all running jobs; outcomes are written in batches by the
+:class:`~skiplock.completer.Completer`, each naming its claim (worker id + attempt) so a worker
+whose lease was reclaimed changes nothing.  Held model: claim, task and finish share one
+transaction that keeps the row locked; a crash rolls it back and the job is claimable at once.
+
+Shutdown (:meth:`Worker.stop`): stop claiming, give running jobs ``shutdown_grace`` seconds,
+cancel the rest and give them back without spending their attempt, flush, resign leadership.
 """
 
 from __future__ import annotations
@@ -11,12 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import secrets
-import socket
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -25,41 +27,33 @@ from psycopg_pool import AsyncConnectionPool
 
 from ._store_async import AsyncStore
 from .app import App
+from .completer import Completer, Recorded
 from .database import connect_kwargs
 from .errors import SkiplockError, UnknownTask
-from .execution import Outcome, run_job
+from .events import JobEvent, WorkerStats, log_event, new_worker_id
+from .execution import JobTimeout, Outcome, failure, run_job
 from .job import Job
+from .leader import LeaderElector
+from .listener import Listener
+from .maintenance import Maintenance
 from .payload import check_queue_name
 from .task import WorkerModel
 
 log = logging.getLogger("skiplock.worker")
 
-
-def new_worker_id() -> str:
-    """Unique per process start, so a restarted worker never passes for its predecessor."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+__all__ = ["JobEvent", "Worker", "WorkerStats", "new_worker_id"]
 
 
-@dataclass
-class WorkerStats:
-    claimed: int = 0
-    done: int = 0
-    retried: int = 0
-    failed: int = 0
-    snoozed: int = 0
-    lost: int = 0
-    reclaimed: int = 0
-
-
-_COUNTERS = {"done": "done", "retry": "retried", "failed": "failed", "snooze": "snoozed"}
-
-
-@dataclass
 class _Running:
-    job: Job
-    model: WorkerModel
-    lost: bool = False
-    started: float = field(default_factory=time.monotonic)
+    """A job this worker is running: what to cancel, and why."""
+
+    def __init__(self, job: Job, model: WorkerModel) -> None:
+        self.job = job
+        self.model = model
+        self.started = time.monotonic()
+        self.task: asyncio.Task[None] | None = None
+        self.stop_reason: str | None = None  # "cancelled" (admin) or "shutdown"
+        self.cancel_flag = threading.Event()
 
 
 class Worker:
@@ -73,12 +67,16 @@ class Worker:
         lease_seconds: float = 30.0,
         poll_interval: float = 1.0,
         burst: bool = False,
+        listen: bool = True,
+        shutdown_grace: float = 30.0,
         worker_id: str | None = None,
+        on_event: Callable[[JobEvent], None] | None = None,
+        leader_ttl: float = 10.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
-        if lease_seconds <= 0 or poll_interval <= 0:
-            raise ValueError("lease_seconds and poll_interval must be > 0")
+        if lease_seconds <= 0 or poll_interval <= 0 or shutdown_grace < 0:
+            raise ValueError("lease_seconds and poll_interval must be > 0, shutdown_grace >= 0")
         if model not in (None, "lease", "held"):
             raise ValueError(f"model must be 'lease' or 'held', got {model!r}")
         self.app = app
@@ -88,35 +86,63 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         self.burst = burst
+        self.listen = listen and not burst
+        self.shutdown_grace = shutdown_grace
+        self.leader_ttl = leader_ttl
         self.worker_id = worker_id or new_worker_id()
+        self.on_event = on_event
         self.store = AsyncStore(app.queries)
         self.stats = WorkerStats()
+        self.listener: Listener | None = None
+        self.elector: LeaderElector | None = None
+        self.maintenance: Maintenance | None = None
         self._running: dict[int, _Running] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._wake = asyncio.Event()
+        self._paused: set[str] = set()
+        self._limits: dict[str, int] = {}
         self._stopping = False
+        self._wake: asyncio.Event | None = None
         self._pool: AsyncConnectionPool | None = None
+        self._completer: Completer | None = None
         self._executor: ThreadPoolExecutor | None = None
 
     # -- public --------------------------------------------------------------------------
 
+    @property
+    def running_jobs(self) -> list[Job]:
+        return [r.job for r in self._running.values()]
+
     def stop(self) -> None:
-        """Stop claiming; ``run`` returns once the running jobs have finished."""
+        """Stop claiming; :meth:`run` returns after the shutdown described in the module doc."""
         self._stopping = True
-        self._wake.set()
+        self._nudge()
 
     async def run(self) -> WorkerStats:
         queues = self.queues or sorted({t.queue for t in self.app.tasks.values()})
         if not queues:
-            raise SkiplockError("the worker has no queue: register a task or pass queues")
+            raise SkiplockError("the worker has no queue: register a task or pass --queues")
         dsn = self.app.dsn
         held = self._claims_held(queues)
-        self._wake = asyncio.Event()  # bound to this run's event loop
+        self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-task")
+        pool_size = 6 + (self.concurrency if held else 0)
         self._pool = AsyncConnectionPool(
-            dsn, kwargs=connect_kwargs(dsn), min_size=1, max_size=self.concurrency + 3, open=False
+            dsn, kwargs=connect_kwargs(dsn), min_size=2, max_size=pool_size, open=False
         )
         await self._pool.open(wait=True, timeout=15)
+        self._completer = Completer(
+            self.store, self._pool, self.app.completion, on_recorded=self._recorded
+        )
+        self.elector = LeaderElector(self.store, self._pool, self.worker_id, ttl=self.leader_ttl)
+        self.maintenance = Maintenance(
+            self.app,
+            self.store,
+            self._pool,
+            self.elector,
+            interval=self.poll_interval,
+            reclaim_interval=min(self.lease_seconds / 2, 5.0),
+            on_work=self._nudge,
+        )
         log.info(
             "worker %s started: queues=%s concurrency=%d model=%s",
             self.worker_id,
@@ -124,13 +150,18 @@ class Worker:
             self.concurrency,
             "held" if held else "lease",
         )
-        services = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._maintain())]
+        services = [self._completer.start(), asyncio.create_task(self._heartbeat())]
+        services.append(asyncio.create_task(self._refresh_settings(queues)))
         if not self.burst:
-            services.append(asyncio.create_task(self._listen(dsn, set(queues))))
+            services.append(asyncio.create_task(self.elector.run()))
+            services.append(asyncio.create_task(self.maintenance.run()))
+        if self.listen:
+            self.listener = Listener(dsn, self.store, set(queues), self._nudge)
+            services.append(asyncio.create_task(self.listener.run()))
         try:
+            await self._refresh_settings_once(queues)
             await self._claim_loop(queues, held)
-            while self._tasks:
-                await asyncio.wait(set(self._tasks))
+            await self._shut_down()
         finally:
             for service in services:
                 service.cancel()
@@ -138,12 +169,18 @@ class Worker:
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._completer.stop()
+            await self.elector.resign()
             await self._pool.close()
             self._executor.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped: %s", self.worker_id, self.stats)
         return self.stats
 
     # -- claiming ------------------------------------------------------------------------
+
+    def _nudge(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
 
     def _claims_held(self, queues: list[str]) -> bool:
         if self.model is not None:
@@ -157,57 +194,82 @@ class Worker:
         return (task.settings.model if task else None) or "lease"
 
     async def _claim_loop(self, queues: list[str], held: bool) -> None:
-        idle_promoted = False
+        assert self._wake is not None and self._completer is not None
+        idle_rounds = 0
         while not self._stopping:
             free = self.concurrency - len(self._tasks)
+            active = [q for q in queues if q not in self._paused]
             claimed = 0
-            if free > 0:
+            if free > 0 and active:
                 self._wake.clear()
                 try:
-                    claimed = await (
-                        self._claim_held(queues, free) if held else self._claim_leased(queues, free)
-                    )
+                    claim = self._claim_held if held else self._claim_leased
+                    claimed = await claim(active, free)
                 except (psycopg.Error, SkiplockError) as exc:
                     log.warning("claim failed, retrying after the poll interval: %s", exc)
             if claimed:
-                idle_promoted = False
+                idle_rounds = 0
                 continue
-            if self.burst and not self._tasks:
-                # Nothing claimable and nothing running: promote what became due, or finish.
-                if idle_promoted:
+            if self.burst and not self._tasks and not self._completer.pending:
+                # Nothing claimable, nothing running: run maintenance once more, then finish.
+                idle_rounds += 1
+                if idle_rounds > 1:
                     return
-                idle_promoted = True
-                await self._promote()
+                assert self.maintenance is not None
+                await self.maintenance.run_once(force=True)
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_interval)
 
     async def _claim_leased(self, queues: list[str], limit: int) -> int:
         assert self._pool is not None
+        unlimited = [q for q in queues if q not in self._limits]
+        jobs: list[Job] = []
         async with self._pool.connection() as conn:
-            jobs = await self.store.job_claim(
-                conn, queues, limit, self.worker_id, self.lease_seconds
-            )
+            if unlimited:
+                jobs += await self.store.job_claim(
+                    conn, unlimited, limit, self.worker_id, self.lease_seconds
+                )
+            for queue in (q for q in queues if q in self._limits):
+                if len(jobs) >= limit:
+                    break
+                jobs += await self.store.job_claim_limited(
+                    conn,
+                    queue,
+                    limit - len(jobs),
+                    self._limits[queue],
+                    self.worker_id,
+                    self.lease_seconds,
+                )
         for job in jobs:
-            self._start(self._execute(job, "lease"), job, "lease")
+            running = self._track(job, "lease")
+            running.task = self._spawn(self._run_leased(running))
         return len(jobs)
 
     async def _claim_held(self, queues: list[str], limit: int) -> int:
         claimed = 0
         for _ in range(limit):
             got: asyncio.Future[Job | None] = asyncio.get_running_loop().create_future()
-            task = asyncio.create_task(self._held_slot(queues, got))
-            self._tasks.add(task)
-            task.add_done_callback(self._finished)
-            job = await got
+            slot: asyncio.Task[None] = asyncio.create_task(self._held_slot(queues, got))
+            self._tasks.add(slot)
+            try:
+                job = await got
+            except BaseException:
+                job = None
+                raise
+            finally:
+                if job is None:  # an empty claim: let its transaction end before counting slots
+                    await asyncio.gather(slot, return_exceptions=True)
+                    self._tasks.discard(slot)
             if job is None:
                 break
+            slot.add_done_callback(self._slot_freed)
             claimed += 1
         return claimed
 
     async def _held_slot(self, queues: list[str], got: asyncio.Future[Job | None]) -> None:
         assert self._pool is not None
-        job: Job | None = None
+        running: _Running | None = None
         try:
             async with self._pool.connection() as conn, conn.transaction():
                 jobs = await self.store.job_claim(
@@ -215,110 +277,111 @@ class Worker:
                 )
                 job = jobs[0] if jobs else None
                 got.set_result(job)
-                if job is None or self._model_of(job) != "held":
-                    pass  # commit the claim: a lease job runs outside the transaction
-                else:
-                    self._track(job, "held")
-                    await self._execute_in(job, "held", conn)
+                if job is None:
                     return
-            if job is not None:
-                self._track(job, "lease")
-                await self._execute_in(job, "lease", None)
+                if self._model_of(job) == "held":
+                    running = self._track(job, "held")
+                    await self._run_held(running, conn)
+                    return
+            # A lease task claimed by a held-capable worker: the claim has committed.
+            running = self._track(job, "lease")
+            running.task = asyncio.current_task()
+            await self._run_leased(running)
         except Exception as exc:
             if not got.done():
                 got.set_exception(exc)
-            elif job is not None:
-                log.error("held-lock job %s rolled back: %s", job.id, exc)
+            elif running is not None and running.model == "held":
+                log.error(
+                    "held-lock job %s rolled back, it is claimable again: %s", running.job.id, exc
+                )
+        finally:
+            if running is not None and running.model == "held":
+                self._untrack(running)
 
-    def _start(self, coro: Any, job: Job, model: WorkerModel) -> None:
-        self._track(job, model)
-        task = asyncio.create_task(coro)
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._finished)
+        task.add_done_callback(self._slot_freed)
+        return task
 
-    def _track(self, job: Job, model: WorkerModel) -> None:
-        self.stats.claimed += 1
-        self._running[job.id] = _Running(job, model)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
+    def _slot_freed(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._wake.set()
+        self._nudge()
+
+    def _track(self, job: Job, model: WorkerModel) -> _Running:
+        self.stats.claimed += 1
+        running = _Running(job, model)
+        self._running[job.id] = running
+        self._emit(JobEvent("started", job, self.worker_id))
+        return running
+
+    def _untrack(self, running: _Running) -> None:
+        self._running.pop(running.job.id, None)
 
     # -- running -------------------------------------------------------------------------
 
-    async def _execute(self, job: Job, model: WorkerModel) -> None:
-        await self._execute_in(job, model, None)
-
-    async def _execute_in(
-        self, job: Job, model: WorkerModel, conn: AsyncConnection[Any] | None
-    ) -> None:
+    async def _outcome(self, running: _Running, conn: AsyncConnection[Any] | None) -> Outcome:
+        job = running.job
         task = self.app.tasks.get(job.task)
         unknown = None if task else UnknownTask(job.task, list(self.app.tasks))
+        timeout = task.settings.timeout if task else None
         assert self._executor is not None
         try:
-            outcome = await run_job(
-                job,
-                task,
-                worker_id=self.worker_id,
-                executor=self._executor,
-                conn=conn,
-                unknown=unknown,
-            )
-            await self._record(job, outcome, conn)
-        except (psycopg.Error, SkiplockError) as exc:
-            if conn is not None:
-                raise  # the held transaction rolls back: the job is claimable again at once
-            log.error(
-                "job %s attempt %s: could not save its outcome (%s); it runs again once its "
-                "lease expires",
-                job.id,
-                job.attempts,
-                exc,
-            )
+            async with asyncio.timeout(timeout):
+                return await run_job(
+                    job,
+                    task,
+                    worker_id=self.worker_id,
+                    executor=self._executor,
+                    conn=conn,
+                    unknown=unknown,
+                    cancel_flag=running.cancel_flag,
+                )
+        except TimeoutError:
+            running.cancel_flag.set()
+            assert task is not None and timeout is not None
+            self.stats.timed_out += 1
+            return failure(job, JobTimeout(timeout), task.settings.retry)
+
+    async def _run_leased(self, running: _Running) -> None:
+        assert self._completer is not None
+        try:
+            outcome = await self._outcome(running, None)
+        except asyncio.CancelledError:
+            reason = running.stop_reason
+            if reason is None:
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            running.cancel_flag.set()
+            outcome = Outcome("cancelled" if reason == "cancelled" else "release")
         finally:
-            self._running.pop(job.id, None)
+            self._untrack(running)
+        self._completer.submit(running.job, outcome, running.started)
 
-    async def _record(self, job: Job, outcome: Outcome, conn: AsyncConnection[Any] | None) -> None:
-        started = self._running[job.id].started
-        if conn is not None:
-            owned = await self._write_outcome(conn, job, outcome)
-        else:
-            assert self._pool is not None
-            async with self._pool.connection() as pooled:
-                owned = await self._write_outcome(pooled, job, outcome)
-        duration_ms = (time.monotonic() - started) * 1000
-        if not owned:
-            self.stats.lost += 1
-            log.warning(
-                "job %s attempt %s: lease lost before the result was saved (the job was reclaimed);"
-                " its %s outcome was discarded",
-                job.id,
-                job.attempts,
-                outcome.kind,
-            )
-            return
-        counter = _COUNTERS[outcome.kind]
-        setattr(self.stats, counter, getattr(self.stats, counter) + 1)
-        log.info(
-            "job %s task=%s attempt=%s/%s outcome=%s duration_ms=%.1f%s",
-            job.id,
-            job.task,
-            job.attempts,
-            job.max_attempts,
-            outcome.kind,
-            duration_ms,
-            f" error={outcome.error.splitlines()[0]!r}" if outcome.error else "",
-        )
+    async def _run_held(self, running: _Running, conn: AsyncConnection[Any]) -> None:
+        """Run and record a held-lock job in its claim's transaction (no buffering)."""
+        assert self._completer is not None
+        outcome = await self._outcome(running, conn)
+        entry = (running.job, outcome, running.started)
+        owned = running.job.id in await self._completer.write(conn, [entry])
+        self._recorded(Recorded(*entry[:2], owned, running.started))
 
-    async def _write_outcome(self, conn: AsyncConnection[Any], job: Job, outcome: Outcome) -> bool:
-        claim = job.claim
-        if outcome.kind == "done":
-            return job.id in await self.store.job_finish_many(conn, [claim], self.app.completion)
-        if outcome.kind == "snooze":
-            return job.id in await self.store.job_snooze_many(conn, [(claim, outcome.delay)])
-        retry_in = outcome.delay if outcome.kind == "retry" else None
-        assert outcome.error is not None
-        return job.id in await self.store.job_fail_many(conn, [(claim, outcome.error, retry_in)])
+    def _recorded(self, recorded: Recorded) -> None:
+        job, outcome = recorded.job, recorded.outcome
+        kind = outcome.kind if recorded.owned else "lost"
+        self.stats.count(kind)
+        duration = time.monotonic() - recorded.started
+        self._emit(JobEvent("finished", job, self.worker_id, kind, duration, outcome.error))
+
+    def _emit(self, event: JobEvent) -> None:
+        log_event(event)
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:
+                log.exception("on_event hook failed")
 
     # -- background services -------------------------------------------------------------
 
@@ -326,12 +389,12 @@ class Worker:
         assert self._pool is not None
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
-            leased = [r for r in self._running.values() if r.model == "lease" and not r.lost]
+            leased = [r for r in self._running.values() if r.model == "lease"]
             if not leased:
                 continue
             try:
                 async with self._pool.connection() as conn:
-                    kept = await self.store.job_extend_leases(
+                    kept = await self.store.job_heartbeat(
                         conn, [r.job.claim for r in leased], self.lease_seconds
                     )
             except (psycopg.Error, SkiplockError) as exc:
@@ -339,53 +402,49 @@ class Worker:
                 continue
             for r in leased:
                 if r.job.id not in kept:
-                    r.lost = True
                     log.warning(
-                        "job %s attempt %s: lease lost (reclaimed by another worker)",
+                        "job %s attempt %s: lease lost (reclaimed); its outcome will not count",
                         r.job.id,
                         r.job.attempts,
                     )
+                elif kept[r.job.id] and r.stop_reason is None and r.task is not None:
+                    log.info("job %s: cancellation requested, cancelling it", r.job.id)
+                    r.stop_reason = "cancelled"
+                    r.cancel_flag.set()
+                    r.task.cancel()
 
-    async def _maintain(self) -> None:
-        next_reclaim = 0.0
+    async def _refresh_settings(self, queues: list[str]) -> None:
         while True:
-            try:
-                await self._promote()
-                if time.monotonic() >= next_reclaim:
-                    next_reclaim = time.monotonic() + min(self.lease_seconds / 2, 5.0)
-                    assert self._pool is not None
-                    async with self._pool.connection() as conn:
-                        reclaimed = await self.store.job_reclaim_expired(conn)
-                    if reclaimed:
-                        self.stats.reclaimed += len(reclaimed)
-                        log.warning(
-                            "reclaimed %d jobs whose lease expired: %s", len(reclaimed), reclaimed
-                        )
-                        self._wake.set()
-            except (psycopg.Error, SkiplockError) as exc:
-                log.warning("maintenance failed: %s", exc)
             await asyncio.sleep(self.poll_interval)
+            try:
+                await self._refresh_settings_once(queues)
+            except (psycopg.Error, SkiplockError) as exc:
+                log.warning("could not read queue settings: %s", exc)
 
-    async def _promote(self) -> None:
+    async def _refresh_settings_once(self, queues: list[str]) -> None:
         assert self._pool is not None
         async with self._pool.connection() as conn:
-            if await self.store.job_promote_due(conn):
-                self._wake.set()
+            settings = await self.store.queue_settings(conn, queues)
+        paused = {name for name, (is_paused, _) in settings.items() if is_paused}
+        if paused != self._paused:
+            log.info("paused queues: %s", ", ".join(sorted(paused)) or "none")
+            if self._paused - paused:
+                self._nudge()
+        self._paused = paused
+        self._limits = {name: limit for name, (_, limit) in settings.items() if limit is not None}
 
-    async def _listen(self, dsn: str, queues: set[str]) -> None:
-        """Wake the claim loop on NOTIFY; a hint only, the poll is the guarantee."""
-        backoff = 0.5
-        while True:
-            try:
-                conn = await AsyncConnection.connect(dsn, **connect_kwargs(dsn))
-                async with conn:
-                    await conn.execute(self.app.queries["channel_listen"])
-                    backoff = 0.5
-                    self._wake.set()  # notifications may have been missed while disconnected
-                    async for notify in conn.notifies():
-                        if notify.payload in queues:
-                            self._wake.set()
-            except psycopg.Error as exc:
-                log.warning("listener disconnected (%s); reconnecting in %.1fs", exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+    # -- shutdown ------------------------------------------------------------------------
+
+    async def _shut_down(self) -> None:
+        if self._tasks:
+            log.info(
+                "waiting up to %.0fs for %d running jobs", self.shutdown_grace, len(self._running)
+            )
+            _, late = await asyncio.wait(set(self._tasks), timeout=self.shutdown_grace)
+            for running in list(self._running.values()):
+                running.stop_reason = running.stop_reason or "shutdown"
+                if running.task is not None:
+                    running.task.cancel()
+            for task in late:
+                task.cancel()  # held-lock slots: their transactions roll back
+            await asyncio.gather(*late, return_exceptions=True)

@@ -44,7 +44,9 @@ def test_claim_orders_by_priority_then_run_at(app: App) -> None:
     t.with_options(priority=0, run_at=now - timedelta(seconds=2)).enqueue(n=3)
     t.with_options(priority=-1, run_at=now).enqueue(n=4)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        order = [store(app).job_claim(conn, ["default"], 1, "w", 30)[0].payload["n"] for _ in range(4)]
+        order = [
+            store(app).job_claim(conn, ["default"], 1, "w", 30)[0].payload["n"] for _ in range(4)
+        ]
     assert order == [4, 3, 2, 1]
 
 
@@ -95,9 +97,7 @@ def test_enqueue_many_inserts_thousands_in_one_statement(app: App, db: Any) -> N
     assert len(results) == 5000
     ids = [r.id for r in results]
     assert ids == sorted(ids) and len(set(ids)) == 5000
-    rows = db.execute(
-        f'SELECT id, payload->>\'i\' FROM "{app.schema}".jobs ORDER BY id'
-    ).fetchall()
+    rows = db.execute(f"SELECT id, payload->>'i' FROM \"{app.schema}\".jobs ORDER BY id").fetchall()
     assert [int(i) for _, i in rows] == list(range(5000))
     assert [r[0] for r in rows] == ids
 
@@ -114,8 +114,11 @@ def test_async_enqueue_and_app_enqueue_by_name(app: App, db: Any) -> None:
 
     ids = asyncio.run(go())
     ids.append(app.enqueue("ping", {"n": 4}, queue="other").id)
-    rows = db.execute(
-        f'SELECT id, queue, priority FROM "{app.schema}".jobs ORDER BY id'
-    ).fetchall()
+    rows = db.execute(f'SELECT id, queue, priority FROM "{app.schema}".jobs ORDER BY id').fetchall()
     assert [r[0] for r in rows] == ids
-    assert [(r[1], r[2]) for r in rows] == [("default", 0), ("default", 3), ("default", 3), ("other", 0)]
+    assert [(r[1], r[2]) for r in rows] == [
+        ("default", 0),
+        ("default", 3),
+        ("default", 3),
+        ("other", 0),
+    ]

@@ -120,12 +120,16 @@ def _referenced_statement_names() -> dict[str, list[str]]:
     explicit = 0
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text("utf-8"), filename=str(path))
-        # Table names handed to sql.Identifier("schema", "periodic_ticks") are not statements.
+        # Table names handed to sql.Identifier("schema", "periodic_ticks") and CLI parameter
+        # names (click.argument("job_id")) are not statements.
         identifiers = {
             id(arg)
             for call in ast.walk(tree)
             if isinstance(call, ast.Call)
-            and getattr(call.func, "attr", getattr(call.func, "id", "")) == "Identifier"
+            and (
+                getattr(call.func, "attr", getattr(call.func, "id", "")) == "Identifier"
+                or getattr(getattr(call.func, "value", None), "id", "") == "click"
+            )
             for arg in call.args
         }
         for node in ast.walk(tree):

@@ -45,9 +45,19 @@ def _load(filename: str) -> dict[str, Statement]:
     return parse_blocks(resources.files(__package__).joinpath(filename).read_text("utf-8"))
 
 
+@cache
 def statements() -> dict[str, Statement]:
-    """Every named statement of every ``.sql`` file, by name."""
-    return {**_load("jobs.sql"), **_load("migrations.sql")}
+    """Every named statement of every ``.sql`` file beside this module, by name."""
+    found: dict[str, Statement] = {}
+    files = sorted(
+        f.name for f in resources.files(__package__).iterdir() if f.name.endswith(".sql")
+    )
+    for filename in files:
+        for name, statement in _load(filename).items():
+            if name in found:
+                raise ValueError(f"SQL statement {name!r} is defined in two files")
+            found[name] = statement
+    return found
 
 
 class Queries:
@@ -61,6 +71,9 @@ class Queries:
             "jobs": sql.Identifier(schema, "jobs"),
             "archive": sql.Identifier(schema, "jobs_archive"),
             "migrations": sql.Identifier(schema, "migrations"),
+            "queues": sql.Identifier(schema, "queues"),
+            "leaders": sql.Identifier(schema, "leaders"),
+            "ticks": sql.Identifier(schema, "periodic_ticks"),
             "channel": sql.Identifier(self.channel),
         }
         self._composed = {

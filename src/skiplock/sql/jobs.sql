@@ -171,13 +171,14 @@ WHERE j.id = s.id AND j.attempts = s.attempts
 RETURNING j.id;
 
 -- name: job_extend_leases
--- Heartbeat: push the lease of each claim that still owns its job; returns those it extended.
+-- Heartbeat: push the lease of each claim that still owns its job; returns those it extended,
+-- each with whether an admin asked to cancel it.
 UPDATE {jobs} AS j
 SET locked_until = now() + make_interval(secs => %(lease_seconds)s)
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
 WHERE j.id = c.id AND j.attempts = c.attempts
   AND j.status = 'running' AND j.locked_by = %(worker)s
-RETURNING j.id;
+RETURNING j.id, j.cancel_requested;
 
 -- name: job_reclaim_expired
 -- Requeue running jobs whose lease expired (the attempt stays spent); 'failed' when none is left.

@@ -1,0 +1,281 @@
+"""Administration commands of the ``skiplock`` CLI: tables for people, ``--json`` for scripts.
+
+Exit status: 0 when the command did what it says, 3 when it was valid but changed nothing (no
+such job, or a job in the wrong state), 1 on an error (printed as one ``error:`` line), 2 on a
+usage error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .app import DEFAULT_RETENTION, App
+from .enqueue import EnqueueOptions, build_job
+from .job import Job, JobStatus
+from .payload import DEFAULT_MAX_PAYLOAD_BYTES
+
+NOT_CHANGED = 3
+
+dsn_option = click.option(
+    "--dsn",
+    envvar="SKIPLOCK_DATABASE_URL",
+    help="PostgreSQL URL (default: $SKIPLOCK_DATABASE_URL, $DATABASE_URL, else embedded).",
+)
+schema_option = click.option(
+    "--schema",
+    envvar="SKIPLOCK_SCHEMA",
+    default="skiplock",
+    show_default=True,
+    help="Schema holding skiplock's tables.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+@contextmanager
+def open_app(dsn: str | None, schema: str) -> Iterator[App]:
+    app = App(dsn, schema)
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, JobStatus):
+        return value.value
+    return value
+
+
+def job_dict(job: Job) -> dict[str, Any]:
+    return {k: _jsonable(v) for k, v in dataclasses.asdict(job).items()}
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, default=_jsonable, indent=2))
+
+
+def register(main: click.Group) -> None:
+    """Add the administration commands to the ``skiplock`` group."""
+    for command in (status, jobs, retry, cancel, enqueue, pause, resume, limit, prune):
+        main.add_command(command)
+
+
+@click.command()
+@dsn_option
+@schema_option
+@json_option
+def status(dsn: str | None, schema: str, as_json: bool) -> None:
+    """Jobs per queue and state, the oldest due job's age, and last minute's throughput."""
+    with open_app(dsn, schema) as app:
+        rows = app.sync_client.queue_status()
+    if as_json:
+        emit_json(rows)
+        return
+    table = Table(title=f"skiplock queues (schema {schema})")
+    columns = ["queue", "pending", "scheduled", "running", "failed", "done", "cancelled"]
+    for column in [*columns, "oldest due", "finished/min"]:
+        table.add_column(column, justify="left" if column == "queue" else "right")
+    for row in rows:
+        age = row["oldest_pending_seconds"]
+        table.add_row(
+            *(str(row[c]) for c in columns),
+            "-" if age is None else f"{age:.1f}s",
+            str(row["finished_last_minute"]),
+        )
+    Console().print(table)
+
+
+@click.group()
+def jobs() -> None:
+    """List or show jobs."""
+
+
+@jobs.command("list")
+@dsn_option
+@schema_option
+@json_option
+@click.option("--queue")
+@click.option("--status", "job_status", type=click.Choice([s.value for s in JobStatus]))
+@click.option("--task")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+def jobs_list(
+    dsn: str | None,
+    schema: str,
+    as_json: bool,
+    queue: str | None,
+    job_status: str | None,
+    task: str | None,
+    limit: int,
+) -> None:
+    """The newest jobs matching the filters."""
+    with open_app(dsn, schema) as app:
+        found = app.sync_client.list_jobs(queue=queue, status=job_status, task=task, limit=limit)
+    if as_json:
+        emit_json([job_dict(j) for j in found])
+        return
+    table = Table(title=f"{len(found)} jobs")
+    for column in ("id", "queue", "task", "status", "attempts", "run_at", "last error"):
+        table.add_column(column)
+    for j in found:
+        error = (j.last_error or "").splitlines()[0][:60] if j.last_error else ""
+        table.add_row(
+            str(j.id), j.queue, j.task, j.status.value, f"{j.attempts}/{j.max_attempts}",
+            j.run_at.isoformat(timespec="seconds"), error,
+        )  # fmt: skip
+    Console().print(table)
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int)
+@dsn_option
+@schema_option
+@json_option
+def jobs_show(job_id: int, dsn: str | None, schema: str, as_json: bool) -> None:
+    """Everything about one job, including its last error and traceback."""
+    with open_app(dsn, schema) as app:
+        job = app.get_job(job_id)
+    if job is None:
+        click.echo(f"no job {job_id}", err=True)
+        raise SystemExit(NOT_CHANGED)
+    if as_json:
+        emit_json(job_dict(job))
+        return
+    for key, value in job_dict(job).items():
+        if key != "last_error":
+            click.echo(f"{key:>16}: {json.dumps(value) if key == 'payload' else value}")
+    if job.last_error:
+        click.echo(f"{'last_error':>16}:\n{job.last_error}")
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@dsn_option
+@schema_option
+def retry(job_id: int, dsn: str | None, schema: str) -> None:
+    """Give a failed or cancelled job one more attempt now."""
+    with open_app(dsn, schema) as app:
+        if not app.retry_job(job_id):
+            click.echo(f"job {job_id} is not failed or cancelled; nothing to retry", err=True)
+            raise SystemExit(NOT_CHANGED)
+    click.echo(f"job {job_id} is pending again")
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@dsn_option
+@schema_option
+def cancel(job_id: int, dsn: str | None, schema: str) -> None:
+    """Cancel a job; a running leased job is asked to stop at its worker's next heartbeat."""
+    with open_app(dsn, schema) as app:
+        result = app.sync_client.cancel_or_request(job_id)
+    if result == "unchanged":
+        click.echo(f"job {job_id} has finished or does not exist; nothing to cancel", err=True)
+        raise SystemExit(NOT_CHANGED)
+    click.echo(f"job {job_id}: {'cancelled' if result == 'cancelled' else 'cancel requested'}")
+
+
+@click.command()
+@click.argument("task")
+@dsn_option
+@schema_option
+@click.option("--payload", default="{}", show_default=True, help="The job's arguments as JSON.")
+@click.option("--queue", default="default", show_default=True)
+@click.option("--priority", type=int, default=0, show_default=True)
+@click.option("--delay", type=click.FloatRange(min=0), help="Seconds before the job is due.")
+@click.option("--max-attempts", type=click.IntRange(1), default=5, show_default=True)
+@click.option("--count", type=click.IntRange(1, 10_000_000), default=1, show_default=True)
+def enqueue(
+    task: str,
+    dsn: str | None,
+    schema: str,
+    payload: str,
+    queue: str,
+    priority: int,
+    delay: float | None,
+    max_attempts: int,
+    count: int,
+) -> None:
+    """Enqueue COUNT jobs of TASK (by name) with the same payload."""
+    try:
+        arguments = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
+    options = EnqueueOptions(queue, priority, None, delay, max_attempts)
+    job = build_job(task, arguments, options, max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES)
+    with open_app(dsn, schema) as app:
+        enqueued = 0
+        while enqueued < count:
+            batch = min(10_000, count - enqueued)
+            app.sync_client.enqueue_many([job] * batch)
+            enqueued += batch
+    click.echo(f"enqueued {count} job(s) of {task} on queue {queue}")
+
+
+@click.command()
+@click.argument("queue")
+@dsn_option
+@schema_option
+def pause(queue: str, dsn: str | None, schema: str) -> None:
+    """Stop workers from claiming jobs of QUEUE (within one poll interval)."""
+    with open_app(dsn, schema) as app:
+        app.sync_client.set_paused(queue, True)
+    click.echo(f"queue {queue} paused")
+
+
+@click.command()
+@click.argument("queue")
+@dsn_option
+@schema_option
+def resume(queue: str, dsn: str | None, schema: str) -> None:
+    """Let workers claim jobs of QUEUE again."""
+    with open_app(dsn, schema) as app:
+        app.sync_client.set_paused(queue, False)
+    click.echo(f"queue {queue} resumed")
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("max_running")
+@dsn_option
+@schema_option
+def limit(queue: str, max_running: str, dsn: str | None, schema: str) -> None:
+    """Cap QUEUE's running jobs across all workers at MAX_RUNNING ('none' removes the cap)."""
+    value = None if max_running.lower() == "none" else int(max_running)
+    if value is not None and value < 1:
+        raise click.BadParameter("must be >= 1 or 'none'", param_hint="MAX_RUNNING")
+    with open_app(dsn, schema) as app:
+        app.sync_client.set_concurrency_limit(queue, value)
+    click.echo(f"queue {queue}: at most {value if value else 'unlimited'} running jobs")
+
+
+@click.command()
+@dsn_option
+@schema_option
+@json_option
+@click.option(
+    "--older-than",
+    type=click.FloatRange(min=0),
+    help="Seconds; default: 1 day for done and cancelled, 7 days for failed.",
+)
+def prune(dsn: str | None, schema: str, as_json: bool, older_than: float | None) -> None:
+    """Delete finished jobs past their retention (workers also do this every minute)."""
+    retention = dict(DEFAULT_RETENTION)
+    if older_than is not None:
+        retention = dict.fromkeys(retention, older_than)
+    with open_app(dsn, schema) as app:
+        pruned = app.sync_client.prune(retention)
+    if as_json:
+        emit_json(pruned)
+    else:
+        click.echo(", ".join(f"{status}: {n} deleted" for status, n in pruned.items()))

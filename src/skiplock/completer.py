@@ -1,0 +1,142 @@
+"""Batched recording of job outcomes: one statement per kind of outcome per flush.
+
+Finished jobs wait in a buffer for at most ``flush_interval`` seconds (a few milliseconds), then
+all completions are written with one ``job_*_many`` statement, all failures with another, and so
+on.  Each statement still checks every claim's ownership; the ids it returns are the outcomes
+that counted, the rest belonged to claims that had lost their job.  A crash loses at most the
+buffered outcomes, whose jobs then run again once their leases expire (at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from ._store_async import AsyncStore
+from .errors import SkiplockError
+from .execution import Outcome
+from .job import Job
+
+log = logging.getLogger("skiplock.worker")
+
+Entry = tuple[Job, Outcome, float]  # the job, how it ended, when it started (monotonic)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    job: Job
+    outcome: Outcome
+    owned: bool
+    started: float
+
+
+class Completer:
+    def __init__(
+        self,
+        store: AsyncStore,
+        pool: AsyncConnectionPool,
+        completion: str,
+        *,
+        on_recorded: Callable[[Recorded], None],
+        flush_interval: float = 0.002,
+        max_batch: int = 1000,
+    ) -> None:
+        self.store = store
+        self.pool = pool
+        self.completion = completion
+        self.on_recorded = on_recorded
+        self.flush_interval = flush_interval
+        self.max_batch = max_batch
+        self._buffer: list[Entry] = []
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def submit(self, job: Job, outcome: Outcome, started: float) -> None:
+        self._buffer.append((job, outcome, started))
+        self._ready.set()
+
+    def start(self) -> asyncio.Task[None]:
+        self._task = asyncio.create_task(self._run())
+        return self._task
+
+    async def stop(self) -> None:
+        """Stop the flush loop, then write what is still buffered."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        while self._buffer:
+            if not await self.flush():
+                log.error("%d job outcomes could not be recorded", len(self._buffer))
+                break
+
+    async def _run(self) -> None:
+        while True:
+            await self._ready.wait()
+            await asyncio.sleep(self.flush_interval)  # let a batch gather
+            self._ready.clear()
+            while self._buffer:
+                if not await self.flush():
+                    await asyncio.sleep(1.0)  # database trouble: keep the outcomes, try again
+
+    async def flush(self) -> bool:
+        """Write up to ``max_batch`` buffered outcomes; False (keeping them) on a database error."""
+        batch = self._buffer[: self.max_batch]
+        if not batch:
+            return True
+        try:
+            async with self.pool.connection() as conn:
+                owned = await self.write(conn, batch)
+        except (psycopg.Error, SkiplockError) as exc:
+            log.warning("could not record %d job outcomes, retrying: %s", len(batch), exc)
+            return False
+        del self._buffer[: len(batch)]
+        for job, outcome, started in batch:
+            self.on_recorded(Recorded(job, outcome, job.id in owned, started))
+        return True
+
+    async def write(self, conn: AsyncConnection[Any], batch: Sequence[Entry]) -> set[int]:
+        """Write outcomes on ``conn``; returns the ids whose claims still owned their jobs."""
+        kinds: dict[str, list[tuple[Job, Outcome]]] = {}
+        for job, outcome, _ in batch:
+            group = "fail" if outcome.kind in ("retry", "failed") else outcome.kind
+            kinds.setdefault(group, []).append((job, outcome))
+        owned: set[int] = set()
+        # Several kinds go in one transaction, so a retried flush never finds half of its batch
+        # already written (the held-lock caller is in a transaction already).
+        async with conn.transaction() if len(kinds) > 1 else contextlib.nullcontext():
+            for kind, entries in kinds.items():
+                owned |= await self._write_kind(conn, kind, entries)
+        return owned
+
+    async def _write_kind(
+        self, conn: AsyncConnection[Any], kind: str, entries: list[tuple[Job, Outcome]]
+    ) -> set[int]:
+        claims = [job.claim for job, _ in entries]
+        if kind == "done":
+            return await self.store.job_finish_many(conn, claims, self.completion)
+        if kind == "snooze":
+            return await self.store.job_snooze_many(
+                conn, [(job.claim, o.delay) for job, o in entries]
+            )
+        if kind == "cancelled":
+            return await self.store.job_cancel_claimed_many(conn, claims)
+        if kind == "release":
+            return await self.store.job_release_many(conn, claims)
+        failures = [
+            (job.claim, o.error or "", o.delay if o.kind == "retry" else None) for job, o in entries
+        ]
+        return set(await self.store.job_fail_many(conn, failures))

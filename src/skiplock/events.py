@@ -1,0 +1,82 @@
+"""What a worker reports: one event per job start and finish, counters, and the log line.
+
+Each finished job is logged as one ``key=value`` line (job id, task, queue, attempt, outcome,
+duration, first line of the error).  Payloads are never logged.  ``Worker(on_event=...)``
+receives the same events, for metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from .job import Job
+
+log = logging.getLogger("skiplock.worker")
+
+Outcomes = Literal["done", "retry", "failed", "snooze", "cancelled", "release", "lost"]
+
+
+def new_worker_id() -> str:
+    """Unique per process start, so a restarted worker never passes for its predecessor."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """``started`` when a job is claimed into a slot; ``finished`` once its outcome is recorded
+    (``lost`` when its claim had been taken away, so the outcome did not count)."""
+
+    kind: Literal["started", "finished"]
+    job: Job
+    worker_id: str
+    outcome: Outcomes | None = None
+    duration: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    snoozed: int = 0
+    cancelled: int = 0
+    released: int = 0
+    lost: int = 0
+    timed_out: int = 0
+
+    _COUNTER = {
+        "done": "done", "retry": "retried", "failed": "failed", "snooze": "snoozed",
+        "cancelled": "cancelled", "release": "released", "lost": "lost",
+    }  # fmt: skip
+
+    def count(self, outcome: str) -> None:
+        name = self._COUNTER[outcome]
+        setattr(self, name, getattr(self, name) + 1)
+
+    def __str__(self) -> str:
+        return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+
+
+def log_event(event: JobEvent) -> None:
+    job = event.job
+    if event.kind == "started":
+        log.debug(
+            "event=started job_id=%s task=%s queue=%s attempt=%s/%s worker=%s",
+            job.id, job.task, job.queue, job.attempts, job.max_attempts, event.worker_id,
+        )  # fmt: skip
+        return
+    level = logging.WARNING if event.outcome in ("failed", "lost") else logging.INFO
+    error = f" error={event.error.splitlines()[0]!r}" if event.error else ""
+    log.log(
+        level,
+        "event=finished job_id=%s task=%s queue=%s attempt=%s/%s outcome=%s duration_ms=%.1f%s",
+        job.id, job.task, job.queue, job.attempts, job.max_attempts, event.outcome,
+        (event.duration or 0.0) * 1000, error,
+    )  # fmt: skip

@@ -1,0 +1,102 @@
+"""LISTEN for wake-ups on one dedicated connection per worker process (never a pooled one).
+
+Notifications are hints: the claim loop also polls, so a missed one costs at most a poll
+interval.  The listener reconnects with jittered backoff when its connection drops, and wakes
+the claim loop after reconnecting, since notifications sent meanwhile are lost.  Right after
+connecting it notifies itself once: when that probe never arrives (a transaction-mode pooler
+such as PgBouncer sits in between), it says so loudly and the worker relies on polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+
+from ._store_async import AsyncStore
+from .database import connect_kwargs
+from .errors import SkiplockError
+
+log = logging.getLogger("skiplock.listener")
+
+PROBE_TIMEOUT = 2.0
+
+
+class Listener:
+    def __init__(
+        self,
+        dsn: str,
+        store: AsyncStore,
+        queues: set[str],
+        on_wake: Callable[[], None],
+        *,
+        max_backoff: float = 10.0,
+    ) -> None:
+        self.dsn = dsn
+        self.store = store
+        self.queues = queues
+        self.on_wake = on_wake
+        self.max_backoff = max_backoff
+        self.listening = asyncio.Event()
+        self.works: bool | None = None  # None until the first probe finished
+        self.reconnects = 0
+        self.backend_pid: int | None = None
+
+    async def run(self) -> None:
+        backoff = 0.2
+        while True:
+            try:
+                conn = await AsyncConnection.connect(
+                    self.dsn,
+                    **{**connect_kwargs(self.dsn), "application_name": "skiplock-listener"},
+                )
+                async with conn:
+                    await self.store.channel_listen(conn)
+                    self.backend_pid = conn.info.backend_pid
+                    self.listening.set()
+                    backoff = 0.2
+                    self.on_wake()  # whatever was notified while we were away
+                    await self._consume(conn)
+            except (psycopg.Error, SkiplockError, OSError) as exc:
+                self.listening.clear()
+                self.reconnects += 1
+                delay = backoff * random.uniform(0.5, 1.5)
+                log.warning("listener connection lost (%s); reconnecting in %.2fs", exc, delay)
+                await asyncio.sleep(delay)
+                backoff = min(backoff * 2, self.max_backoff)
+
+    async def _consume(self, conn: AsyncConnection[Any]) -> None:
+        probe = f"probe:{secrets.token_hex(8)}"
+        probe_task = asyncio.create_task(self._send_probe(probe)) if self.works is None else None
+        try:
+            async for notify in conn.notifies():
+                if notify.payload == probe:
+                    self.works = True
+                elif notify.payload in self.queues:
+                    self.on_wake()
+        finally:
+            if probe_task is not None:
+                probe_task.cancel()
+
+    async def _send_probe(self, probe: str) -> None:
+        try:
+            async with await AsyncConnection.connect(self.dsn, **connect_kwargs(self.dsn)) as conn:
+                await self.store.channel_notify(conn, probe)
+        except (psycopg.Error, SkiplockError) as exc:
+            log.warning("could not send the LISTEN probe: %s", exc)
+            return
+        await asyncio.sleep(PROBE_TIMEOUT)
+        if self.works is None:
+            self.works = False
+            log.error(
+                "LISTEN/NOTIFY does not reach this worker: a transaction-mode connection pooler "
+                "(e.g. PgBouncer pool_mode=transaction) is probably in between. Jobs still run, "
+                "but only at each poll; point the worker at PostgreSQL directly or through a "
+                "session-mode pool for wake-ups, or run it with --poll-only to silence this."
+            )

@@ -1,0 +1,113 @@
+"""Maintenance that one worker runs for everybody (the leader): promote due scheduled jobs,
+reclaim expired leases, enqueue periodic ticks, prune finished jobs past their retention."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from ._store_async import AsyncStore
+from .app import App
+from .enqueue import EnqueueOptions
+from .errors import SkiplockError
+from .leader import LeaderElector
+
+log = logging.getLogger("skiplock.maintenance")
+
+
+@dataclass
+class MaintenanceStats:
+    promoted: int = 0
+    reclaimed: int = 0
+    pruned: int = 0
+    periodic_enqueued: int = 0
+    runs: int = 0
+    errors: int = 0
+    last_reclaim: dict[int, str] = field(default_factory=dict)
+
+
+class Maintenance:
+    def __init__(
+        self,
+        app: App,
+        store: AsyncStore,
+        pool: AsyncConnectionPool,
+        elector: LeaderElector,
+        *,
+        interval: float = 1.0,
+        reclaim_interval: float = 5.0,
+        prune_interval: float = 60.0,
+        on_work: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.app = app
+        self.store = store
+        self.pool = pool
+        self.elector = elector
+        self.interval = interval
+        self.reclaim_interval = reclaim_interval
+        self.prune_interval = prune_interval
+        self.on_work = on_work
+        self.stats = MaintenanceStats()
+        self._next_reclaim = 0.0
+        self._next_prune = 0.0
+
+    async def run(self) -> None:
+        while True:
+            if self.elector.is_leader:
+                try:
+                    await self.run_once()
+                except (psycopg.Error, SkiplockError) as exc:
+                    self.stats.errors += 1
+                    log.warning("maintenance failed, retrying: %s", exc)
+            await asyncio.sleep(self.interval)
+
+    async def run_once(self, *, force: bool = False) -> None:
+        """One round; ``force`` runs the reclaim and prune whatever their intervals say."""
+        now = time.monotonic()
+        self.stats.runs += 1
+        async with self.pool.connection() as conn:
+            promoted = await self.store.job_promote_due(conn)
+            if promoted:
+                self.stats.promoted += sum(promoted.values())
+                self.on_work()
+            await self._enqueue_periodic(conn)
+            if force or now >= self._next_reclaim:
+                self._next_reclaim = now + self.reclaim_interval
+                reclaimed = await self.store.job_reclaim_expired(conn)
+                if reclaimed:
+                    self.stats.reclaimed += len(reclaimed)
+                    self.stats.last_reclaim = reclaimed
+                    log.warning(
+                        "reclaimed %d jobs whose lease expired: %s", len(reclaimed), reclaimed
+                    )
+                    self.on_work()
+            if force or now >= self._next_prune:
+                self._next_prune = now + self.prune_interval
+                await self._prune(conn)
+
+    async def _enqueue_periodic(self, conn: psycopg.AsyncConnection[object]) -> None:
+        if not self.app.periodic_tasks:
+            return
+        now = datetime.now(UTC)
+        for periodic in self.app.periodic_tasks.values():
+            for tick in periodic.schedule.ticks_due(now):
+                job = self.app.build_jobs(periodic.task, [periodic.payload], EnqueueOptions())[0]
+                job_id = await self.store.periodic_enqueue_tick(conn, periodic.name, tick, job)
+                if job_id is not None:
+                    self.stats.periodic_enqueued += 1
+                    log.info(
+                        "periodic %s: enqueued job %s for tick %s", periodic.name, job_id, tick
+                    )
+
+    async def _prune(self, conn: psycopg.AsyncConnection[object]) -> None:
+        pruned = await self.store.job_prune_by_retention(conn, self.app.retention)
+        self.stats.pruned += sum(pruned.values())
+        if self.app.periodic_tasks:
+            await self.store.periodic_prune_ticks(conn)

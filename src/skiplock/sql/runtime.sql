@@ -1,0 +1,112 @@
+-- Statements of the worker runtime: queue settings, leadership, periodic ticks, pruning,
+-- cancellation and status.  Placeholders as in jobs.sql.
+
+-- name: queue_settings
+-- Pause flags and concurrency limits of the given queues (queues without a row have neither).
+SELECT name, paused, concurrency_limit FROM {queues} WHERE name = ANY(%(names)s::text[]);
+
+-- name: queue_set_paused
+-- Pause or resume a queue.
+INSERT INTO {queues} AS q (name, paused) VALUES (%(name)s, %(paused)s)
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = now()
+RETURNING name;
+
+-- name: queue_set_concurrency_limit
+-- Cap (or, with NULL, uncap) the running jobs of a queue across all workers.
+INSERT INTO {queues} AS q (name, concurrency_limit) VALUES (%(name)s, %(limit)s)
+ON CONFLICT (name) DO UPDATE SET concurrency_limit = excluded.concurrency_limit, updated_at = now()
+RETURNING name;
+
+-- name: queue_lock_for_claim
+-- Serialise claims of one limited queue until the transaction ends, so limits hold exactly.
+SELECT pg_advisory_xact_lock(hashtext('skiplock.queue'), hashtext(%(schema)s || '/' || %(queue)s));
+
+-- name: queue_running_count
+-- Running jobs of one queue, across all workers.
+SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue)s;
+
+-- name: leader_acquire
+-- Take or renew a maintenance role; returns the holder, which is us only if we have it.
+INSERT INTO {leaders} AS l (role, holder, expires_at)
+VALUES (%(role)s, %(holder)s, now() + make_interval(secs => %(ttl)s))
+ON CONFLICT (role) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+    WHERE l.holder = excluded.holder OR l.expires_at < now()
+RETURNING holder;
+
+-- name: leader_resign
+-- Give a role up at shutdown so another worker takes it at once.
+DELETE FROM {leaders} WHERE role = %(role)s AND holder = %(holder)s;
+
+-- name: periodic_enqueue_tick
+-- Enqueue the job of one periodic tick unless some worker already did: the tick's primary key
+-- decides.  Notifies the job's queue when it is enqueued.
+WITH tick AS (
+    INSERT INTO {ticks} (name, tick) VALUES (%(name)s, %(tick)s)
+    ON CONFLICT DO NOTHING
+    RETURNING name
+), job AS (
+    INSERT INTO {jobs} (queue, task, payload, priority, max_attempts, status)
+    SELECT %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(max_attempts)s, 'pending'
+    FROM tick
+    RETURNING id, queue
+)
+SELECT job.id, pg_notify(%(channel)s, job.queue) FROM job;
+
+-- name: periodic_prune_ticks
+-- Forget ticks older than a day; only the latest ones guard against a second run.
+DELETE FROM {ticks} WHERE tick < now() - interval '1 day';
+
+-- name: job_prune_finished
+-- Delete up to %(limit)s jobs finished (in one status) before the retention.
+DELETE FROM {jobs} WHERE id IN (
+    SELECT id FROM {jobs}
+    WHERE status = %(status)s AND finished_at < now() - make_interval(secs => %(older_than)s)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id;
+
+-- name: job_request_cancel
+-- Admin: ask the worker running a leased job to cancel it (it sees the flag on its next heartbeat).
+UPDATE {jobs} SET cancel_requested = true
+WHERE id = %(id)s AND status = 'running'
+RETURNING id;
+
+-- name: job_release_many
+-- Give back claimed jobs that never started (graceful shutdown): pending again, attempt unspent.
+UPDATE {jobs} AS j
+SET status = 'pending', attempts = j.attempts - 1, locked_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+WHERE j.id = c.id AND j.attempts = c.attempts
+  AND j.status = 'running' AND j.locked_by = %(worker)s
+RETURNING j.id;
+
+-- name: queue_status
+-- Per queue: pending (due), scheduled, running, failed, done, age of the oldest due job in
+-- seconds, and jobs finished in the last minute.
+SELECT queue,
+       count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'scheduled') AS scheduled,
+       count(*) FILTER (WHERE status = 'running') AS running,
+       count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE status = 'done') AS done,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending'))::float8
+           AS oldest_pending_seconds,
+       count(*) FILTER (WHERE status IN ('done', 'failed')
+                          AND finished_at > now() - interval '1 minute') AS finished_last_minute
+FROM {jobs}
+GROUP BY queue
+ORDER BY queue;
+
+-- name: job_list
+-- Admin: jobs filtered by queue, status and task (NULL = any), newest first.
+SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
+       locked_until, entity_key, idempotency_key, created_at, last_error, finished_at
+FROM {jobs}
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+ORDER BY id DESC
+LIMIT %(limit)s;

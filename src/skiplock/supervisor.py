@@ -1,0 +1,88 @@
+"""``skiplock worker --processes N``: N worker processes on one host, kept alive.
+
+The supervisor starts each worker as ``python -m skiplock worker ... --processes 1``, restarts
+one that dies (logging its exit status, backing off when it keeps dying at start), and passes
+SIGTERM/SIGINT on to all of them: they shut down gracefully and the supervisor exits 0 once
+they have.  A second signal kills them at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+log = logging.getLogger("skiplock.supervisor")
+
+QUICK_DEATH = 5.0  # a worker that dies sooner than this after starting backs off
+MAX_BACKOFF = 30.0
+
+
+class Supervisor:
+    def __init__(self, worker_args: Sequence[str], processes: int) -> None:
+        self.command = [
+            sys.executable,
+            "-m",
+            "skiplock",
+            "worker",
+            *worker_args,
+            "--processes",
+            "1",
+        ]
+        self.processes = processes
+        self.children: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
+        self.restarts = 0
+        self.signals = 0
+        self._failures: dict[int, int] = {}  # slot -> consecutive quick deaths
+
+    def _start(self, slot: int) -> None:
+        child = subprocess.Popen(self.command)
+        self.children[slot] = (child, time.monotonic())
+        log.info("worker process %d started (pid %d)", slot, child.pid)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals += 1
+        for child, _ in self.children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM if self.signals == 1 else signal.SIGKILL)
+        if self.signals == 1:
+            log.info("stopping %d worker processes (signal again to kill them)", len(self.children))
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        for slot in range(self.processes):
+            self._start(slot)
+        not_before: dict[int, float] = {}
+        while True:
+            time.sleep(0.2)
+            alive = 0
+            for slot, (child, started) in list(self.children.items()):
+                code = child.poll()
+                if code is None:
+                    alive += 1
+                    continue
+                if self.signals:
+                    continue
+                if slot not in not_before:
+                    quick = time.monotonic() - started < QUICK_DEATH
+                    self._failures[slot] = self._failures.get(slot, 0) + 1 if quick else 0
+                    delay = min(MAX_BACKOFF, 0.5 * 2 ** self._failures[slot]) if quick else 0.0
+                    log.warning(
+                        "worker process %d (pid %d) exited with status %s; restarting in %.1fs",
+                        slot, child.pid, code, delay,
+                    )  # fmt: skip
+                    not_before[slot] = time.monotonic() + delay
+                if time.monotonic() >= not_before[slot]:
+                    del not_before[slot]
+                    self.restarts += 1
+                    self._start(slot)
+                    alive += 1
+            if self.signals and alive == 0:
+                codes = [child.returncode for child, _ in self.children.values()]
+                log.info("all worker processes stopped (exit statuses %s)", codes)
+                return 0 if all(c == 0 for c in codes) else 1

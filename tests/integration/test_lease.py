@@ -1,0 +1,243 @@
+"""Lease model against a real server: expiry, reclaim, heartbeats and ownership of a claim.
+
+The store is driven directly (one statement per call) so that every step is deterministic; the
+last test runs a real Worker whose job is reclaimed from under it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from skiplock import App, Claim, JobStatus, Worker
+from skiplock._store_sync import SyncStore
+
+Row = dict[str, Any]
+
+
+def store(app: App) -> SyncStore:
+    return SyncStore(app.queries)
+
+
+def jobs_table(app: App) -> str:
+    return f'"{app.schema}".jobs'
+
+
+def row(app: App, job_id: int) -> Row | None:
+    with psycopg.connect(app.dsn, autocommit=True, row_factory=dict_row) as conn:
+        return conn.execute(f"SELECT * FROM {jobs_table(app)} WHERE id = %s", (job_id,)).fetchone()
+
+
+def expire_after(seconds: float) -> None:
+    """Sleep until a lease of ``seconds`` taken just before is certainly over."""
+    time.sleep(seconds + 0.15)
+
+
+def test_expired_lease_is_reclaimed_and_the_stale_claim_changes_nothing(app: App) -> None:
+    @app.task(name="work")
+    def work() -> None: ...
+
+    job_id = work.enqueue().id
+    s = store(app)
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        [first] = s.job_claim(conn, ["default"], 1, "w1", 0.5)
+        assert (first.id, first.attempts, first.locked_by) == (job_id, 1, "w1")
+        stale = first.claim
+        assert stale == Claim(job_id, 1, "w1")
+
+        # Not expired yet: nothing to reclaim.
+        assert s.job_reclaim_expired(conn) == {}
+        expire_after(0.5)
+        assert s.job_reclaim_expired(conn) == {job_id: "pending"}
+        reclaimed = row(app, job_id)
+        assert reclaimed is not None
+        assert reclaimed["status"] == "pending"
+        assert reclaimed["attempts"] == 1  # the lost attempt stays counted
+        assert reclaimed["locked_until"] is None
+        assert reclaimed["finished_at"] is None
+        assert "lease expired" in reclaimed["last_error"]
+        assert "w1" in reclaimed["last_error"]
+        # A second reclaim finds nothing more.
+        assert s.job_reclaim_expired(conn) == {}
+
+        [second] = s.job_claim(conn, ["default"], 1, "w2", 30)
+        assert (second.id, second.attempts, second.locked_by) == (job_id, 2, "w2")
+        before = row(app, job_id)
+
+        # Every state change through the stale claim is refused and leaves the row alone.
+        for completion in ("keep", "delete", "archive"):
+            assert s.job_finish_many(conn, [stale], completion) == set()
+        assert s.job_fail_many(conn, [(stale, "stale failure", 5.0)]) == {}
+        assert s.job_fail_many(conn, [(stale, "stale final failure", None)]) == {}
+        assert s.job_snooze_many(conn, [(stale, 0.0)]) == set()
+        assert s.job_extend_leases(conn, [stale], 3600) == set()
+        assert row(app, job_id) == before
+        archived = conn.execute(
+            f'SELECT count(*) FROM "{app.schema}".jobs_archive WHERE id = %s', (job_id,)
+        ).fetchone()
+        assert archived == (0,)
+
+        # The new owner still can finish.
+        assert s.job_finish_many(conn, [second.claim], "keep") == {job_id}
+    done = row(app, job_id)
+    assert done is not None
+    assert (done["status"], done["attempts"], done["locked_by"]) == ("done", 2, "w2")
+    assert done["finished_at"] is not None
+
+
+def test_heartbeat_extends_only_an_owned_lease_and_keeps_it_from_reclaim(app: App) -> None:
+    @app.task(name="work")
+    def work() -> None: ...
+
+    job_id = work.enqueue().id
+    other_id = work.enqueue().id  # stays pending: a heartbeat must not touch it
+    s = store(app)
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        [job] = s.job_claim(conn, ["default"], 1, "w1", 0.5)
+        assert job.id == job_id
+        initial = row(app, job_id)
+        assert initial is not None
+
+        # Foreign or wrong-attempt heartbeats change nothing.
+        assert s.job_extend_leases(conn, [Claim(job_id, 1, "w2")], 60) == set()
+        assert s.job_extend_leases(conn, [Claim(job_id, 2, "w1")], 60) == set()
+        assert s.job_extend_leases(conn, [Claim(other_id, 0, "w1")], 60) == set()
+        assert row(app, job_id) == initial
+
+        assert s.job_extend_leases(conn, [job.claim], 60) == {job_id}
+        extended = row(app, job_id)
+        assert extended is not None
+        assert extended["locked_until"] > initial["locked_until"]
+        remaining = conn.execute(
+            f"SELECT extract(epoch FROM locked_until - now()) FROM {jobs_table(app)} WHERE id = %s",
+            (job_id,),
+        ).fetchone()
+        assert remaining is not None and 50 < float(remaining[0]) <= 60
+        # Nothing else about the claim moved.
+        assert {k: v for k, v in extended.items() if k != "locked_until"} == {
+            k: v for k, v in initial.items() if k != "locked_until"
+        }
+
+        # The original 0.5 s lease is long over, but the extended one holds.
+        expire_after(0.5)
+        assert s.job_reclaim_expired(conn) == {}
+        still = row(app, job_id)
+        assert still is not None
+        assert (still["status"], still["locked_by"], still["attempts"]) == ("running", "w1", 1)
+        assert s.job_finish_many(conn, [job.claim], "keep") == {job_id}
+    other = row(app, other_id)
+    assert other is not None and other["status"] == "pending" and other["locked_until"] is None
+
+
+def test_reclaim_fails_a_job_whose_attempts_are_spent(app: App) -> None:
+    @app.task(name="once", max_attempts=1)
+    def once() -> None: ...
+
+    job_id = once.enqueue().id
+    s = store(app)
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        [job] = s.job_claim(conn, ["default"], 1, "w1", 0.5)
+        assert (job.attempts, job.max_attempts) == (1, 1)
+        expire_after(0.5)
+        assert s.job_reclaim_expired(conn) == {job_id: "failed"}
+        failed = row(app, job_id)
+        assert failed is not None
+        assert failed["status"] == "failed"
+        assert failed["attempts"] == 1
+        assert failed["finished_at"] is not None
+        assert failed["locked_until"] is None
+        assert "lease expired" in failed["last_error"]
+        assert "w1" in failed["last_error"]
+        # Terminal: not claimable, not reclaimed again, and the old claim cannot revive it.
+        assert s.job_claim(conn, ["default"], 10, "w2", 30) == []
+        assert s.job_reclaim_expired(conn) == {}
+        assert s.job_finish_many(conn, [job.claim], "keep") == set()
+        assert row(app, job_id) == failed
+
+
+def test_only_the_claiming_worker_can_change_its_job(app: App) -> None:
+    @app.task(name="work")
+    def work() -> None: ...
+
+    job_id = work.enqueue().id
+    s = store(app)
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        [job] = s.job_claim(conn, ["default"], 1, "w1", 30)
+        before = row(app, job_id)
+        impostors = [Claim(job_id, job.attempts, "w2"), Claim(job_id, job.attempts + 1, "w1")]
+        for impostor in impostors:
+            for completion in ("keep", "delete", "archive"):
+                assert s.job_finish_many(conn, [impostor], completion) == set()
+            assert s.job_fail_many(conn, [(impostor, "nope", None)]) == {}
+            assert s.job_snooze_many(conn, [(impostor, 0.0)]) == set()
+            assert s.job_extend_leases(conn, [impostor], 60) == set()
+        assert row(app, job_id) == before
+        assert s.job_finish_many(conn, [job.claim], "keep") == {job_id}
+    after = row(app, job_id)
+    assert after is not None and after["status"] == "done"
+
+
+def test_worker_whose_lease_is_reclaimed_reports_it_lost_and_keeps_going(app: App) -> None:
+    events: dict[str, asyncio.Event] = {}
+    runs: list[int] = []
+
+    @app.task(name="slow", pass_context=True)
+    async def slow(ctx: Any) -> None:
+        runs.append(ctx.job.attempts)
+        events["started"].set()
+        await events["release"].wait()
+
+    job_id = slow.enqueue().id
+    s = store(app)
+
+    def steal() -> dict[int, str]:
+        # Expire, reclaim and re-claim in one transaction, so the worker's heartbeat cannot
+        # slip in between and the row goes straight from the worker to the thief.
+        with psycopg.connect(app.dsn) as conn:
+            conn.execute(
+                f"UPDATE {jobs_table(app)} SET locked_until = now() - interval '1 second' "
+                "WHERE id = %s",
+                (job_id,),
+            )
+            reclaimed = s.job_reclaim_expired(conn)
+            taken = s.job_claim(conn, ["default"], 1, "thief", 30)
+            assert [(j.id, j.attempts) for j in taken] == [(job_id, 2)]
+        return reclaimed
+
+    async def main() -> tuple[Worker, dict[int, str], Row | None]:
+        events["started"] = asyncio.Event()
+        events["release"] = asyncio.Event()
+        worker = Worker(app, concurrency=1, lease_seconds=1.0, poll_interval=0.1)
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(events["started"].wait(), 15)
+        reclaimed = await asyncio.to_thread(steal)
+        # Let a heartbeat or two see the loss before the task ends.
+        await asyncio.sleep(0.8)
+        events["release"].set()
+        # Wait until the worker has tried (and failed) to save its result.
+        deadline = time.monotonic() + 15
+        while worker.stats.lost == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        middle = await asyncio.to_thread(row, app, job_id)
+        worker.stop()
+        await asyncio.wait_for(running, 15)
+        return worker, reclaimed, middle
+
+    worker, reclaimed, middle = asyncio.run(main())
+    assert reclaimed == {job_id: "pending"}
+    assert runs == [1]
+    assert worker.stats.lost == 1
+    assert (worker.stats.claimed, worker.stats.done, worker.stats.failed) == (1, 0, 0)
+    # The worker's late "done" changed nothing: the thief still owns the job.
+    assert middle is not None
+    assert (middle["status"], middle["locked_by"], middle["attempts"]) == ("running", "thief", 2)
+    assert middle["finished_at"] is None
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        assert s.job_finish_many(conn, [Claim(job_id, 2, "thief")], "keep") == {job_id}
+    final = app.get_job(job_id)
+    assert final is not None
+    assert (final.status, final.locked_by, final.attempts) == (JobStatus.DONE, "thief", 2)
