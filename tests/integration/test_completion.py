@@ -14,6 +14,8 @@ from psycopg.rows import dict_row
 from skiplock import App, FixedDelay, JobContext, JobStatus, Worker, WorkerStats
 from skiplock._store_sync import SyncStore
 
+pytestmark = pytest.mark.smoke
+
 
 def burst(app: App, **options: Any) -> WorkerStats:
     options.setdefault("poll_interval", 0.05)

@@ -11,10 +11,13 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
 from skiplock import App, Claim, JobStatus, Worker
 from skiplock._store_sync import SyncStore
+
+pytestmark = pytest.mark.smoke
 
 Row = dict[str, Any]
 

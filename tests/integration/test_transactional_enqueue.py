@@ -14,6 +14,8 @@ import pytest
 from skiplock import App, Task
 from skiplock._store_sync import SyncStore
 
+pytestmark = pytest.mark.smoke
+
 QUIET = 0.3  # how long "no notification" is waited for
 ARRIVAL = 5.0  # how long an expected notification may take
 
