@@ -26,6 +26,20 @@ from .migrations import all_migrations
 POOL_MAX_SIZE = 4
 
 
+async def open_pool(dsn: str, *, min_size: int, max_size: int) -> AsyncConnectionPool:
+    """A pool of autocommit connections, or :class:`DatabaseUnavailable` saying why not."""
+    kwargs = connect_kwargs(dsn)
+    try:
+        # Connect once directly: a pool would only report a timeout, not the reason.
+        probe = await AsyncConnection.connect(dsn, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise unavailable(exc, dsn) from None
+    await probe.close()
+    pool = AsyncConnectionPool(dsn, kwargs=kwargs, min_size=min_size, max_size=max_size, open=False)
+    await pool.open(wait=True, timeout=15)
+    return pool
+
+
 class AsyncClient:
     def __init__(self, dsn: Callable[[], str], store: AsyncStore) -> None:
         self._dsn = dsn
@@ -34,19 +48,7 @@ class AsyncClient:
 
     async def _open_pool(self) -> AsyncConnectionPool:
         if self._pool is None:
-            dsn = self._dsn()
-            kwargs = connect_kwargs(dsn)
-            try:
-                # Connect once directly: a pool would only report a timeout, not the reason.
-                probe = await AsyncConnection.connect(dsn, **kwargs)
-            except psycopg.OperationalError as exc:
-                raise unavailable(exc, dsn) from None
-            await probe.close()
-            pool = AsyncConnectionPool(
-                dsn, kwargs=kwargs, min_size=1, max_size=POOL_MAX_SIZE, open=False
-            )
-            await pool.open(wait=True, timeout=10)
-            self._pool = pool
+            self._pool = await open_pool(self._dsn(), min_size=1, max_size=POOL_MAX_SIZE)
         return self._pool
 
     @asynccontextmanager

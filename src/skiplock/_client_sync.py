@@ -27,6 +27,20 @@ from .migrations import all_migrations
 POOL_MAX_SIZE = 4
 
 
+def open_pool(dsn: str, *, min_size: int, max_size: int) -> ConnectionPool:
+    """A pool of autocommit connections, or :class:`DatabaseUnavailable` saying why not."""
+    kwargs = connect_kwargs(dsn)
+    try:
+        # Connect once directly: a pool would only report a timeout, not the reason.
+        probe = Connection.connect(dsn, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise unavailable(exc, dsn) from None
+    probe.close()
+    pool = ConnectionPool(dsn, kwargs=kwargs, min_size=min_size, max_size=max_size, open=False)
+    pool.open(wait=True, timeout=15)
+    return pool
+
+
 class SyncClient:
     def __init__(self, dsn: Callable[[], str], store: SyncStore) -> None:
         self._dsn = dsn
@@ -35,19 +49,7 @@ class SyncClient:
 
     def _open_pool(self) -> ConnectionPool:
         if self._pool is None:
-            dsn = self._dsn()
-            kwargs = connect_kwargs(dsn)
-            try:
-                # Connect once directly: a pool would only report a timeout, not the reason.
-                probe = Connection.connect(dsn, **kwargs)
-            except psycopg.OperationalError as exc:
-                raise unavailable(exc, dsn) from None
-            probe.close()
-            pool = ConnectionPool(
-                dsn, kwargs=kwargs, min_size=1, max_size=POOL_MAX_SIZE, open=False
-            )
-            pool.open(wait=True, timeout=10)
-            self._pool = pool
+            self._pool = open_pool(self._dsn(), min_size=1, max_size=POOL_MAX_SIZE)
         return self._pool
 
     @contextmanager

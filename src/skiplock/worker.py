@@ -25,10 +25,10 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from ._client_async import open_pool
 from ._store_async import AsyncStore
 from .app import App
 from .completer import Completer, Recorded
-from .database import connect_kwargs
 from .errors import SkiplockError, UnknownTask
 from .events import JobEvent, WorkerStats, log_event, new_worker_id
 from .execution import JobTimeout, Outcome, failure, run_job
@@ -126,10 +126,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-task")
         pool_size = 6 + (self.concurrency if held else 0)
-        self._pool = AsyncConnectionPool(
-            dsn, kwargs=connect_kwargs(dsn), min_size=2, max_size=pool_size, open=False
-        )
-        await self._pool.open(wait=True, timeout=15)
+        self._pool = await open_pool(dsn, min_size=2, max_size=pool_size)
         self._completer = Completer(
             self.store, self._pool, self.app.completion, on_recorded=self._recorded
         )
@@ -372,6 +369,8 @@ class Worker:
         job, outcome = recorded.job, recorded.outcome
         kind = outcome.kind if recorded.owned else "lost"
         self.stats.count(kind)
+        if self.burst:
+            self._nudge()  # the burst may be over once the last outcome is written
         duration = time.monotonic() - recorded.started
         self._emit(JobEvent("finished", job, self.worker_id, kind, duration, outcome.error))
 
