@@ -194,6 +194,7 @@ class Worker:
         assert self._wake is not None and self._completer is not None
         idle_rounds = 0
         while not self._stopping:
+            await asyncio.sleep(0)  # let jobs that are about to finish free their slots first
             free = self.concurrency - len(self._tasks)
             active = [q for q in queues if q not in self._paused]
             claimed = 0
