@@ -104,6 +104,7 @@ class App:
         model: WorkerModel | None = None,
         pass_context: bool = False,
         timeout: float | None = None,
+        secret: Iterable[str] = (),
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # mypy cannot match a ParamSpec bound only by the result
@@ -119,13 +120,15 @@ class App:
         model: WorkerModel | None = None,
         pass_context: bool = False,
         timeout: float | None = None,
+        secret: Iterable[str] = (),
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task; its keyword arguments are the job's JSON payload.
 
         ``model`` picks how workers run it: ``"lease"`` (claim commits, heartbeats keep it) or
         ``"held"`` (the row lock is held in one transaction for the whole job); None leaves it
         to the worker (lease by default).  ``timeout`` (seconds) fails an attempt that runs
-        longer; it is then retried like any failure.
+        longer; it is then retried like any failure.  ``secret`` names payload fields whose
+        values are replaced by ``***`` in stored errors and logs (payloads are never logged).
         """
 
         def register(func: Callable[P, R]) -> Task[P, R]:
@@ -142,8 +145,16 @@ class App:
             build_job(task_name, {}, options, max_payload_bytes=self.max_payload_bytes)
             if timeout is not None and not timeout > 0:
                 raise ConfigurationError(f"timeout must be > 0 seconds, got {timeout!r}")
+            if isinstance(secret, str):
+                raise ConfigurationError("secret must be a list of field names, not a string")
             settings = TaskSettings(
-                task_name, options, retry or ExponentialBackoff(), model, pass_context, timeout
+                task_name,
+                options,
+                retry or ExponentialBackoff(),
+                model,
+                pass_context,
+                timeout,
+                frozenset(secret),
             )
             registered = Task(self, func, settings)
             self.tasks[task_name] = registered

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import threading
 import traceback
+from collections.abc import Collection
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -41,15 +43,33 @@ class Outcome:
     error: str | None = None
 
 
-def failure(job: Job, exc: BaseException, policy: RetryPolicy) -> Outcome:
-    text = "".join(traceback.format_exception(exc))
+def failure(
+    job: Job, exc: BaseException, policy: RetryPolicy, secret: Collection[str] = ()
+) -> Outcome:
+    """The outcome of a failed attempt, with its error and traceback (secret payload values
+    replaced by ``***``)."""
+    text = redact("".join(traceback.format_exception(exc)), job.payload, secret)
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS // 2] + "\n[...]\n" + text[-MAX_ERROR_CHARS // 2 :]
-    headline = f"{type(exc).__name__}: {exc}"
+    headline = redact(f"{type(exc).__name__}: {exc}", job.payload, secret)
     error = f"{headline}\n\n{text}" if text.strip() != headline else headline
     if job.attempts >= job.max_attempts:
         return Outcome("failed", error=error)
     return Outcome("retry", delay=max(0.0, policy.delay(job.attempts)), error=error)
+
+
+def redact(text: str, payload: Any, secret: Collection[str]) -> str:
+    """``text`` with the values of the payload's secret fields (3+ characters) replaced."""
+    if not secret or not isinstance(payload, dict):
+        return text
+    for name in secret:
+        value = payload.get(name)
+        if value is None or isinstance(value, bool):
+            continue
+        shown = value if isinstance(value, str) else json.dumps(value)
+        if len(shown) >= 3:
+            text = text.replace(shown, "***")
+    return text
 
 
 async def run_job(
@@ -88,5 +108,5 @@ async def run_job(
     except Retry as request:
         return Outcome("snooze", delay=request.delay)
     except Exception as exc:
-        return failure(job, exc, task.settings.retry)
+        return failure(job, exc, task.settings.retry, task.settings.secret)
     return Outcome("done")

@@ -49,6 +49,7 @@ class TaskSettings:
     model: WorkerModel | None
     pass_context: bool
     timeout: float | None = None
+    secret: frozenset[str] = frozenset()
 
 
 class Task(Generic[P, R]):

@@ -339,7 +339,7 @@ class Worker:
             running.cancel_flag.set()
             assert task is not None and timeout is not None
             self.stats.timed_out += 1
-            return failure(job, JobTimeout(timeout), task.settings.retry)
+            return failure(job, JobTimeout(timeout), task.settings.retry, task.settings.secret)
 
     async def _run_leased(self, running: _Running) -> None:
         assert self._completer is not None

@@ -1,0 +1,48 @@
+"""Secret payload fields never reach stored error text."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from skiplock.execution import failure, redact
+from skiplock.job import Job, JobStatus
+from skiplock.retry import FixedDelay
+
+
+def make_job(payload: dict[str, object]) -> Job:
+    now = datetime.now(UTC)
+    return Job(1, "q", "t", payload, JobStatus.RUNNING, 0, now, 1, 3, "w", None, None, None, now)
+
+
+def test_secret_values_are_replaced_in_headline_and_traceback() -> None:
+    job = make_job({"user": "ann", "password": "hunter2-pw", "pin": 123456})
+
+    def handler(password: str) -> None:
+        raise ValueError(f"login failed for password {password!r}")
+
+    try:
+        handler("hunter2-pw")
+    except ValueError as exc:
+        outcome = failure(job, exc, FixedDelay(1), secret={"password", "pin"})
+    assert outcome.error is not None
+    assert "hunter2-pw" not in outcome.error
+    assert "login failed for password '***'" in outcome.error
+    assert outcome.kind == "retry"
+
+
+def test_without_secret_fields_the_error_is_unchanged() -> None:
+    job = make_job({"password": "hunter2-pw"})
+    try:
+        raise RuntimeError("hunter2-pw")
+    except RuntimeError as exc:
+        outcome = failure(job, exc, FixedDelay(1))
+    assert outcome.error is not None and "hunter2-pw" in outcome.error
+
+
+def test_redact_handles_numbers_short_values_and_missing_fields() -> None:
+    payload = {"token": 987654, "short": "ab", "flag": True}
+    text = "token=987654 short=ab flag=True"
+    assert (
+        redact(text, payload, {"token", "short", "flag", "absent"})
+        == "token=*** short=ab flag=True"
+    )
