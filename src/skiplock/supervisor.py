@@ -3,11 +3,13 @@
 The supervisor starts each worker as ``python -m skiplock worker ... --processes 1``, restarts
 one that dies (logging its exit status, backing off when it keeps dying at start), and passes
 SIGTERM/SIGINT on to all of them: they shut down gracefully and the supervisor exits 0 once
-they have.  A second signal kills them at once.
+they have.  A second signal kills them at once.  Children run in their own process group (a
+terminal's Ctrl-C reaches only the supervisor) and get SIGTERM if the supervisor itself dies.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import signal
 import subprocess
@@ -18,8 +20,16 @@ from types import FrameType
 
 log = logging.getLogger("skiplock.supervisor")
 
+PR_SET_PDEATHSIG = 1
 QUICK_DEATH = 5.0  # a worker that dies sooner than this after starting backs off
 MAX_BACKOFF = 30.0
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM (a graceful stop) if the supervisor dies, even by SIGKILL."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class Supervisor:
@@ -40,7 +50,8 @@ class Supervisor:
         self._failures: dict[int, int] = {}  # slot -> consecutive quick deaths
 
     def _start(self, slot: int) -> None:
-        child = subprocess.Popen(self.command)
+        # Own process group: a Ctrl-C reaches the supervisor only, which forwards one SIGTERM.
+        child = subprocess.Popen(self.command, process_group=0, preexec_fn=_die_with_parent)
         self.children[slot] = (child, time.monotonic())
         log.info("worker process %d started (pid %d)", slot, child.pid)
 
