@@ -110,13 +110,18 @@ class SyncClient:
     def cancel_or_request(self, job_id: int, conn: Connection[Any] | None = None) -> str:
         """Cancel a job that has not started, or ask the worker running it to cancel it.
 
-        Returns ``"cancelled"``, ``"requested"`` or ``"unchanged"`` (finished or unknown job).
+        Returns ``"cancelled"``, ``"requested"``, ``"held"`` (running under a held lock, which
+        cannot be interrupted: it finishes or rolls back by itself) or ``"unchanged"``
+        (finished or unknown job).
         """
         with self.connection(conn) as c:
-            if self.store.job_cancel(c, job_id):
-                return "cancelled"
-            if self.store.job_request_cancel(c, job_id):
-                return "requested"
+            try:
+                if self.store.job_cancel(c, job_id):
+                    return "cancelled"
+                if self.store.job_request_cancel(c, job_id):
+                    return "requested"
+            except psycopg.errors.LockNotAvailable:
+                return "held"
             return "unchanged"
 
     def queue_status(self, conn: Connection[Any] | None = None) -> list[dict[str, Any]]:

@@ -232,6 +232,18 @@ class AsyncStore:
                     break
         return pruned
 
+    async def job_spend_rolled_back_attempt(
+        self, conn: AsyncConnection[Any], claim: Claim, error: str, retry_in: float
+    ) -> bool:
+        """Count the attempt of a held-lock job whose transaction rolled back, with a backoff."""
+        params = {
+            "id": claim.job_id,
+            "attempts": claim.attempt,
+            "error": error,
+            "retry_in": retry_in,
+        }
+        return bool(await self._rows(conn, "job_spend_rolled_back_attempt", params))
+
     async def job_release_many(
         self, conn: AsyncConnection[Any], claims: Sequence[Claim]
     ) -> set[int]:
@@ -289,18 +301,13 @@ class AsyncStore:
         self, conn: AsyncConnection[Any], name: str, tick: Any, job: NewJob
     ) -> int | None:
         """Enqueue the job of one tick unless it was already; returns the new job's id."""
-        params = {
-            "name": name,
-            "tick": tick,
-            "queue": job.queue,
-            "task": job.task,
-            "payload": job.payload,
-            "priority": job.priority,
-            "max_attempts": job.max_attempts,
-            "channel": self.queries.channel,
-        }
-        rows = await self._rows(conn, "periodic_enqueue_tick", params)
-        return int(rows[0][0]) if rows else None
+        key = {"name": name, "tick": tick}
+        async with conn.transaction():
+            if not await self._rows(conn, "periodic_claim_tick", key):
+                return None
+            (enqueued,) = await self.job_insert_many(conn, [job])
+            await self._rows(conn, "periodic_record_tick_job", {**key, "enqueued_id": enqueued.id})
+        return enqueued.id
 
     async def periodic_prune_ticks(self, conn: AsyncConnection[Any]) -> None:
         await self._rows(conn, "periodic_prune_ticks", {})

@@ -221,6 +221,18 @@ class SyncStore:
                     break
         return pruned
 
+    def job_spend_rolled_back_attempt(
+        self, conn: Connection[Any], claim: Claim, error: str, retry_in: float
+    ) -> bool:
+        """Count the attempt of a held-lock job whose transaction rolled back, with a backoff."""
+        params = {
+            "id": claim.job_id,
+            "attempts": claim.attempt,
+            "error": error,
+            "retry_in": retry_in,
+        }
+        return bool(self._rows(conn, "job_spend_rolled_back_attempt", params))
+
     def job_release_many(self, conn: Connection[Any], claims: Sequence[Claim]) -> set[int]:
         """Give back claimed jobs that never started, without spending their attempt."""
         if not claims:
@@ -274,18 +286,13 @@ class SyncStore:
         self, conn: Connection[Any], name: str, tick: Any, job: NewJob
     ) -> int | None:
         """Enqueue the job of one tick unless it was already; returns the new job's id."""
-        params = {
-            "name": name,
-            "tick": tick,
-            "queue": job.queue,
-            "task": job.task,
-            "payload": job.payload,
-            "priority": job.priority,
-            "max_attempts": job.max_attempts,
-            "channel": self.queries.channel,
-        }
-        rows = self._rows(conn, "periodic_enqueue_tick", params)
-        return int(rows[0][0]) if rows else None
+        key = {"name": name, "tick": tick}
+        with conn.transaction():
+            if not self._rows(conn, "periodic_claim_tick", key):
+                return None
+            (enqueued,) = self.job_insert_many(conn, [job])
+            self._rows(conn, "periodic_record_tick_job", {**key, "enqueued_id": enqueued.id})
+        return enqueued.id
 
     def periodic_prune_ticks(self, conn: Connection[Any]) -> None:
         self._rows(conn, "periodic_prune_ticks", {})

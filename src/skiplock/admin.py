@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -21,7 +22,7 @@ from rich.table import Table
 from .app import DEFAULT_RETENTION, App
 from .enqueue import EnqueueOptions, build_job
 from .job import Job, JobStatus
-from .payload import DEFAULT_MAX_PAYLOAD_BYTES
+from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name
 
 NOT_CHANGED = 3
 
@@ -47,6 +48,11 @@ def open_app(dsn: str | None, schema: str) -> Iterator[App]:
         yield app
     finally:
         app.close()
+
+
+def console() -> Console:
+    """Rich output; wide when piped, so tables are not cut to 80 columns in logs and scripts."""
+    return Console(width=None if sys.stdout.isatty() else 200)
 
 
 def _jsonable(value: Any) -> Any:
@@ -93,7 +99,7 @@ def status(dsn: str | None, schema: str, as_json: bool) -> None:
             "-" if age is None else f"{age:.1f}s",
             str(row["finished_last_minute"]),
         )
-    Console().print(table)
+    console().print(table)
 
 
 @click.group()
@@ -133,7 +139,7 @@ def jobs_list(
             str(j.id), j.queue, j.task, j.status.value, f"{j.attempts}/{j.max_attempts}",
             j.run_at.isoformat(timespec="seconds"), error,
         )  # fmt: skip
-    Console().print(table)
+    console().print(table)
 
 
 @jobs.command("show")
@@ -182,6 +188,13 @@ def cancel(job_id: int, dsn: str | None, schema: str) -> None:
     if result == "unchanged":
         click.echo(f"job {job_id} has finished or does not exist; nothing to cancel", err=True)
         raise SystemExit(NOT_CHANGED)
+    if result == "held":
+        click.echo(
+            f"job {job_id} is running under a held row lock and cannot be interrupted; "
+            "it finishes (or rolls back) by itself",
+            err=True,
+        )
+        raise SystemExit(NOT_CHANGED)
     click.echo(f"job {job_id}: {'cancelled' if result == 'cancelled' else 'cancel requested'}")
 
 
@@ -228,6 +241,7 @@ def enqueue(
 @schema_option
 def pause(queue: str, dsn: str | None, schema: str) -> None:
     """Stop workers from claiming jobs of QUEUE (within one poll interval)."""
+    check_queue_name(queue)
     with open_app(dsn, schema) as app:
         app.sync_client.set_paused(queue, True)
     click.echo(f"queue {queue} paused")
@@ -239,6 +253,7 @@ def pause(queue: str, dsn: str | None, schema: str) -> None:
 @schema_option
 def resume(queue: str, dsn: str | None, schema: str) -> None:
     """Let workers claim jobs of QUEUE again."""
+    check_queue_name(queue)
     with open_app(dsn, schema) as app:
         app.sync_client.set_paused(queue, False)
     click.echo(f"queue {queue} resumed")
@@ -251,9 +266,13 @@ def resume(queue: str, dsn: str | None, schema: str) -> None:
 @schema_option
 def limit(queue: str, max_running: str, dsn: str | None, schema: str) -> None:
     """Cap QUEUE's running jobs across all workers at MAX_RUNNING ('none' removes the cap)."""
-    value = None if max_running.lower() == "none" else int(max_running)
+    check_queue_name(queue)
+    try:
+        value = None if max_running.lower() == "none" else int(max_running)
+    except ValueError:
+        value = 0
     if value is not None and value < 1:
-        raise click.BadParameter("must be >= 1 or 'none'", param_hint="MAX_RUNNING")
+        raise click.BadParameter("must be an integer >= 1 or 'none'", param_hint="MAX_RUNNING")
     with open_app(dsn, schema) as app:
         app.sync_client.set_concurrency_limit(queue, value)
     click.echo(f"queue {queue}: at most {value if value else 'unlimited'} running jobs")

@@ -9,11 +9,12 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 import click
 
-from . import admin
+from . import admin, doctor, roles
 from .admin import dsn_option, schema_option
 from .app import App
 from .errors import SkiplockError
@@ -21,6 +22,8 @@ from .migrations import render_sql
 from .payload import check_schema_name
 from .supervisor import Supervisor
 from .worker import Worker
+
+SIGNAL_ECHO = 1.0  # seconds within which a second stop signal counts as the same one
 
 
 class SkiplockGroup(click.Group):
@@ -41,6 +44,8 @@ def main() -> None:
 
 
 admin.register(main)
+for extra in (doctor.command, roles.command):
+    main.add_command(extra)
 
 
 def load_app(spec: str) -> App:
@@ -200,10 +205,14 @@ def worker(
 async def _run_worker(runner: Worker) -> None:
     loop = asyncio.get_running_loop()
     signals = 0
+    first_signal = 0.0
 
     def on_signal() -> None:
-        nonlocal signals
+        nonlocal signals, first_signal
+        if signals and time.monotonic() - first_signal < SIGNAL_ECHO:
+            return  # the same stop request delivered twice (e.g. systemd and a supervisor)
         signals += 1
+        first_signal = first_signal or time.monotonic()
         if signals == 1:
             logging.getLogger("skiplock.worker").info(
                 "stopping: no new jobs; running ones get %.0fs (signal again to exit now)",
@@ -237,11 +246,37 @@ def _exit_despite_stuck_threads() -> None:
 
 @main.command()
 @dsn_option
-@click.option("--jobs", type=click.IntRange(1), default=300, show_default=True)
-@click.option("--workers", type=click.IntRange(1), default=4, show_default=True)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 16),
+    default=8,
+    show_default=True,
+    help="Part 1 compares 1, 2, 4 ... up to this many workers; part 2 runs this many.",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 100_000),
+    help="Jobs for part 2 (default 2000, with --quick 200).",
+)
+@click.option("--quick", is_flag=True, help="Small sizes: the whole demo in a few seconds (CI).")
+@click.option("--json", "as_json", is_flag=True, help="Print only the results, as JSON.")
 @click.option("--keep", is_flag=True, help="Keep the demo's schema instead of dropping it.")
-def demo(dsn: str | None, jobs: int, workers: int, keep: bool) -> None:
-    """Enqueue jobs, run workers on them, and show what happened."""
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also draw claims/s against workers to this PNG (needs skiplock[plot]).",
+)
+def demo(
+    dsn: str | None,
+    workers: int,
+    jobs: int | None,
+    quick: bool,
+    as_json: bool,
+    keep: bool,
+    plot: str | None,
+) -> None:
+    """Show the three dequeue patterns side by side, then skiplock at work with failing tasks
+    and killed workers, on a schema of its own (dropped at the end)."""
     from .demo import run_demo
 
-    run_demo(dsn, jobs=jobs, workers=workers, keep=keep)
+    run_demo(dsn, jobs=jobs, workers=workers, quick=quick, as_json=as_json, keep=keep, plot=plot)

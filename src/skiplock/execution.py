@@ -66,9 +66,19 @@ def redact(text: str, payload: Any, secret: Collection[str]) -> str:
         value = payload.get(name)
         if value is None or isinstance(value, bool):
             continue
-        shown = value if isinstance(value, str) else json.dumps(value)
-        if len(shown) >= 3:
-            text = text.replace(shown, "***")
+        # The value as it may appear in a message: raw, and escaped by repr() or json.dumps().
+        if isinstance(value, str):
+            forms = {
+                value,
+                repr(value)[1:-1],
+                json.dumps(value)[1:-1],
+                json.dumps(value, ensure_ascii=False)[1:-1],
+            }
+        else:
+            forms = {str(value), json.dumps(value), repr(value)}
+        for shown in sorted(forms, key=len, reverse=True):
+            if len(shown) >= 3:
+                text = text.replace(shown, "***")
     return text
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from ._store_async import AsyncStore
@@ -61,38 +63,47 @@ class Maintenance:
     async def run(self) -> None:
         while True:
             if self.elector.is_leader:
-                try:
-                    await self.run_once()
-                except (psycopg.Error, SkiplockError) as exc:
-                    self.stats.errors += 1
-                    log.warning("maintenance failed, retrying: %s", exc)
+                await self.run_once()
             await asyncio.sleep(self.interval)
 
     async def run_once(self, *, force: bool = False) -> None:
-        """One round; ``force`` runs the reclaim and prune whatever their intervals say."""
+        """One round; ``force`` runs the reclaim and prune whatever their intervals say.  Each
+        step stands alone: one failing (logged, retried next round) does not stop the others."""
         now = time.monotonic()
         self.stats.runs += 1
-        async with self.pool.connection() as conn:
-            promoted = await self.store.job_promote_due(conn)
-            if promoted:
-                self.stats.promoted += sum(promoted.values())
-                self.on_work()
-            await self._enqueue_periodic(conn)
-            if force or now >= self._next_reclaim:
-                self._next_reclaim = now + self.reclaim_interval
-                reclaimed = await self.store.job_reclaim_expired(conn)
-                if reclaimed:
-                    self.stats.reclaimed += len(reclaimed)
-                    self.stats.last_reclaim = reclaimed
-                    log.warning(
-                        "reclaimed %d jobs whose lease expired: %s", len(reclaimed), reclaimed
-                    )
-                    self.on_work()
-            if force or now >= self._next_prune:
-                self._next_prune = now + self.prune_interval
-                await self._prune(conn)
+        steps: list[tuple[str, Callable[[AsyncConnection[Any]], Awaitable[None]]]] = [
+            ("promote", self._promote),
+            ("periodic", self._enqueue_periodic),
+        ]
+        if force or now >= self._next_reclaim:
+            self._next_reclaim = now + self.reclaim_interval
+            steps.append(("reclaim", self._reclaim))
+        if force or now >= self._next_prune:
+            self._next_prune = now + self.prune_interval
+            steps.append(("prune", self._prune))
+        for name, step in steps:
+            try:
+                async with self.pool.connection() as conn:
+                    await step(conn)
+            except (psycopg.Error, SkiplockError) as exc:
+                self.stats.errors += 1
+                log.warning("maintenance step %s failed, retrying next round: %s", name, exc)
 
-    async def _enqueue_periodic(self, conn: psycopg.AsyncConnection[object]) -> None:
+    async def _promote(self, conn: AsyncConnection[Any]) -> None:
+        promoted = await self.store.job_promote_due(conn)
+        if promoted:
+            self.stats.promoted += sum(promoted.values())
+            self.on_work()
+
+    async def _reclaim(self, conn: AsyncConnection[Any]) -> None:
+        reclaimed = await self.store.job_reclaim_expired(conn)
+        if reclaimed:
+            self.stats.reclaimed += len(reclaimed)
+            self.stats.last_reclaim = reclaimed
+            log.warning("reclaimed %d jobs whose lease expired: %s", len(reclaimed), reclaimed)
+            self.on_work()
+
+    async def _enqueue_periodic(self, conn: AsyncConnection[Any]) -> None:
         if not self.app.periodic_tasks:
             return
         now = datetime.now(UTC)
@@ -106,7 +117,7 @@ class Maintenance:
                         "periodic %s: enqueued job %s for tick %s", periodic.name, job_id, tick
                     )
 
-    async def _prune(self, conn: psycopg.AsyncConnection[object]) -> None:
+    async def _prune(self, conn: AsyncConnection[Any]) -> None:
         pruned = await self.store.job_prune_by_retention(conn, self.app.retention)
         self.stats.pruned += sum(pruned.values())
         if self.app.periodic_tasks:

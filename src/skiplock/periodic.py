@@ -18,6 +18,8 @@ from cronsim import CronSim, CronSimError
 
 from .errors import ConfigurationError
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -43,36 +45,45 @@ class Schedule:
 
     def ticks_due(self, now: datetime) -> list[datetime]:
         """The ticks to enqueue at ``now``, oldest first: the latest tick if it came less than
-        ``misfire_grace`` seconds ago, plus up to ``catch_up`` ticks before it however old.
+        ``misfire_grace`` seconds ago; with ``catch_up=N``, also the N ticks before it, or, when
+        the latest is past its grace (it was missed too), the latest and the N - 1 before it.
         Enqueuing is idempotent per tick, so asking again at the next poll is harmless."""
         latest = self.latest_tick(now)
-        ticks = [latest] if (now - latest).total_seconds() <= self.misfire_grace else []
-        earlier = latest
-        for _ in range(self.catch_up):
-            earlier = self.previous_tick(earlier)
-            ticks.append(earlier)
+        on_time = (now - latest).total_seconds() <= self.misfire_grace
+        ticks = [latest]
+        for _ in range(self.catch_up if on_time else self.catch_up - 1):
+            ticks.append(self.previous_tick(ticks[-1]))
+        if not on_time and self.catch_up == 0:
+            return []
         return sorted(ticks)
 
     def latest_tick(self, now: datetime) -> datetime:
         """The most recent tick at or before ``now``."""
         if self.every is not None:
-            epoch = now.timestamp()
-            return datetime.fromtimestamp(math.floor(epoch / self.every) * self.every, UTC)
+            # Whole microseconds: float division misplaces ticks of fractional intervals.
+            since = now.astimezone(UTC) - EPOCH
+            micros = (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
+            return EPOCH + timedelta(microseconds=micros - micros % self._step_micros)
         assert self.cron is not None
         # CronSim in reverse yields ticks strictly before its start; start just after now.
         return next(
             CronSim(self.cron, now.astimezone(UTC) + timedelta(microseconds=1), reverse=True)
         )
 
+    @property
+    def _step_micros(self) -> int:
+        assert self.every is not None
+        return max(1, round(self.every * 1_000_000))
+
     def previous_tick(self, tick: datetime) -> datetime:
         if self.every is not None:
-            return tick - timedelta(seconds=self.every)
+            return tick - timedelta(microseconds=self._step_micros)
         assert self.cron is not None
         return next(CronSim(self.cron, tick, reverse=True))
 
     def next_tick(self, now: datetime) -> datetime:
         if self.every is not None:
-            return self.latest_tick(now) + timedelta(seconds=self.every)
+            return self.latest_tick(now) + timedelta(microseconds=self._step_micros)
         assert self.cron is not None
         return next(CronSim(self.cron, now.astimezone(UTC)))
 

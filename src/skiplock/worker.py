@@ -37,9 +37,12 @@ from .leader import LeaderElector
 from .listener import Listener
 from .maintenance import Maintenance
 from .payload import check_queue_name
+from .retry import ExponentialBackoff
 from .task import WorkerModel
 
 log = logging.getLogger("skiplock.worker")
+
+EMPTY_CLAIM_COOLDOWN = 0.005  # seconds; caps claims per idle worker at ~200/s under a NOTIFY flood
 
 __all__ = ["JobEvent", "Worker", "WorkerStats", "new_worker_id"]
 
@@ -168,7 +171,7 @@ class Worker:
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await self._completer.stop()
             await self.elector.resign()
-            await self._pool.close()
+            await self._pool.close(timeout=5.0)
             self._executor.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped: %s", self.worker_id, self.stats)
         return self.stats
@@ -195,11 +198,13 @@ class Worker:
         idle_rounds = 0
         while not self._stopping:
             await asyncio.sleep(0)  # let jobs that are about to finish free their slots first
+            # Cleared every round: a wake-up that came while nothing could be claimed (all slots
+            # busy, queues paused) must not make the wait below return at once, forever.
+            self._wake.clear()
             free = self.concurrency - len(self._tasks)
             active = [q for q in queues if q not in self._paused]
             claimed = 0
             if free > 0 and active:
-                self._wake.clear()
                 try:
                     claim = self._claim_held if held else self._claim_leased
                     claimed = await claim(active, free)
@@ -216,6 +221,9 @@ class Worker:
                 assert self.maintenance is not None
                 await self.maintenance.run_once(force=True)
                 continue
+            # A claim just came back empty: let wake-ups that arrive in the next moment collapse
+            # into one, so a flood of NOTIFYs (anyone may send them) cannot drive claims.
+            await asyncio.sleep(EMPTY_CLAIM_COOLDOWN)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_interval)
 
@@ -289,12 +297,25 @@ class Worker:
             if not got.done():
                 got.set_exception(exc)
             elif running is not None and running.model == "held":
-                log.error(
-                    "held-lock job %s rolled back, it is claimable again: %s", running.job.id, exc
-                )
+                await self._spend_rolled_back_attempt(running.job, exc)
         finally:
             if running is not None and running.model == "held":
                 self._untrack(running)
+
+    async def _spend_rolled_back_attempt(self, job: Job, exc: Exception) -> None:
+        """The held transaction rolled back with its claim, so the attempt was not counted:
+        count it now, with a backoff, or a job whose outcome cannot be written would rerun in
+        a hot loop."""
+        task = self.app.tasks.get(job.task)
+        retry_in = (task.settings.retry if task else ExponentialBackoff()).delay(job.attempts)
+        error = f"the held-lock transaction rolled back: {type(exc).__name__}: {exc}"
+        log.error("job %s: %s; attempt counted, next try in %.1fs", job.id, error, retry_in)
+        try:
+            assert self._pool is not None
+            async with self._pool.connection() as conn:
+                await self.store.job_spend_rolled_back_attempt(conn, job.claim, error, retry_in)
+        except (psycopg.Error, SkiplockError) as again:
+            log.warning("job %s: could not count the rolled-back attempt: %s", job.id, again)
 
     def _spawn(self, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.create_task(coro)

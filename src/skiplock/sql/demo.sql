@@ -3,6 +3,10 @@
 -- jobs table, one queue per run.  Part 2 adds two small tables of its own to that schema: the
 -- orders of the transactional-enqueue example and the side effects the crash-test tasks leave.
 
+-- name: demo_session_setup
+-- Part 1 connections: commits do not wait for the WAL flush, so runs measure locking, not disks.
+SET synchronous_commit = off;
+
 -- name: demo_pattern_jobs_insert
 -- Part 1: put %(n)s pending jobs into one queue, all due now, to be claimed in id order.
 INSERT INTO {jobs} (queue, task, payload, status)
@@ -53,17 +57,18 @@ RETURNING id;
 UPDATE {jobs} SET status = 'done', finished_at = now() WHERE id = %(id)s;
 
 -- name: demo_pattern_tally
--- Part 1: jobs of one run, claims made (attempts), jobs claimed more than once, unfinished jobs.
+-- Part 1: jobs of one run, claims made (attempts), claims beyond the first per job, unfinished.
 SELECT count(*) AS jobs,
        coalesce(sum(attempts), 0) AS claims,
-       count(*) FILTER (WHERE attempts > 1) AS claimed_twice,
+       coalesce(sum(attempts - 1) FILTER (WHERE attempts > 1), 0) AS duplicates,
        count(*) FILTER (WHERE status <> 'done') AS unfinished
 FROM {jobs} WHERE queue = %(queue)s;
 
 -- name: demo_lock_waits
--- Part 1: how many of the given backends are waiting for a lock right now (sampled).
+-- Part 1: how many of the given backends wait for another transaction's row lock right now.
 SELECT count(*) FROM pg_stat_activity
-WHERE pid = ANY(%(pids)s::int[]) AND wait_event_type = 'Lock';
+WHERE pid = ANY(%(pids)s::int[]) AND wait_event_type = 'Lock'
+  AND wait_event IN ('transactionid', 'tuple');
 
 -- name: demo_tables_create
 -- Part 2: the demo's business table (orders) and its record of task side effects.
@@ -92,7 +97,7 @@ SELECT count(*) FROM {schema}.demo_orders WHERE id = %(id)s;
 
 -- name: demo_effect_record
 -- Part 2: a task's side effect, written outside the job's transaction so a crash keeps it.
-INSERT INTO {schema}.demo_effects (job_id, attempt, pid) VALUES (%(job_id)s, %(attempt)s, %(pid)s);
+INSERT INTO {schema}.demo_effects (job_id, attempt, pid) VALUES (%(job)s, %(attempt)s, %(pid)s);
 
 -- name: demo_effect_list
 -- Part 2: the side effects left by the given jobs, oldest first.

@@ -220,7 +220,7 @@ FROM (SELECT queue, count(*) AS n FROM promoted GROUP BY queue) AS q;
 -- Admin: give a failed (or cancelled) job one more attempt, now.
 WITH retried AS (
     UPDATE {jobs}
-    SET status = 'pending', run_at = now(), finished_at = NULL,
+    SET status = 'pending', run_at = now(), finished_at = NULL, cancel_requested = false,
         max_attempts = greatest(max_attempts, attempts + 1)
     WHERE id = %(id)s AND status IN ('failed', 'cancelled')
     RETURNING id, queue
@@ -228,9 +228,11 @@ WITH retried AS (
 SELECT id, pg_notify(%(channel)s, queue) FROM retried;
 
 -- name: job_cancel
--- Admin: cancel a job that has not started.
+-- Admin: cancel a job that has not started.  NOWAIT: a pending-looking row that is locked is
+-- running under a held lock, and waiting for it would block until the job ends.
 UPDATE {jobs} SET status = 'cancelled', finished_at = now()
-WHERE id = %(id)s AND status IN ('scheduled', 'pending')
+WHERE id = (SELECT id FROM {jobs} WHERE id = %(id)s AND status IN ('scheduled', 'pending')
+            FOR UPDATE NOWAIT)
 RETURNING id;
 
 -- name: job_get

@@ -37,20 +37,15 @@ RETURNING holder;
 -- Give a role up at shutdown so another worker takes it at once.
 DELETE FROM {leaders} WHERE role = %(role)s AND holder = %(holder)s;
 
--- name: periodic_enqueue_tick
--- Enqueue the job of one periodic tick unless some worker already did: the tick's primary key
--- decides.  Notifies the job's queue when it is enqueued.
-WITH tick AS (
-    INSERT INTO {ticks} (name, tick) VALUES (%(name)s, %(tick)s)
-    ON CONFLICT DO NOTHING
-    RETURNING name
-), job AS (
-    INSERT INTO {jobs} (queue, task, payload, priority, max_attempts, status)
-    SELECT %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(max_attempts)s, 'pending'
-    FROM tick
-    RETURNING id, queue
-)
-SELECT job.id, pg_notify(%(channel)s, job.queue) FROM job;
+-- name: periodic_claim_tick
+-- Record a periodic tick unless some worker already did: the row is the right to enqueue it.
+INSERT INTO {ticks} (name, tick) VALUES (%(name)s, %(tick)s)
+ON CONFLICT DO NOTHING
+RETURNING name;
+
+-- name: periodic_record_tick_job
+-- Note which job a tick enqueued.
+UPDATE {ticks} SET job_id = %(enqueued_id)s WHERE name = %(name)s AND tick = %(tick)s;
 
 -- name: periodic_prune_ticks
 -- Forget ticks older than a day; only the latest ones guard against a second run.
@@ -70,7 +65,7 @@ RETURNING id;
 -- name: job_request_cancel
 -- Admin: ask the worker running a leased job to cancel it (it sees the flag on its next heartbeat).
 UPDATE {jobs} SET cancel_requested = true
-WHERE id = %(id)s AND status = 'running'
+WHERE id = (SELECT id FROM {jobs} WHERE id = %(id)s AND status = 'running' FOR UPDATE NOWAIT)
 RETURNING id;
 
 -- name: job_release_many
@@ -110,3 +105,18 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(task)s::text IS NULL OR task = %(task)s)
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- name: job_spend_rolled_back_attempt
+-- A held-lock job whose transaction rolled back (its outcome could not be written) gets the
+-- attempt counted anyway, with the error, and waits out a backoff: no hot loop of re-runs.
+UPDATE {jobs}
+SET attempts = attempts + 1,
+    last_error = %(error)s,
+    status = CASE WHEN attempts + 1 >= max_attempts THEN 'failed' ELSE 'scheduled' END,
+    finished_at = CASE WHEN attempts + 1 >= max_attempts THEN now() END,
+    run_at = CASE WHEN attempts + 1 >= max_attempts THEN run_at
+                  ELSE now() + make_interval(secs => %(retry_in)s) END
+WHERE id = (SELECT id FROM {jobs}
+            WHERE id = %(id)s AND status = 'pending' AND attempts = %(attempts)s - 1
+            FOR UPDATE SKIP LOCKED)
+RETURNING id, status;

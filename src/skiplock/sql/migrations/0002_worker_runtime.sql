@@ -17,12 +17,12 @@ CREATE TABLE {schema}.leaders (
     expires_at timestamptz NOT NULL
 );
 
--- Each tick of each periodic task, recorded with the job it enqueued: the primary key is what
--- makes a tick happen once however many workers see it.
+-- Each tick of each periodic task, with the job it enqueued: the primary key is what makes a
+-- tick happen once however many workers see it.
 CREATE TABLE {schema}.periodic_ticks (
     name   text        NOT NULL,
     tick   timestamptz NOT NULL,
-    job_id bigint      NOT NULL,
+    job_id bigint,
     PRIMARY KEY (name, tick)
 );
 

@@ -1,0 +1,426 @@
+"""Part 2 of ``skiplock demo``: skiplock at work, with failures and crashes on purpose.
+
+* A transactional enqueue that commits (an order with its two jobs) and one that rolls back
+  (the payment is declined: the order and its receipt job are both gone).
+* A few thousand image jobs for a fleet of workers; every 20th is an upload that fails twice
+  before it works (retries with backoff) and the warehouse call fails on every attempt (it
+  ends ``failed``).
+* Two worker *processes*, each killed with SIGKILL in the middle of a job: a lease worker (its
+  job stays ``running`` until the lease expires, then the leader reclaims it) and a held-lock
+  worker (its transaction rolls back: the job is claimable at once).  A standby worker runs
+  both jobs again: delivery is at-least-once, so their side effects happen twice.
+
+The killed workers run ``python -m skiplock worker skiplock.demo_at_work:app``; this module
+builds that ``app`` from ``SKIPLOCK_DEMO_DSN`` and ``SKIPLOCK_DEMO_SCHEMA``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import IO, Any
+
+import psycopg
+
+from .app import App
+from .database import connect_kwargs
+from .errors import SkiplockError
+from .events import JobEvent
+from .retry import ExponentialBackoff
+from .task import JobContext
+from .worker import Worker
+
+ENV_DSN = "SKIPLOCK_DEMO_DSN"
+ENV_SCHEMA = "SKIPLOCK_DEMO_SCHEMA"
+ENV_STALL = "SKIPLOCK_DEMO_STALL"  # seconds the crash-test tasks take (set for doomed workers)
+APP_SPEC = "skiplock.demo_at_work:app"
+FLEET_QUEUES = ["images", "orders"]
+CRASH_QUEUES = ["exports", "ledger"]
+UPLOAD_EVERY = 20  # every 20th image job is an upload that fails twice, then works
+LEASE_SECONDS = 2.0  # fleet and standby; the doomed lease worker's lease is 1 s
+BACKOFF = ExponentialBackoff(base=0.25, cap=1.0)
+
+
+def build_app(dsn: str | None, schema: str) -> App:
+    """The demo's tasks on ``schema``: the same in the demo and in its worker processes."""
+    app = App(dsn, schema)
+
+    @app.task(name="demo.resize_image", queue="images")
+    async def resize_image(image_id: int, ms: int) -> None:
+        await asyncio.sleep(ms / 1000)
+
+    @app.task(name="demo.upload_thumbnail", queue="images", retry=BACKOFF, pass_context=True)
+    async def upload_thumbnail(ctx: JobContext, image_id: int, failures: int) -> None:
+        await asyncio.sleep(0.002)
+        if ctx.job.attempts <= failures:
+            raise ConnectionError(f"image {image_id}: storage timed out")
+
+    @app.task(name="demo.send_receipt", queue="orders")
+    async def send_receipt(order_id: int) -> None:
+        await asyncio.sleep(0.001)
+
+    @app.task(name="demo.notify_warehouse", queue="orders", max_attempts=3, retry=BACKOFF)
+    async def notify_warehouse(order_id: int) -> None:
+        raise RuntimeError(f"order {order_id}: warehouse API answered 503")
+
+    @app.task(name="demo.export_report", queue="exports", model="lease", pass_context=True)
+    def export_report(ctx: JobContext, report_id: int) -> None:
+        _side_effect(app, ctx)
+
+    @app.task(name="demo.post_ledger", queue="ledger", model="held", pass_context=True)
+    def post_ledger(ctx: JobContext, entry_id: int) -> None:
+        _side_effect(app, ctx)
+
+    return app
+
+
+def _side_effect(app: App, ctx: JobContext) -> None:
+    """Write a row outside the job's transaction (as an e-mail sent or a file uploaded would
+    be), then, in a worker that is about to be killed, take a long time."""
+    params = {"job": ctx.job.id, "attempt": ctx.job.attempts, "pid": os.getpid()}
+    with psycopg.connect(app.dsn, **connect_kwargs(app.dsn)) as conn:
+        conn.execute(app.queries["demo_effect_record"], params)
+    deadline = time.monotonic() + float(os.environ.get(ENV_STALL) or 0)
+    while time.monotonic() < deadline and not ctx.cancelled.is_set():
+        time.sleep(0.05)
+
+
+@cache
+def _app_from_env() -> App:
+    return build_app(os.environ[ENV_DSN], os.environ[ENV_SCHEMA])
+
+
+def __getattr__(name: str) -> Any:
+    """``app``, built on first use from the environment (for ``skiplock worker``)."""
+    if name == "app":
+        return _app_from_env()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# -- the run -----------------------------------------------------------------------------
+
+
+class DemoFailed(SkiplockError):
+    """The demo could not stage its scenario (a worker process did not start ...), or what it
+    saw contradicts skiplock's guarantees (a job lost, a job claimed twice under a lock)."""
+
+
+@dataclass
+class AtWorkState:
+    """What the live table shows."""
+
+    workers: int
+    started: float = field(default_factory=time.monotonic)
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    events: list[str] = field(default_factory=list)
+    executions: int = 0  # task runs started by this process's workers
+    recorded: int = 0  # outcomes that counted: done, retry, failed
+    retried: int = 0
+    enqueued: int = 0
+
+    def say(self, text: str) -> None:
+        self.events.append(f"{time.monotonic() - self.started:5.2f}s  {text}")
+
+    def on_event(self, event: JobEvent) -> None:
+        if event.kind == "started":
+            self.executions += 1
+            return
+        self.recorded += event.outcome in ("done", "retry", "failed")
+        job, error = event.job, _headline(event.error)
+        name = f"job {job.id} ({job.task.removeprefix('demo.')})"
+        if event.outcome == "retry":
+            self.retried += 1
+            if self.retried <= 2:
+                self.say(f"{name} attempt {job.attempts}/{job.max_attempts} failed: {error}; "
+                         "it will run again after a backoff")  # fmt: skip
+        elif event.outcome == "failed":
+            self.say(f"{name} failed for good after {job.attempts} attempts: {error}")
+
+
+@dataclass
+class AtWorkResult:
+    enqueued: int
+    done: int
+    failed: int
+    lost: int
+    stuck: int
+    duplicates: int
+    retried: int
+    recovered_lease: bool
+    recovered_held: bool
+    rolled_back_enqueue_absent: bool
+    lease_recovery_seconds: float | None
+    held_recovery_seconds: float | None
+    seconds: float
+    workers: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in vars(self).items()}
+
+    def problems(self) -> list[str]:
+        """What went wrong, if anything (then skiplock has a bug, or the database a problem)."""
+        found = []
+        if self.lost or self.stuck or self.enqueued != self.done + self.failed:
+            found.append(f"{self.lost} jobs lost and {self.stuck} stuck of {self.enqueued}")
+        for model, ok in (("lease", self.recovered_lease), ("held-lock", self.recovered_held)):
+            if not ok:
+                found.append(f"the killed {model} worker's job was not run again by another")
+        if not self.rolled_back_enqueue_absent:
+            found.append("a job enqueued in a rolled-back transaction exists")
+        return found
+
+
+def _headline(error: str | None) -> str:
+    return error.splitlines()[0] if error else "?"
+
+
+class _Declined(Exception):
+    pass
+
+
+def _scalar(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> Any:
+    row = conn.execute(statement, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _prepare(app: App, jobs: int, state: AtWorkState) -> tuple[list[int], dict[str, int], bool]:
+    """Tables, the two transactional enqueues, the crash-test jobs and the bulk.  Returns the
+    ids of every job enqueued, the crash-test jobs, and whether the rolled-back job is absent."""
+    queries, ids = app.queries, []
+    with app.sync_client.connection() as conn:
+        conn.execute(queries["demo_tables_create"])
+        with conn.transaction():
+            order = _scalar(
+                conn, queries["demo_order_insert"], {"customer": "ada", "total_cents": 1999}
+            )
+            for task in ("demo.send_receipt", "demo.notify_warehouse"):
+                ids.append(app.enqueue(task, {"order_id": order}, conn=conn).id)
+        state.say(f"order {order} committed in one transaction with its jobs {ids[0]}, {ids[1]}")
+        try:
+            with conn.transaction():
+                declined = _scalar(
+                    conn, queries["demo_order_insert"], {"customer": "bob", "total_cents": 5}
+                )
+                ghost = app.enqueue("demo.send_receipt", {"order_id": declined}, conn=conn).id
+                raise _Declined
+        except _Declined:
+            pass
+        absent = app.sync_client.get_job(ghost, conn) is None
+        absent = absent and _scalar(conn, queries["demo_order_count"], {"id": declined}) == 0
+        state.say(f"order {declined} rolled back (payment declined): its receipt job {ghost} "
+                  f"{'rolled back with it' if absent else 'EXISTS, which is a bug'}")  # fmt: skip
+        crash = {
+            "lease": app.enqueue("demo.export_report", {"report_id": 7}, conn=conn).id,
+            "held": app.enqueue("demo.post_ledger", {"entry_id": 7}, conn=conn).id,
+        }
+        last = UPLOAD_EVERY - 1
+        resizes = [
+            {"image_id": i, "ms": 2 + i * 7 % 9} for i in range(jobs) if i % UPLOAD_EVERY != last
+        ]
+        uploads = [{"image_id": i, "failures": 2} for i in range(jobs) if i % UPLOAD_EVERY == last]
+        ids += [e.id for e in app.enqueue_many("demo.resize_image", resizes, conn=conn)]
+        ids += [e.id for e in app.enqueue_many("demo.upload_thumbnail", uploads, conn=conn)]
+    ids += crash.values()
+    state.enqueued = len(ids)
+    state.say(f"enqueued {len(ids)} jobs ({len(uploads)} uploads fail twice before they work)")
+    return ids, crash, absent
+
+
+@dataclass
+class _Victim:
+    """A worker process that will be killed with SIGKILL in the middle of its job."""
+
+    model: str
+    proc: subprocess.Popen[bytes]
+    log: IO[bytes]
+
+    @classmethod
+    def spawn(cls, app: App, model: str, queue: str) -> _Victim:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+        env.update({ENV_DSN: app.dsn, ENV_SCHEMA: app.schema, ENV_STALL: "300"})
+        args = [sys.executable, "-m", "skiplock", "worker", APP_SPEC, "--queues", queue,
+                "--concurrency", "1", "--processes", "1", "--lease", "1", "--poll-interval",
+                "0.1", "--shutdown-grace", "0", "--log-level", "WARNING"]  # fmt: skip
+        log = tempfile.TemporaryFile()  # noqa: SIM115  (closed by run_at_work)
+        proc = subprocess.Popen(
+            args, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+        )
+        return cls(model, proc, log)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-3000:]
+
+
+def _worker(app: App, queues: list[str], state: AtWorkState, name: str) -> Worker:
+    return Worker(
+        app,
+        queues=queues,
+        concurrency=4,
+        lease_seconds=LEASE_SECONDS,
+        poll_interval=0.1,
+        shutdown_grace=5.0,
+        worker_id=f"{name}-{secrets.token_hex(3)}",
+        on_event=state.on_event,
+    )
+
+
+def _observe(app: App, state: AtWorkState, crash_ids: list[int]) -> list[tuple[int, int, int]]:
+    """Refresh the live counts; returns the side effects of the crash-test jobs so far."""
+    counts: dict[str, dict[str, int]] = {}
+    for queue, status, n in app.sync_client.counts():
+        if queue in FLEET_QUEUES or queue in CRASH_QUEUES:
+            counts.setdefault(queue, {})[status] = n
+    state.counts = counts
+    with app.sync_client.connection() as conn:
+        rows = conn.execute(app.queries["demo_effect_list"], {"ids": crash_ids}).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+async def run_at_work(
+    app: App,
+    *,
+    jobs: int,
+    workers: int,
+    on_tick: Callable[[AtWorkState], None],
+    timeout: float = 120.0,
+) -> AtWorkResult:
+    """Run part 2 on ``app`` (a migrated schema built by :func:`build_app`)."""
+    state = AtWorkState(workers)
+    ids, crash, absent = await asyncio.to_thread(_prepare, app, jobs, state)
+    fleet = [_worker(app, FLEET_QUEUES, state, f"fleet{i + 1}") for i in range(workers)]
+    standby = _worker(app, CRASH_QUEUES, state, "standby")
+    runs = [asyncio.create_task(w.run()) for w in fleet]
+    victims: dict[str, _Victim] = {}
+    killed_at: float | None = None
+    recovered: dict[str, float] = {}
+    pids: set[int] = set()
+    try:
+        while not any(w.elector is not None and w.elector.is_leader for w in fleet):
+            if any(r.done() for r in runs):
+                await next(r for r in runs if r.done())  # a worker could not start: why
+                raise DemoFailed("a worker of the fleet stopped before the demo began")
+            await asyncio.sleep(0.02)  # the fleet leads maintenance, not the doomed workers
+        for model, queue in (("lease", "exports"), ("held", "ledger")):
+            victims[model] = _Victim.spawn(app, model, queue)
+        pids = {v.proc.pid for v in victims.values()}
+        state.say(f"started a lease worker (pid {victims['lease'].proc.pid}) and a held-lock "
+                  f"worker (pid {victims['held'].proc.pid}) for jobs {crash['lease']} and "
+                  f"{crash['held']}, and a fleet of {workers} workers for the rest")  # fmt: skip
+        stage_by = time.monotonic() + 30
+        deadline = time.monotonic() + timeout
+        standby_at: float | None = None
+        while True:
+            effects = await asyncio.to_thread(_observe, app, state, list(crash.values()))
+            now = time.monotonic()
+            if standby_at is None:
+                _check_victims(victims, stage_by)
+                started = {m for m, v in victims.items() if (crash[m], 1, v.proc.pid) in effects}
+                if len(started) == 2:
+                    runs.append(asyncio.create_task(standby.run()))
+                    standby_at = now
+                    state.say("both are in the middle of their jobs; a standby worker on their "
+                              "queues skips the locked row and waits")  # fmt: skip
+            elif killed_at is None and now - standby_at > 0.3:
+                for victim in victims.values():
+                    victim.kill()
+                killed_at = now
+                state.say(f"killed both worker processes with SIGKILL (pids {sorted(pids)})")
+            elif killed_at is not None:
+                for model, job_id in crash.items():
+                    if model not in recovered:
+                        job = await asyncio.to_thread(app.sync_client.get_job, job_id)
+                        if job is not None and job.status == "done":
+                            recovered[model] = now - killed_at
+                            state.say(_recovery_text(model, job_id, job.attempts, now - killed_at))
+            on_tick(state)
+            final = sum(c.get("done", 0) + c.get("failed", 0) for c in state.counts.values())
+            if len(recovered) == 2 and final >= state.enqueued:
+                break
+            if now > deadline:
+                state.say(f"gave up waiting after {timeout:.0f}s")
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        for victim in victims.values():
+            victim.kill()
+            victim.log.close()
+        for w in [*fleet, standby]:
+            w.stop()
+        await asyncio.gather(*runs, return_exceptions=True)
+    return await asyncio.to_thread(_result, app, state, ids, crash, pids, recovered, absent)
+
+
+def _check_victims(victims: dict[str, _Victim], stage_by: float) -> None:
+    for victim in victims.values():
+        if victim.proc.poll() is not None or time.monotonic() > stage_by:
+            raise DemoFailed(
+                f"the {victim.model} worker process did not start its job "
+                f"(exit status {victim.proc.poll()}); its output:\n{victim.output()}"
+            )
+
+
+def _recovery_text(model: str, job_id: int, attempts: int, seconds: float) -> str:
+    if model == "lease":
+        how = "its lease expired, the leader reclaimed it (attempt 1 spent)"
+    else:
+        how = "its transaction rolled back with the dead connection: claimable at once"
+    return f"job {job_id}: {how}; the standby ran it, done {seconds:.2f}s after the kill"
+
+
+def _result(
+    app: App,
+    state: AtWorkState,
+    ids: list[int],
+    crash: dict[str, int],
+    pids: set[int],
+    recovered: dict[str, float],
+    absent: bool,
+) -> AtWorkResult:
+    with app.sync_client.connection() as conn:
+        tally = dict(conn.execute(app.queries["demo_jobs_tally"], {"ids": ids}).fetchall())
+        params = {"ids": list(crash.values())}
+        effects = conn.execute(app.queries["demo_effect_list"], params).fetchall()
+        runs = {m: [r[2] for r in effects if r[0] == job_id] for m, job_id in crash.items()}
+    victim_runs = sum(pid in pids for pids_ in runs.values() for pid in pids_)
+    jobs = {m: app.sync_client.get_job(job_id) for m, job_id in crash.items()}
+
+    def recovered_by_another(model: str) -> bool:
+        job = jobs[model]
+        ran = runs[model]
+        return (job is not None and job.status == "done" and len(ran) >= 2
+                and ran[0] in pids and ran[-1] not in pids)  # fmt: skip
+
+    lease_job = jobs["lease"]
+    return AtWorkResult(
+        enqueued=len(ids),
+        done=tally.get("done", 0),
+        failed=tally.get("failed", 0),
+        lost=len(ids) - sum(tally.values()),
+        stuck=sum(n for status, n in tally.items() if status not in ("done", "failed")),
+        duplicates=state.executions + victim_runs - state.recorded,
+        retried=state.retried,
+        recovered_lease=recovered_by_another("lease")
+        and lease_job is not None
+        and lease_job.attempts == 2,
+        recovered_held=recovered_by_another("held"),
+        rolled_back_enqueue_absent=absent,
+        lease_recovery_seconds=recovered.get("lease"),
+        held_recovery_seconds=recovered.get("held"),
+        seconds=time.monotonic() - state.started,
+        workers=state.workers,
+    )

@@ -1,0 +1,99 @@
+-- Statements of `skiplock doctor` (src/skiplock/doctor.py): read-only looks at the server's
+-- statistics and at the schema's tables.  Placeholders as in jobs.sql; each statement is cheap
+-- on a large table (index scans with limits, catalog and statistics views).
+
+-- name: doctor_session_visibility
+-- Whether this session sees the state and transaction of every other session (superuser or
+-- a member of pg_read_all_stats, e.g. through pg_monitor), or only its own.
+SELECT coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false)
+       OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') AS sees_all;
+
+-- name: doctor_old_transactions
+-- Sessions of this database whose transaction is older than %(older_than)s seconds and holds
+-- back the xmin horizon (it has a transaction id or a snapshot), oldest first.
+SELECT pid, usename::text AS usename, application_name, state,
+       extract(epoch FROM now() - xact_start)::float8 AS xact_seconds,
+       extract(epoch FROM now() - state_change)::float8 AS state_seconds,
+       age(coalesce(backend_xmin, backend_xid))::bigint AS xmin_age,
+       left(regexp_replace(query, '\s+', ' ', 'g'), 120) AS query
+FROM pg_stat_activity
+WHERE datname = current_database()
+  AND backend_type = 'client backend'
+  AND pid <> pg_backend_pid()
+  AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+  AND xact_start < now() - make_interval(secs => %(older_than)s)
+ORDER BY xact_start
+LIMIT %(limit)s;
+
+-- name: doctor_table_health
+-- Live and dead rows, last (auto)vacuum and (auto)analyze, and storage options of the
+-- schema's tables, with the server-wide autovacuum switch.
+SELECT s.relname::text AS relname, s.n_live_tup, s.n_dead_tup,
+       extract(epoch FROM now() - greatest(s.last_vacuum, s.last_autovacuum))::float8
+           AS vacuum_seconds,
+       extract(epoch FROM now() - greatest(s.last_analyze, s.last_autoanalyze))::float8
+           AS analyze_seconds,
+       coalesce(c.reloptions, ARRAY[]::text[]) AS reloptions,
+       current_setting('autovacuum') AS autovacuum
+FROM pg_stat_user_tables AS s
+JOIN pg_class AS c ON c.oid = s.relid
+WHERE s.schemaname = %(schema)s
+  AND s.relname IN ('jobs', 'jobs_archive', 'queues', 'leaders', 'periodic_ticks')
+ORDER BY s.relname;
+
+-- name: doctor_expired_leases
+-- Running leased jobs whose lease ran out more than %(grace)s seconds ago: how many, the
+-- oldest expiry's age in seconds, and a few of their ids.
+SELECT count(*) AS n,
+       extract(epoch FROM now() - min(locked_until))::float8 AS oldest_seconds,
+       (array_agg(id ORDER BY locked_until))[1:5] AS some_ids
+FROM {jobs}
+WHERE status = 'running'
+  AND locked_until < now() - make_interval(secs => %(grace)s);
+
+-- name: doctor_maintenance_leader
+-- The worker holding the maintenance role and the seconds until its lease on the role ends
+-- (negative: it expired), if any worker ever took it.
+SELECT holder, extract(epoch FROM expires_at - now())::float8 AS seconds_left
+FROM {leaders}
+WHERE role = 'maintenance';
+
+-- name: doctor_job_indexes
+-- Every index of the jobs table: name, whether it is valid and ready, its size in bytes, its
+-- definition, and the number of pending jobs (counted up to %(cap)s) it should hold.
+SELECT ic.relname::text AS name, i.indisvalid AS valid, i.indisready AS ready,
+       pg_relation_size(i.indexrelid) AS bytes,
+       pg_get_indexdef(i.indexrelid) AS definition,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM {jobs} WHERE status = 'pending' LIMIT %(cap)s) AS p) AS pending
+FROM pg_index AS i
+JOIN pg_class AS ic ON ic.oid = i.indexrelid
+JOIN pg_class AS tc ON tc.oid = i.indrelid
+JOIN pg_namespace AS n ON n.oid = tc.relnamespace
+WHERE n.nspname = %(schema)s AND tc.relname = 'jobs'
+ORDER BY ic.relname;
+
+-- name: doctor_finished_past_retention
+-- Per finished status: jobs finished longer ago than its retention plus the grace (counted up
+-- to %(cap)s), and the age in seconds of the oldest finished job of that status.
+SELECT r.status,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM {jobs} AS j
+            WHERE j.status = r.status
+              AND j.finished_at < now() - make_interval(secs => r.older_than + %(grace)s)
+            LIMIT %(cap)s) AS x) AS n,
+       (SELECT extract(epoch FROM now() - min(j.finished_at))::float8
+        FROM {jobs} AS j
+        WHERE j.status = r.status AND j.status IN ('done', 'failed', 'cancelled')) AS oldest_seconds
+FROM unnest(%(statuses)s::text[], %(older_than)s::float8[]) AS r(status, older_than)
+ORDER BY r.status;
+
+-- name: doctor_connections
+-- Connection slots: the server's limit, those reserved for superusers, client sessions now,
+-- and how many of them are skiplock's (listeners: one per worker process).
+SELECT current_setting('max_connections')::int AS max_connections,
+       current_setting('superuser_reserved_connections')::int AS reserved,
+       count(*) FILTER (WHERE backend_type = 'client backend') AS in_use,
+       count(*) FILTER (WHERE starts_with(application_name, 'skiplock')) AS skiplock_sessions,
+       count(*) FILTER (WHERE application_name = 'skiplock-listener') AS listeners
+FROM pg_stat_activity;

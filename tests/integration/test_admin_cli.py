@@ -1,0 +1,273 @@
+"""The administration CLI as real subprocesses (``python -m skiplock ...``) on a real server.
+
+Exit codes: 0 done, 3 valid but nothing changed, 1 error (one ``error:`` line), 2 usage.
+Independent invocations run side by side to keep the file quick.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from skiplock import App
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Result:
+    args: list[str]
+    code: int
+    out: str
+    err: str
+
+    def __str__(self) -> str:
+        return (
+            f"skiplock {' '.join(self.args)} -> {self.code}\nstdout: {self.out}\nstderr: {self.err}"
+        )
+
+
+def run_all(app: App, *commands: list[str]) -> list[Result]:
+    """Run ``python -m skiplock <command> --dsn .. --schema ..`` for each command, in parallel.
+    Output is what a pipe sees: rich falls back to 80 columns without a terminal."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+    env["COLUMNS"] = "80"
+    procs = []
+    for command in commands:
+        schema = [] if "--schema" in command else ["--schema", app.schema]
+        argv = [sys.executable, "-m", "skiplock", *command, "--dsn", app.dsn, *schema]
+        procs.append(
+            (
+                command,
+                subprocess.Popen(
+                    argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                ),
+            )
+        )
+    results = []
+    for command, proc in procs:
+        out, err = proc.communicate(timeout=60)
+        results.append(Result(command, proc.returncode, out, err))
+    return results
+
+
+def run(app: App, *command: str) -> Result:
+    return run_all(app, list(command))[0]
+
+
+def jobs_table(app: App) -> str:
+    return f'"{app.schema}".jobs'
+
+
+def set_status(db: Any, app: App, ids: list[int], status: str) -> None:
+    finished = status in ("done", "failed", "cancelled")
+    db.execute(
+        f"UPDATE {jobs_table(app)} SET status = %s, "
+        "finished_at = CASE WHEN %s THEN now() END, "
+        "last_error = CASE WHEN %s = 'failed' THEN 'ValueError: boom' END "
+        "WHERE id = ANY(%s)",
+        (status, finished, status, ids),
+    )
+
+
+@pytest.fixture
+def tasks(app: App) -> App:
+    @app.task(name="mail.send", queue="emails")
+    def send(to: str) -> None: ...
+
+    @app.task(name="video.encode", queue="video_transcoding_high")
+    def encode(n: int) -> None: ...
+
+    @app.task(name="video.thumb", queue="video_transcoding_low")
+    def thumb(n: int) -> None: ...
+
+    return app
+
+
+def test_status_json_counts_match_the_table_and_the_table_names_every_queue(
+    tasks: App, db: Any
+) -> None:
+    app = tasks
+    mails = [e.id for e in app.enqueue_many("mail.send", [{"to": f"u{i}"} for i in range(5)])]
+    set_status(db, app, mails[:1], "done")
+    set_status(db, app, mails[1:2], "failed")
+    high = [e.id for e in app.enqueue_many("video.encode", [{"n": 1}, {"n": 2}])]
+    db.execute(
+        f"UPDATE {jobs_table(app)} SET run_at = now() - interval '1 hour' WHERE id = %s",
+        (high[0],),
+    )
+    app.enqueue("video.thumb", {"n": 1}, delay=3600)
+
+    as_json, table, missing = run_all(
+        app, ["status", "--json"], ["status"], ["status", "--schema", "no_such_schema_here"]
+    )
+    assert as_json.code == 0, as_json
+    rows = {r["queue"]: r for r in json.loads(as_json.out)}
+    expected: dict[str, dict[str, int]] = {}
+    for queue, status, n in db.execute(
+        f"SELECT queue, status, count(*) FROM {jobs_table(app)} GROUP BY queue, status"
+    ):
+        expected.setdefault(queue, {})[status] = n
+    assert set(rows) == {"emails", "video_transcoding_high", "video_transcoding_low"}
+    for queue, counts in expected.items():
+        for status in ("pending", "scheduled", "running", "failed", "done", "cancelled"):
+            assert rows[queue][status] == counts.get(status, 0), (queue, status, rows[queue])
+    assert 3600 <= rows["video_transcoding_high"]["oldest_pending_seconds"] < 3900
+    assert 0 <= rows["emails"]["oldest_pending_seconds"] < 300
+    assert rows["video_transcoding_low"]["oldest_pending_seconds"] is None
+    assert "finished_last_minute" in rows["emails"]
+
+    assert table.code == 0, table
+    for queue in rows:  # two of them share a long prefix: only the full name tells them apart
+        assert queue in table.out, f"queue {queue!r} not shown in the table:\n{table.out}"
+    age = rows["video_transcoding_high"]["oldest_pending_seconds"]
+    assert re.search(r"\b36\d\d\.\ds\b", table.out), f"age {age:.1f}s not shown:\n{table.out}"
+
+    assert missing.code == 1, missing
+    assert missing.err.startswith("error:") and len(missing.err.strip().splitlines()) == 1
+
+
+def test_jobs_list_and_show(tasks: App, db: Any) -> None:
+    app = tasks
+    ids = [e.id for e in app.enqueue_many("mail.send", [{"to": f"u{i}"} for i in range(4)])]
+    set_status(db, app, ids[:2], "failed")
+
+    listed, shown, absent = run_all(
+        app,
+        ["jobs", "list", "--status", "failed", "--json"],
+        ["jobs", "show", str(ids[0]), "--json"],
+        ["jobs", "show", "999999999", "--json"],
+    )
+    assert listed.code == 0, listed
+    found = json.loads(listed.out)
+    assert sorted(j["id"] for j in found) == sorted(ids[:2])
+    assert {j["status"] for j in found} == {"failed"}
+
+    assert shown.code == 0, shown
+    job = json.loads(shown.out)
+    assert (job["id"], job["status"], job["task"], job["queue"]) == (
+        ids[0],
+        "failed",
+        "mail.send",
+        "emails",
+    )
+    assert job["payload"] == {"to": "u0"}
+    assert job["last_error"] == "ValueError: boom"
+
+    assert absent.code == 3, absent
+    assert absent.out == ""
+
+
+def test_retry_and_cancel_exit_codes(tasks: App, db: Any) -> None:
+    app = tasks
+    failed, pending, to_cancel, done = (
+        e.id for e in app.enqueue_many("mail.send", [{"to": f"u{i}"} for i in range(4)])
+    )
+    set_status(db, app, [failed], "failed")
+    set_status(db, app, [done], "done")
+
+    results = run_all(
+        app,
+        ["retry", str(failed)],
+        ["retry", str(pending)],
+        ["cancel", str(to_cancel)],
+        ["cancel", str(done)],
+        ["cancel", "999999999"],
+    )
+    assert [r.code for r in results] == [0, 3, 0, 3, 3], "\n".join(map(str, results))
+    status = dict(db.execute(f"SELECT id, status FROM {jobs_table(app)}").fetchall())
+    assert status == {failed: "pending", pending: "pending", to_cancel: "cancelled", done: "done"}
+    for r in results:
+        if r.code == 3:
+            assert r.err.strip(), f"no explanation on stderr: {r}"
+
+
+def test_enqueue_from_the_command_line(tasks: App, db: Any) -> None:
+    app = tasks
+    bulk, bad, later = run_all(
+        app,
+        ["enqueue", "mail.send", "--payload", '{"a":1}', "--count", "1000", "--queue", "bulk"],
+        ["enqueue", "mail.send", "--payload", '{"a":', "--queue", "bad"],
+        ["enqueue", "video.thumb", "--payload", '{"n": 7}', "--queue", "later", "--delay",
+         "3600", "--priority", "5", "--max-attempts", "2"],
+    )  # fmt: skip
+    assert bulk.code == 0, bulk
+    rows = db.execute(
+        f"SELECT task, payload, status, count(*) FROM {jobs_table(app)} WHERE queue = 'bulk' "
+        "GROUP BY task, payload, status"
+    ).fetchall()
+    assert rows == [("mail.send", {"a": 1}, "pending", 1000)]
+
+    assert bad.code == 2, bad
+    assert "--payload" in bad.err and "JSON" in bad.err
+    assert "Traceback" not in bad.err
+    assert db.execute(f"SELECT count(*) FROM {jobs_table(app)} WHERE queue = 'bad'").fetchone() == (
+        0,
+    )
+
+    assert later.code == 0, later
+    row = db.execute(
+        f"SELECT status, priority, max_attempts, payload, run_at > now() + interval '59 minutes' "
+        f"FROM {jobs_table(app)} WHERE queue = 'later'"
+    ).fetchall()
+    assert row == [("scheduled", 5, 2, {"n": 7}, True)]
+
+
+def test_pause_resume_and_limit_update_the_queues_table(tasks: App, db: Any) -> None:
+    app = tasks
+
+    def queues() -> dict[str, tuple[bool, int | None]]:
+        rows = db.execute(f'SELECT name, paused, concurrency_limit FROM "{app.schema}".queues')
+        return {name: (paused, limit) for name, paused, limit in rows}
+
+    first = run_all(
+        app,
+        ["pause", "q1"],
+        ["pause", "q2"],
+        ["limit", "q3", "2"],
+        ["limit", "q4", "2"],
+    )
+    assert [r.code for r in first] == [0, 0, 0, 0], "\n".join(map(str, first))
+    assert queues() == {
+        "q1": (True, None),
+        "q2": (True, None),
+        "q3": (False, 2),
+        "q4": (False, 2),
+    }
+    second = run_all(app, ["resume", "q2"], ["limit", "q4", "none"], ["limit", "q3", "0"])
+    assert [r.code for r in second] == [0, 0, 2], "\n".join(map(str, second))
+    assert queues() == {
+        "q1": (True, None),
+        "q2": (False, None),
+        "q3": (False, 2),
+        "q4": (False, None),
+    }
+
+
+def test_limit_with_a_non_number_is_a_usage_error(tasks: App, db: Any) -> None:
+    bad = run(tasks, "limit", "q5", "abc")
+    assert bad.code == 2, bad
+    assert "Traceback" not in bad.err, bad
+    assert "MAX_RUNNING" in bad.err
+    assert db.execute(f'SELECT count(*) FROM "{tasks.schema}".queues').fetchone() == (0,)
+
+
+def test_prune_older_than_zero_deletes_every_finished_job(tasks: App, db: Any) -> None:
+    app = tasks
+    ids = [e.id for e in app.enqueue_many("mail.send", [{"to": f"u{i}"} for i in range(6)])]
+    set_status(db, app, ids[0:2], "done")
+    set_status(db, app, ids[2:3], "failed")
+    set_status(db, app, ids[3:4], "cancelled")
+
+    pruned = run(app, "prune", "--older-than", "0", "--json")
+    assert pruned.code == 0, pruned
+    assert json.loads(pruned.out) == {"done": 2, "failed": 1, "cancelled": 1}
+    left = {i for (i,) in db.execute(f"SELECT id FROM {jobs_table(app)}")}
+    assert left == set(ids[4:])

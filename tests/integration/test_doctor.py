@@ -1,0 +1,499 @@
+"""`skiplock doctor` against a real server: each condition is created for real in the test's
+schema (or session), and doctor must report it, with its numbers and a fix; a fresh schema is
+healthy.  Where a fix is a statement, the test runs it and doctor must then be satisfied."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+from skiplock import App, JobStatus, Worker
+from skiplock._store_sync import SyncStore
+from skiplock.app import DEFAULT_RETENTION
+from skiplock.doctor import Doctor, Finding, Thresholds
+
+
+def findings(dsn: str, schema: str, **thresholds: Any) -> dict[str, Finding]:
+    """Doctor's findings by check name (each check reports once)."""
+    found = Doctor(dsn, schema, Thresholds(**thresholds)).run()
+    by_check = {f.check: f for f in found}
+    assert len(by_check) == len(found), [f.check for f in found]
+    return by_check
+
+
+def wait_for_finding(
+    dsn: str,
+    schema: str,
+    check: str,
+    until: Callable[[Finding], bool],
+    timeout: float = 10.0,
+    **thresholds: Any,
+) -> Finding:
+    """Run doctor until ``check``'s finding satisfies ``until`` (statistics arrive late)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        finding = findings(dsn, schema, **thresholds)[check]
+        if until(finding) or time.monotonic() > deadline:
+            return finding
+        time.sleep(0.3)
+
+
+def table(schema: str, name: str = "jobs") -> sql.Identifier:
+    return sql.Identifier(schema, name)
+
+
+def flush_statistics(db: psycopg.Connection[Any]) -> None:
+    """Publish this session's table statistics now, not after up to 10 s idle (PG 15+)."""
+    db.execute("SELECT pg_stat_force_next_flush()")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "skiplock", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def autovacuum_on(db: psycopg.Connection[Any]) -> bool:
+    return db.execute("SELECT current_setting('autovacuum') = 'on'").fetchone()[0]  # type: ignore[index,no-any-return]
+
+
+# -- a healthy schema ----------------------------------------------------------------------
+
+
+def test_fresh_schema_is_healthy_and_exits_0(pg_dsn: str, schema: str, db: Any) -> None:
+    result = run_cli("doctor", "--dsn", pg_dsn, "--schema", schema, "--json")
+    report = json.loads(result.stdout)
+    by_check = {f["check"]: f for f in report["findings"]}
+    expected = {
+        "schema", "xmin_horizon", "autovacuum", "dead_tuples", "expired_leases",
+        "claim_index", "retention", "listen", "connections",
+    }  # fmt: skip
+    assert set(by_check) == expected, result.stdout
+    # This CI server runs with autovacuum off (conf.d/90-ci.conf): doctor must say so, and
+    # that is the only thing it may find on a fresh schema.
+    av_expected = "ok" if autovacuum_on(db) else "warn"
+    assert by_check["autovacuum"]["status"] == av_expected
+    for check, f in by_check.items():
+        if check != "autovacuum":
+            assert f["status"] == "ok", (check, f)
+    assert report["status"] == av_expected
+    assert result.returncode == (0 if av_expected == "ok" else 1), result.stderr
+    assert result.stderr == ""
+    # Only failures count with --fail-on fail: exit 0 on a healthy schema whatever the server.
+    relaxed = run_cli("doctor", "--dsn", pg_dsn, "--schema", schema, "--fail-on", "fail")
+    assert relaxed.returncode == 0, relaxed.stdout + relaxed.stderr
+    assert "schema" in relaxed.stdout and "claim_index" in relaxed.stdout
+
+
+def test_unmigrated_schema_and_missing_migration_fail(pg_dsn: str, schema: str, db: Any) -> None:
+    missing = findings(pg_dsn, f"nothing_{secrets.token_hex(4)}")
+    assert missing["schema"].status == "fail"
+    assert "missing" in missing["schema"].message and "skiplock migrate" in missing["schema"].fix
+    assert "claim_index" not in missing and "dead_tuples" not in missing  # no tables to check
+    assert {"xmin_horizon", "listen", "connections"} <= set(missing)
+
+    db.execute(sql.SQL("DELETE FROM {} WHERE version = 2").format(table(schema, "migrations")))
+    behind = findings(pg_dsn, schema)["schema"]
+    assert behind.status == "fail" and "0002" in behind.message, behind
+
+
+# -- sessions holding back the xmin horizon ------------------------------------------------
+
+
+def test_idle_in_transaction_session_is_reported_with_its_age(
+    pg_dsn: str, schema: str, db: Any
+) -> None:
+    db.execute(sql.SQL("CREATE TABLE {} (n int)").format(table(schema, "scratch")))
+    with psycopg.connect(pg_dsn, application_name="analytics-notebook") as idle:
+        idle.execute(sql.SQL("INSERT INTO {} VALUES (1)").format(table(schema, "scratch")))
+        pid = idle.info.backend_pid
+        time.sleep(1.5)  # idle in transaction, holding a transaction id
+
+        found = findings(pg_dsn, schema, transaction_seconds=1.0)["xmin_horizon"]
+        assert found.status == "warn", found
+        [session] = [s for s in found.details["sessions"] if s["pid"] == pid]
+        assert session["state"] == "idle in transaction"
+        assert session["xact_seconds"] >= 1.5
+        assert session["application_name"] == "analytics-notebook"
+        assert session["skiplock"] is False
+        assert f"pid {pid}" in found.message and "idle in transaction" in found.message
+        assert "pg_terminate_backend" in found.fix
+        assert "idle_in_transaction_session_timeout" in found.fix
+
+        # Over ten times the limit: a failure; under the limit: not reported.
+        assert findings(pg_dsn, schema, transaction_seconds=0.1)["xmin_horizon"].status == "fail"
+        quiet = findings(pg_dsn, schema, transaction_seconds=3600)["xmin_horizon"]
+        assert quiet.status == "ok" and f"pid {pid}" not in quiet.message
+
+        # The command line: the age option, the JSON and the exit status.
+        result = run_cli(
+            "doctor", "--dsn", pg_dsn, "--schema", schema, "--json", "--transaction-age", "1"
+        )
+        assert result.returncode == 1, result.stderr
+        report = json.loads(result.stdout)
+        [xmin] = [f for f in report["findings"] if f["check"] == "xmin_horizon"]
+        assert pid in [s["pid"] for s in xmin["details"]["sessions"]]
+        idle.rollback()
+    after = findings(pg_dsn, schema, transaction_seconds=1.0)["xmin_horizon"]
+    assert pid not in [s["pid"] for s in after.details.get("sessions", [])]
+
+
+def test_a_long_held_lock_job_is_reported_as_skiplocks_own(app: App, db: Any) -> None:
+    started = threading.Event()
+
+    @app.task(name="slow_held", model="held")
+    async def slow_held() -> None:
+        started.set()
+        await asyncio.sleep(2.0)
+
+    job_id = slow_held.enqueue().id
+    worker = Worker(app, burst=True, concurrency=1)
+    thread = threading.Thread(target=lambda: asyncio.run(worker.run()))
+    thread.start()
+    try:
+        assert started.wait(10)
+        time.sleep(0.8)
+        found = findings(app.dsn, app.schema, transaction_seconds=0.5)["xmin_horizon"]
+    finally:
+        thread.join(30)
+    assert found.status in ("warn", "fail"), found
+    own = [s for s in found.details["sessions"] if s["skiplock"]]
+    assert own, found.message
+    assert own[0]["state"] == "idle in transaction"
+    assert "held-lock job" in found.message
+    job = app.get_job(job_id)
+    assert job is not None and job.status == JobStatus.DONE
+
+
+def test_only_own_sessions_visible_without_pg_monitor(pg_dsn: str, schema: str, db: Any) -> None:
+    user = f"doctor_nobody_{secrets.token_hex(4)}"
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(user)))
+    try:
+        with psycopg.connect(pg_dsn) as idle:  # another user's write transaction, left open
+            idle.execute("SELECT txid_current()")
+            time.sleep(0.6)
+            as_user = conninfo.make_conninfo(pg_dsn, user=user)
+            found = findings(as_user, schema, transaction_seconds=0.3)
+            # No grant on the schema: the table checks are skipped, saying why.
+            assert found["schema"].status == "warn", found["schema"]
+            assert "permission denied for schema" in found["schema"].message
+            assert "admin role" in found["schema"].fix
+            assert "claim_index" not in found
+            assert found["listen"].status == "ok" and found["connections"].status == "ok"
+            assert found["visibility"].status == "warn"
+            assert "pg_monitor" in found["visibility"].fix
+            assert idle.info.backend_pid not in [
+                s["pid"] for s in found["xmin_horizon"].details.get("sessions", [])
+            ]
+            # The superuser sees it.
+            sees = findings(pg_dsn, schema, transaction_seconds=0.3)
+            assert "visibility" not in sees
+            sessions = sees["xmin_horizon"].details["sessions"]
+            assert idle.info.backend_pid in [s["pid"] for s in sessions]
+            idle.rollback()
+    finally:
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(user)))
+
+
+# -- table health --------------------------------------------------------------------------
+
+
+def test_dead_tuples_with_autovacuum_disabled_are_reported(
+    pg_dsn: str, schema: str, db: Any
+) -> None:
+    jobs = table(schema)
+    db.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(jobs))
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (queue, task, payload, status, finished_at) "
+            "SELECT 'q', 't', '{{}}', 'done', now() FROM generate_series(1, 20000)"
+        ).format(jobs)
+    )
+    for i in range(2):
+        db.execute(sql.SQL("UPDATE {} SET last_error = %s").format(jobs), [f"pass {i}"])
+    flush_statistics(db)
+
+    found = wait_for_finding(
+        pg_dsn,
+        schema,
+        "dead_tuples",
+        lambda f: any(t["n_dead_tup"] >= 20000 for t in f.details["tables"]),
+    )
+    assert found.status == "fail", found  # more dead rows than live ones
+    [stats] = [t for t in found.details["tables"] if t["relname"] == "jobs"]
+    assert stats["n_dead_tup"] >= 20000 and stats["n_dead_tup"] > stats["n_live_tup"]
+    assert f"{schema}.jobs has {stats['n_dead_tup']} dead rows" in found.message
+    assert f"autovacuum is disabled on {schema}.jobs" in found.message
+    assert "never" in found.message  # never vacuumed
+    assert "VACUUM" in found.fix and "RESET (autovacuum_enabled)" in found.fix
+
+    # The fix: vacuum and re-enable autovacuum; then nothing to report.
+    db.execute(sql.SQL("ALTER TABLE {} RESET (autovacuum_enabled)").format(jobs))
+    db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(jobs))
+    healed = wait_for_finding(pg_dsn, schema, "dead_tuples", lambda f: f.status == "ok")
+    assert healed.status == "ok", healed
+    assert "jobs: 20000 live, 0 dead, vacuumed" in healed.message
+
+
+def test_a_few_dead_tuples_are_not_reported(pg_dsn: str, schema: str, db: Any) -> None:
+    jobs = table(schema)
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (queue, task, payload) SELECT 'q', 't', '{{}}' "
+            "FROM generate_series(1, 300)"
+        ).format(jobs)
+    )
+    db.execute(sql.SQL("UPDATE {} SET priority = 1").format(jobs))
+    flush_statistics(db)
+    found = wait_for_finding(
+        pg_dsn,
+        schema,
+        "dead_tuples",
+        lambda f: any(t["n_dead_tup"] > 0 for t in f.details["tables"]),
+    )
+    assert found.status == "ok", found  # 300 dead rows: below the 10,000 floor
+    stricter = findings(pg_dsn, schema, dead_tuples=100)["dead_tuples"]
+    assert stricter.status == "warn", stricter  # ratio 1:1 -> warn, not more dead than live
+
+
+# -- leases --------------------------------------------------------------------------------
+
+
+def test_expired_leases_are_reported(app: App, db: Any) -> None:
+    @app.task(name="leased")
+    def leased() -> None: ...
+
+    ids = [e.id for e in leased.enqueue_many([{}, {}, {}])]
+    store = SyncStore(app.queries)
+    claimed = store.job_claim(db, ["default"], 3, "gone-worker", 0.1)
+    assert sorted(j.id for j in claimed) == ids
+    time.sleep(0.5)
+
+    found = findings(app.dsn, app.schema, lease_grace=0.2)["expired_leases"]
+    assert found.status == "warn", found
+    assert found.details["count"] == 3
+    assert found.details["oldest_seconds"] >= 0.4
+    assert sorted(found.details["some_ids"]) == ids
+    assert "3 running job(s)" in found.message
+    assert "no worker has ever been the maintenance leader" in found.message
+    assert "run at least one worker" in found.fix
+
+    # Within the default grace the leader may simply not have come round yet: no finding.
+    assert findings(app.dsn, app.schema)["expired_leases"].status == "ok"
+
+    # A leader that stopped renewing is named.
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (role, holder, expires_at) "
+            "VALUES ('maintenance', 'old-host:1:abc', now() - interval '5 minutes')"
+        ).format(table(app.schema, "leaders"))
+    )
+    stale = findings(app.dsn, app.schema, lease_grace=0.2)["expired_leases"]
+    assert "old-host:1:abc stopped renewing 5min ago" in stale.message, stale.message
+
+    # Reclaimed (what the leader does): nothing left to report.
+    assert set(store.job_reclaim_expired(db)) == set(ids)
+    assert findings(app.dsn, app.schema, lease_grace=0.2)["expired_leases"].status == "ok"
+
+
+# -- the claim index -----------------------------------------------------------------------
+
+
+def test_missing_claim_index_fails_and_its_fix_restores_it(
+    pg_dsn: str, schema: str, db: Any
+) -> None:
+    db.execute(sql.SQL("DROP INDEX {}").format(table(schema, "jobs_claim_idx")))
+    found = findings(pg_dsn, schema)["claim_index"]
+    assert found.status == "fail" and "missing" in found.message, found
+    assert found.fix.startswith("CREATE INDEX CONCURRENTLY jobs_claim_idx")
+
+    result = run_cli("doctor", "--dsn", pg_dsn, "--schema", schema, "--fail-on", "fail")
+    assert result.returncode == 1
+    assert "CREATE INDEX CONCURRENTLY" in result.stdout
+
+    db.execute(found.fix)  # the printed fix, as is
+    assert findings(pg_dsn, schema)["claim_index"].status == "ok"
+    plan = db.execute(
+        sql.SQL(
+            "EXPLAIN SELECT id FROM {} WHERE status = 'pending' AND queue = 'q' "
+            "ORDER BY priority, run_at, id LIMIT 1"
+        ).format(table(schema))
+    ).fetchall()
+    assert "jobs_claim_idx" in " ".join(r[0] for r in plan)
+
+
+def test_invalid_indexes_from_failed_concurrent_builds(pg_dsn: str, schema: str, db: Any) -> None:
+    jobs = table(schema)
+    db.execute(
+        sql.SQL("INSERT INTO {} (queue, task, payload) VALUES ('q', 't', '{{}}'), "
+                "('q', 't', '{{}}')").format(jobs)
+    )  # fmt: skip
+    # A unique index over duplicates fails half-way and stays behind, invalid.
+    db.execute(sql.SQL("DROP INDEX {}").format(table(schema, "jobs_claim_idx")))
+    for name in ("jobs_claim_idx", "jobs_queue_ccnew"):
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            db.execute(
+                sql.SQL("CREATE UNIQUE INDEX CONCURRENTLY {} ON {} (queue)").format(
+                    sql.Identifier(name), jobs
+                )
+            )
+    found = findings(pg_dsn, schema)
+    assert found["claim_index"].status == "fail", found["claim_index"]
+    assert "invalid" in found["claim_index"].message
+    assert "REINDEX INDEX CONCURRENTLY" in found["claim_index"].fix
+    leftovers = found["invalid_indexes"]
+    assert leftovers.status == "warn" and leftovers.details["indexes"] == ["jobs_queue_ccnew"]
+    assert "DROP INDEX CONCURRENTLY" in leftovers.fix
+
+    db.execute(leftovers.fix)
+    assert "invalid_indexes" not in findings(pg_dsn, schema)
+
+
+def test_bloated_claim_index_is_reported_and_reindex_fixes_it(
+    pg_dsn: str, schema: str, db: Any
+) -> None:
+    jobs = table(schema)
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (queue, task, payload) SELECT 'q', 't', '{{}}' "
+            "FROM generate_series(1, 20000)"
+        ).format(jobs)
+    )
+    small = {"index_min_bytes": 256 * 1024}
+    full = findings(pg_dsn, schema, **small)["claim_index"]
+    assert full.status == "ok", full  # big, but every entry is a pending job
+    assert full.details["pending"] == 20000 and full.details["bytes"] >= 256 * 1024
+
+    # The backlog drains: the index keeps its size (nothing vacuums it) for no pending job.
+    db.execute(sql.SQL("UPDATE {} SET status = 'done', finished_at = now()").format(jobs))
+    bloated = findings(pg_dsn, schema, **small)["claim_index"]
+    assert bloated.status == "warn", bloated
+    assert "bloated" in bloated.message and "for 0 pending jobs" in bloated.message
+    assert bloated.details["bytes"] >= full.details["bytes"]
+    # Under the default 50 MB floor it is not worth a warning.
+    assert findings(pg_dsn, schema)["claim_index"].status == "ok"
+
+    db.execute(bloated.fix.split(";")[0])  # REINDEX INDEX CONCURRENTLY ...
+    assert findings(pg_dsn, schema, **small)["claim_index"].status == "ok"
+
+
+# -- retention -----------------------------------------------------------------------------
+
+
+def test_finished_jobs_past_retention_are_reported(app: App, db: Any) -> None:
+    jobs = table(app.schema)
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (queue, task, payload, status, finished_at) "
+            "SELECT 'q', 't', '{{}}', s, now() - make_interval(days => d) "
+            "FROM (VALUES ('done', 3, 5), ('failed', 8, 2), ('failed', 1, 4), "
+            "             ('cancelled', 0, 1)) AS v(s, d, n), generate_series(1, v.n)"
+        ).format(jobs)
+    )
+    found = findings(app.dsn, app.schema)["retention"]
+    assert found.status == "warn", found
+    counts = {r["status"]: r["n"] for r in found.details["statuses"]}
+    assert counts == {"done": 5, "failed": 2, "cancelled": 0}
+    assert "5 done jobs older than" in found.message and "2 failed jobs" in found.message
+    assert "oldest 8.0d" in found.message
+    assert "skiplock prune" in found.fix
+
+    # Kept on purpose: the app's retention says so.
+    keep = {"done": None, "failed": None, "cancelled": DEFAULT_RETENTION["cancelled"]}
+    kept = findings(app.dsn, app.schema, retention=keep)["retention"]
+    assert kept.status == "ok" and "done, failed kept forever" in kept.message
+
+    result = run_cli(
+        "doctor", "--dsn", app.dsn, "--schema", app.schema, "--json",
+        "--retention", "done=none", "--retention", "failed=none",
+    )  # fmt: skip
+    [ret] = [f for f in json.loads(result.stdout)["findings"] if f["check"] == "retention"]
+    assert ret["status"] == "ok", ret
+
+    assert app.sync_client.prune(dict(DEFAULT_RETENTION)) == {
+        "done": 5, "cancelled": 0, "failed": 2,
+    }  # fmt: skip
+    assert findings(app.dsn, app.schema)["retention"].status == "ok"
+
+
+def test_bad_retention_option_is_a_usage_error(pg_dsn: str, schema: str) -> None:
+    result = run_cli("doctor", "--dsn", pg_dsn, "--schema", schema, "--retention", "done=soon")
+    assert result.returncode == 2 and "not a number of seconds" in result.stderr
+    result = run_cli("doctor", "--dsn", pg_dsn, "--schema", schema, "--retention", "pending=1")
+    assert result.returncode == 2 and "STATUS=SECONDS" in result.stderr
+
+
+# -- LISTEN --------------------------------------------------------------------------------
+
+
+def test_listen_probe_succeeds_on_a_direct_connection(pg_dsn: str, schema: str) -> None:
+    found = Doctor(pg_dsn, schema).check_listen()
+    assert found.status == "ok", found
+    assert 0 <= found.details["seconds"] < 1.0
+
+
+def test_listen_probe_reports_notifications_that_never_arrive(
+    pg_dsn: str, schema: str, db: Any
+) -> None:
+    """What a transaction pooler does (the NOTIFY goes out on a session other than the
+    LISTENing one and never reaches it) is made real without a pooler: the notification is
+    sent in another database of the same server, where no listener of this one hears it."""
+    assert db.execute("SELECT 1 FROM pg_database WHERE datname = 'postgres'").fetchone()
+    elsewhere = conninfo.make_conninfo(pg_dsn, dbname="postgres")
+    doctor = Doctor(pg_dsn, schema, Thresholds(listen_timeout=0.5))
+    started = time.monotonic()
+    found = doctor.check_listen(notify_dsn=elsewhere)
+    assert time.monotonic() - started >= 0.5
+    assert found.status == "warn", found
+    assert "did not arrive" in found.message and "pooler" in found.message
+    assert "--poll-only" in found.fix
+
+
+# -- connections ---------------------------------------------------------------------------
+
+
+def test_connection_headroom_counts_real_sessions(pg_dsn: str, schema: str) -> None:
+    before = findings(pg_dsn, schema)["connections"]
+    assert before.status == "ok", before  # this server has room for two more workers
+    extra = [psycopg.connect(pg_dsn, application_name="skiplock-listener") for _ in range(3)]
+    try:
+        during = findings(pg_dsn, schema)["connections"].details
+        assert during["listeners"] >= 3 and during["skiplock_sessions"] >= 3
+        free = during["free"]
+        assert free == during["max_connections"] - during["reserved"] - during["in_use"]
+        # With workers needing more slots than are free: no room for even one.
+        tight = findings(pg_dsn, schema, connections_per_worker=free + 5)["connections"]
+        assert tight.status == "fail" and "room for about 0 more" in tight.message, tight
+        assert "max_connections" in tight.fix
+        one = findings(pg_dsn, schema, connections_per_worker=free)["connections"]
+        assert one.status in ("warn", "fail"), one  # room for one (none if a session came)
+    finally:
+        for conn in extra:
+            conn.close()
+
+
+# -- command line --------------------------------------------------------------------------
+
+
+def test_cli_errors_are_one_line(pg_dsn: str) -> None:
+    bad = run_cli("doctor", "--dsn", pg_dsn, "--schema", 'x"; DROP TABLE y; --')
+    assert bad.returncode == 1 and bad.stderr.startswith("error: invalid schema name")
+    down = run_cli("doctor", "--dsn", "postgresql://postgres@127.0.0.1:1/test", "--schema", "s")
+    assert down.returncode == 1 and down.stderr.startswith("error: cannot connect")
+    assert len(down.stderr.strip().splitlines()) == 1
