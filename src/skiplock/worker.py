@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -224,8 +225,11 @@ class Worker:
             # A claim just came back empty: let wake-ups that arrive in the next moment collapse
             # into one, so a flood of NOTIFYs (anyone may send them) cannot drive claims.
             await asyncio.sleep(EMPTY_CLAIM_COOLDOWN)
+            # Jittered, so that workers started together do not poll in step.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+                await asyncio.wait_for(
+                    self._wake.wait(), self.poll_interval * random.uniform(0.8, 1.2)
+                )
 
     async def _claim_leased(self, queues: list[str], limit: int) -> int:
         assert self._pool is not None
