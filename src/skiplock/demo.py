@@ -29,15 +29,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .app import App
-from .demo_at_work import (
-    CRASH_QUEUES,
-    FLEET_QUEUES,
-    AtWorkResult,
-    AtWorkState,
-    DemoFailed,
-    build_app,
-    run_at_work,
-)
+from .demo_app import CRASH_QUEUES, FLEET_QUEUES, build_app
+from .demo_at_work import DemoFailed, run_at_work
 from .demo_patterns import (
     LABELS,
     PATTERNS,
@@ -47,6 +40,7 @@ from .demo_patterns import (
     PatternResult,
     worker_counts,
 )
+from .demo_report import AtWorkResult, AtWorkState
 from .errors import ConfigurationError, SkiplockError
 
 DEFAULT_JOBS, QUICK_JOBS = 2000, 200

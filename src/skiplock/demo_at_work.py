@@ -10,8 +10,7 @@
   worker (its transaction rolls back: the job is claimable at once).  A standby worker runs
   both jobs again: delivery is at-least-once, so their side effects happen twice.
 
-The killed workers run ``python -m skiplock worker skiplock.demo_at_work:app``; this module
-builds that ``app`` from ``SKIPLOCK_DEMO_DSN`` and ``SKIPLOCK_DEMO_SCHEMA``.
+The killed workers run the app of :mod:`skiplock.demo_app` in their own processes.
 """
 
 from __future__ import annotations
@@ -24,162 +23,24 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cache
+from dataclasses import dataclass
 from typing import IO, Any
 
 import psycopg
 
 from .app import App
-from .database import connect_kwargs
+from .demo_app import APP_SPEC, CRASH_QUEUES, ENV_DSN, ENV_SCHEMA, ENV_STALL, FLEET_QUEUES
+from .demo_report import AtWorkResult, AtWorkState, final_result
 from .errors import SkiplockError
-from .events import JobEvent
-from .retry import ExponentialBackoff
-from .task import JobContext
 from .worker import Worker
 
-ENV_DSN = "SKIPLOCK_DEMO_DSN"
-ENV_SCHEMA = "SKIPLOCK_DEMO_SCHEMA"
-ENV_STALL = "SKIPLOCK_DEMO_STALL"  # seconds the crash-test tasks take (set for doomed workers)
-APP_SPEC = "skiplock.demo_at_work:app"
-FLEET_QUEUES = ["images", "orders"]
-CRASH_QUEUES = ["exports", "ledger"]
 UPLOAD_EVERY = 20  # every 20th image job is an upload that fails twice, then works
 LEASE_SECONDS = 2.0  # fleet and standby; the doomed lease worker's lease is 1 s
-BACKOFF = ExponentialBackoff(base=0.25, cap=1.0)
-
-
-def build_app(dsn: str | None, schema: str) -> App:
-    """The demo's tasks on ``schema``: the same in the demo and in its worker processes."""
-    app = App(dsn, schema)
-
-    @app.task(name="demo.resize_image", queue="images")
-    async def resize_image(image_id: int, ms: int) -> None:
-        await asyncio.sleep(ms / 1000)
-
-    @app.task(name="demo.upload_thumbnail", queue="images", retry=BACKOFF, pass_context=True)
-    async def upload_thumbnail(ctx: JobContext, image_id: int, failures: int) -> None:
-        await asyncio.sleep(0.002)
-        if ctx.job.attempts <= failures:
-            raise ConnectionError(f"image {image_id}: storage timed out")
-
-    @app.task(name="demo.send_receipt", queue="orders")
-    async def send_receipt(order_id: int) -> None:
-        await asyncio.sleep(0.001)
-
-    @app.task(name="demo.notify_warehouse", queue="orders", max_attempts=3, retry=BACKOFF)
-    async def notify_warehouse(order_id: int) -> None:
-        raise RuntimeError(f"order {order_id}: warehouse API answered 503")
-
-    @app.task(name="demo.export_report", queue="exports", model="lease", pass_context=True)
-    def export_report(ctx: JobContext, report_id: int) -> None:
-        _side_effect(app, ctx)
-
-    @app.task(name="demo.post_ledger", queue="ledger", model="held", pass_context=True)
-    def post_ledger(ctx: JobContext, entry_id: int) -> None:
-        _side_effect(app, ctx)
-
-    return app
-
-
-def _side_effect(app: App, ctx: JobContext) -> None:
-    """Write a row outside the job's transaction (as an e-mail sent or a file uploaded would
-    be), then, in a worker that is about to be killed, take a long time."""
-    params = {"job": ctx.job.id, "attempt": ctx.job.attempts, "pid": os.getpid()}
-    with psycopg.connect(app.dsn, **connect_kwargs(app.dsn)) as conn:
-        conn.execute(app.queries["demo_effect_record"], params)
-    deadline = time.monotonic() + float(os.environ.get(ENV_STALL) or 0)
-    while time.monotonic() < deadline and not ctx.cancelled.is_set():
-        time.sleep(0.05)
-
-
-@cache
-def _app_from_env() -> App:
-    return build_app(os.environ[ENV_DSN], os.environ[ENV_SCHEMA])
-
-
-def __getattr__(name: str) -> Any:
-    """``app``, built on first use from the environment (for ``skiplock worker``)."""
-    if name == "app":
-        return _app_from_env()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# -- the run -----------------------------------------------------------------------------
 
 
 class DemoFailed(SkiplockError):
     """The demo could not stage its scenario (a worker process did not start ...), or what it
     saw contradicts skiplock's guarantees (a job lost, a job claimed twice under a lock)."""
-
-
-@dataclass
-class AtWorkState:
-    """What the live table shows."""
-
-    workers: int
-    started: float = field(default_factory=time.monotonic)
-    counts: dict[str, dict[str, int]] = field(default_factory=dict)
-    events: list[str] = field(default_factory=list)
-    executions: int = 0  # task runs started by this process's workers
-    recorded: int = 0  # outcomes that counted: done, retry, failed
-    retried: int = 0
-    enqueued: int = 0
-
-    def say(self, text: str) -> None:
-        self.events.append(f"{time.monotonic() - self.started:5.2f}s  {text}")
-
-    def on_event(self, event: JobEvent) -> None:
-        if event.kind == "started":
-            self.executions += 1
-            return
-        self.recorded += event.outcome in ("done", "retry", "failed")
-        job, error = event.job, _headline(event.error)
-        name = f"job {job.id} ({job.task.removeprefix('demo.')})"
-        if event.outcome == "retry":
-            self.retried += 1
-            if self.retried <= 2:
-                self.say(f"{name} attempt {job.attempts}/{job.max_attempts} failed: {error}; "
-                         "it will run again after a backoff")  # fmt: skip
-        elif event.outcome == "failed":
-            self.say(f"{name} failed for good after {job.attempts} attempts: {error}")
-
-
-@dataclass
-class AtWorkResult:
-    enqueued: int
-    done: int
-    failed: int
-    lost: int
-    stuck: int
-    duplicates: int
-    retried: int
-    recovered_lease: bool
-    recovered_held: bool
-    rolled_back_enqueue_absent: bool
-    lease_recovery_seconds: float | None
-    held_recovery_seconds: float | None
-    seconds: float
-    workers: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: round(v, 3) if isinstance(v, float) else v for k, v in vars(self).items()}
-
-    def problems(self) -> list[str]:
-        """What went wrong, if anything (then skiplock has a bug, or the database a problem)."""
-        found = []
-        if self.lost or self.stuck or self.enqueued != self.done + self.failed:
-            found.append(f"{self.lost} jobs lost and {self.stuck} stuck of {self.enqueued}")
-        for model, ok in (("lease", self.recovered_lease), ("held-lock", self.recovered_held)):
-            if not ok:
-                found.append(f"the killed {model} worker's job was not run again by another")
-        if not self.rolled_back_enqueue_absent:
-            found.append("a job enqueued in a rolled-back transaction exists")
-        return found
-
-
-def _headline(error: str | None) -> str:
-    return error.splitlines()[0] if error else "?"
 
 
 class _Declined(Exception):
@@ -362,7 +223,7 @@ async def run_at_work(
         for w in [*fleet, standby]:
             w.stop()
         await asyncio.gather(*runs, return_exceptions=True)
-    return await asyncio.to_thread(_result, app, state, ids, crash, pids, recovered, absent)
+    return await asyncio.to_thread(final_result, app, state, ids, crash, pids, recovered, absent)
 
 
 def _check_victims(victims: dict[str, _Victim], stage_by: float) -> None:
@@ -380,47 +241,3 @@ def _recovery_text(model: str, job_id: int, attempts: int, seconds: float) -> st
     else:
         how = "its transaction rolled back with the dead connection: claimable at once"
     return f"job {job_id}: {how}; the standby ran it, done {seconds:.2f}s after the kill"
-
-
-def _result(
-    app: App,
-    state: AtWorkState,
-    ids: list[int],
-    crash: dict[str, int],
-    pids: set[int],
-    recovered: dict[str, float],
-    absent: bool,
-) -> AtWorkResult:
-    with app.sync_client.connection() as conn:
-        tally = dict(conn.execute(app.queries["demo_jobs_tally"], {"ids": ids}).fetchall())
-        params = {"ids": list(crash.values())}
-        effects = conn.execute(app.queries["demo_effect_list"], params).fetchall()
-        runs = {m: [r[2] for r in effects if r[0] == job_id] for m, job_id in crash.items()}
-    victim_runs = sum(pid in pids for pids_ in runs.values() for pid in pids_)
-    jobs = {m: app.sync_client.get_job(job_id) for m, job_id in crash.items()}
-
-    def recovered_by_another(model: str) -> bool:
-        job = jobs[model]
-        ran = runs[model]
-        return (job is not None and job.status == "done" and len(ran) >= 2
-                and ran[0] in pids and ran[-1] not in pids)  # fmt: skip
-
-    lease_job = jobs["lease"]
-    return AtWorkResult(
-        enqueued=len(ids),
-        done=tally.get("done", 0),
-        failed=tally.get("failed", 0),
-        lost=len(ids) - sum(tally.values()),
-        stuck=sum(n for status, n in tally.items() if status not in ("done", "failed")),
-        duplicates=state.executions + victim_runs - state.recorded,
-        retried=state.retried,
-        recovered_lease=recovered_by_another("lease")
-        and lease_job is not None
-        and lease_job.attempts == 2,
-        recovered_held=recovered_by_another("held"),
-        rolled_back_enqueue_absent=absent,
-        lease_recovery_seconds=recovered.get("lease"),
-        held_recovery_seconds=recovered.get("held"),
-        seconds=time.monotonic() - state.started,
-        workers=state.workers,
-    )
