@@ -41,6 +41,7 @@ class Outcome:
     kind: Literal["done", "snooze", "retry", "failed", "cancelled", "release"]
     delay: float = 0.0
     error: str | None = None
+    timed_out: bool = False
 
 
 def failure(
@@ -82,6 +83,14 @@ def redact(text: str, payload: Any, secret: Collection[str]) -> str:
     return text
 
 
+def rolled_back(job: Job, task: Task[Any, Any] | None, exc: Exception) -> tuple[str, float]:
+    """Error text and retry delay for a held-lock attempt whose transaction rolled back."""
+    policy = task.settings.retry if task else _UNKNOWN_TASK_RETRY
+    return f"the held-lock transaction rolled back: {type(exc).__name__}: {exc}", max(
+        0.0, policy.delay(job.attempts)
+    )
+
+
 async def run_job(
     job: Job,
     task: Task[Any, Any] | None,
@@ -92,16 +101,34 @@ async def run_job(
     unknown: UnknownTask | None = None,
     cancel_flag: threading.Event | None = None,
 ) -> Outcome:
-    """Call the job's task; exceptions become outcomes, cancellation propagates."""
+    """Call the job's task within its timeout; exceptions and timeouts become outcomes,
+    cancellation from outside propagates."""
     if task is None:
         assert unknown is not None
         return failure(job, unknown, _UNKNOWN_TASK_RETRY)
+    flag = cancel_flag or threading.Event()
+    timeout = task.settings.timeout
+    try:
+        async with asyncio.timeout(timeout):
+            return await _call(job, task, worker_id, executor, conn, flag)
+    except TimeoutError:
+        assert timeout is not None
+        flag.set()  # a sync task cannot be interrupted: it is told instead
+        outcome = failure(job, JobTimeout(timeout), task.settings.retry, task.settings.secret)
+        return replace(outcome, timed_out=True)
+
+
+async def _call(
+    job: Job,
+    task: Task[Any, Any],
+    worker_id: str,
+    executor: Executor,
+    conn: AsyncConnection[Any] | None,
+    cancel_flag: threading.Event,
+) -> Outcome:
     args: tuple[Any, ...] = ()
     if task.settings.pass_context:
-        context = JobContext(job, worker_id, conn if task.is_async else None)
-        if cancel_flag is not None:
-            context = replace(context, cancelled=cancel_flag)
-        args = (context,)
+        args = (JobContext(job, worker_id, conn if task.is_async else None, cancel_flag),)
     try:
         if not isinstance(job.payload, dict):
             raise TypeError(f"payload of job {job.id} is not a JSON object")

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,13 +31,15 @@ from .app import App
 from .completer import Completer, Recorded
 from .errors import SkiplockError, UnknownTask
 from .events import JobEvent, WorkerStats, log_event, new_worker_id
-from .execution import JobTimeout, Outcome, failure, run_job
+from .execution import Outcome, rolled_back, run_job
+from .heartbeat import Heartbeat
 from .job import Job
 from .leader import LeaderElector
 from .listener import Listener
 from .maintenance import Maintenance
 from .payload import check_queue_name
-from .retry import ExponentialBackoff
+from .queue_settings import QueueSettings
+from .running import RunningJob
 from .task import WorkerModel
 
 log = logging.getLogger("skiplock.worker")
@@ -46,18 +47,6 @@ log = logging.getLogger("skiplock.worker")
 EMPTY_CLAIM_COOLDOWN = 0.005  # seconds; caps claims per idle worker at ~200/s under a NOTIFY flood
 
 __all__ = ["JobEvent", "Worker", "WorkerStats", "new_worker_id"]
-
-
-class _Running:
-    """A job this worker is running: what to cancel, and why."""
-
-    def __init__(self, job: Job, model: WorkerModel) -> None:
-        self.job = job
-        self.model = model
-        self.started = time.monotonic()
-        self.task: asyncio.Task[None] | None = None
-        self.stop_reason: str | None = None  # "cancelled" (admin) or "shutdown"
-        self.cancel_flag = threading.Event()
 
 
 class Worker:
@@ -100,10 +89,9 @@ class Worker:
         self.listener: Listener | None = None
         self.elector: LeaderElector | None = None
         self.maintenance: Maintenance | None = None
-        self._running: dict[int, _Running] = {}
+        self._running: dict[int, RunningJob] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._paused: set[str] = set()
-        self._limits: dict[str, int] = {}
+        self.settings: QueueSettings | None = None
         self._stopping = False
         self._wake: asyncio.Event | None = None
         self._pool: AsyncConnectionPool | None = None
@@ -151,8 +139,17 @@ class Worker:
             self.concurrency,
             "held" if held else "lease",
         )
-        services = [self._completer.start(), asyncio.create_task(self._heartbeat())]
-        services.append(asyncio.create_task(self._refresh_settings(queues)))
+        heartbeat = Heartbeat(
+            self.store,
+            self._pool,
+            self.lease_seconds,
+            lambda: list(self._running.values()),
+        )
+        self.settings = QueueSettings(
+            self.store, self._pool, queues, self.poll_interval, on_resume=self._nudge
+        )
+        services = [self._completer.start(), asyncio.create_task(heartbeat.run())]
+        services.append(asyncio.create_task(self.settings.run()))
         if not self.burst:
             services.append(asyncio.create_task(self.elector.run()))
             services.append(asyncio.create_task(self.maintenance.run()))
@@ -160,7 +157,7 @@ class Worker:
             self.listener = Listener(dsn, self.store, set(queues), self._nudge)
             services.append(asyncio.create_task(self.listener.run()))
         try:
-            await self._refresh_settings_once(queues)
+            await self.settings.refresh()
             await self._claim_loop(queues, held)
             await self._shut_down()
         finally:
@@ -196,6 +193,8 @@ class Worker:
 
     async def _claim_loop(self, queues: list[str], held: bool) -> None:
         assert self._wake is not None and self._completer is not None
+        assert self.settings is not None
+        settings = self.settings
         idle_rounds = 0
         while not self._stopping:
             await asyncio.sleep(0)  # let jobs that are about to finish free their slots first
@@ -203,7 +202,7 @@ class Worker:
             # busy, queues paused) must not make the wait below return at once, forever.
             self._wake.clear()
             free = self.concurrency - len(self._tasks)
-            active = [q for q in queues if q not in self._paused]
+            active = [q for q in queues if q not in settings.paused]
             claimed = 0
             if free > 0 and active:
                 try:
@@ -232,22 +231,23 @@ class Worker:
                 )
 
     async def _claim_leased(self, queues: list[str], limit: int) -> int:
-        assert self._pool is not None
-        unlimited = [q for q in queues if q not in self._limits]
+        assert self._pool is not None and self.settings is not None
+        limits = self.settings.limits
+        unlimited = [q for q in queues if q not in limits]
         jobs: list[Job] = []
         async with self._pool.connection() as conn:
             if unlimited:
                 jobs += await self.store.job_claim(
                     conn, unlimited, limit, self.worker_id, self.lease_seconds
                 )
-            for queue in (q for q in queues if q in self._limits):
+            for queue in (q for q in queues if q in limits):
                 if len(jobs) >= limit:
                     break
                 jobs += await self.store.job_claim_limited(
                     conn,
                     queue,
                     limit - len(jobs),
-                    self._limits[queue],
+                    limits[queue],
                     self.worker_id,
                     self.lease_seconds,
                 )
@@ -279,7 +279,7 @@ class Worker:
 
     async def _held_slot(self, queues: list[str], got: asyncio.Future[Job | None]) -> None:
         assert self._pool is not None
-        running: _Running | None = None
+        running: RunningJob | None = None
         try:
             async with self._pool.connection() as conn, conn.transaction():
                 jobs = await self.store.job_claim(
@@ -310,9 +310,7 @@ class Worker:
         """The held transaction rolled back with its claim, so the attempt was not counted:
         count it now, with a backoff, or a job whose outcome cannot be written would rerun in
         a hot loop."""
-        task = self.app.tasks.get(job.task)
-        retry_in = (task.settings.retry if task else ExponentialBackoff()).delay(job.attempts)
-        error = f"the held-lock transaction rolled back: {type(exc).__name__}: {exc}"
+        error, retry_in = rolled_back(job, self.app.tasks.get(job.task), exc)
         log.error("job %s: %s; attempt counted, next try in %.1fs", job.id, error, retry_in)
         try:
             assert self._pool is not None
@@ -331,42 +329,31 @@ class Worker:
         self._tasks.discard(task)
         self._nudge()
 
-    def _track(self, job: Job, model: WorkerModel) -> _Running:
+    def _track(self, job: Job, model: WorkerModel) -> RunningJob:
         self.stats.claimed += 1
-        running = _Running(job, model)
+        running = RunningJob(job, model)
         self._running[job.id] = running
         self._emit(JobEvent("started", job, self.worker_id))
         return running
 
-    def _untrack(self, running: _Running) -> None:
+    def _untrack(self, running: RunningJob) -> None:
         self._running.pop(running.job.id, None)
 
     # -- running -------------------------------------------------------------------------
 
-    async def _outcome(self, running: _Running, conn: AsyncConnection[Any] | None) -> Outcome:
+    async def _outcome(self, running: RunningJob, conn: AsyncConnection[Any] | None) -> Outcome:
         job = running.job
         task = self.app.tasks.get(job.task)
         unknown = None if task else UnknownTask(job.task, list(self.app.tasks))
-        timeout = task.settings.timeout if task else None
         assert self._executor is not None
-        try:
-            async with asyncio.timeout(timeout):
-                return await run_job(
-                    job,
-                    task,
-                    worker_id=self.worker_id,
-                    executor=self._executor,
-                    conn=conn,
-                    unknown=unknown,
-                    cancel_flag=running.cancel_flag,
-                )
-        except TimeoutError:
-            running.cancel_flag.set()
-            assert task is not None and timeout is not None
-            self.stats.timed_out += 1
-            return failure(job, JobTimeout(timeout), task.settings.retry, task.settings.secret)
+        outcome = await run_job(
+            job, task, worker_id=self.worker_id, executor=self._executor, conn=conn,
+            unknown=unknown, cancel_flag=running.cancel_flag,
+        )  # fmt: skip
+        self.stats.timed_out += outcome.timed_out
+        return outcome
 
-    async def _run_leased(self, running: _Running) -> None:
+    async def _run_leased(self, running: RunningJob) -> None:
         assert self._completer is not None
         try:
             outcome = await self._outcome(running, None)
@@ -377,13 +364,12 @@ class Worker:
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()
-            running.cancel_flag.set()
             outcome = Outcome("cancelled" if reason == "cancelled" else "release")
         finally:
             self._untrack(running)
         self._completer.submit(running.job, outcome, running.started)
 
-    async def _run_held(self, running: _Running, conn: AsyncConnection[Any]) -> None:
+    async def _run_held(self, running: RunningJob, conn: AsyncConnection[Any]) -> None:
         """Run and record a held-lock job in its claim's transaction (no buffering)."""
         assert self._completer is not None
         outcome = await self._outcome(running, conn)
@@ -408,68 +394,18 @@ class Worker:
             except Exception:
                 log.exception("on_event hook failed")
 
-    # -- background services -------------------------------------------------------------
-
-    async def _heartbeat(self) -> None:
-        assert self._pool is not None
-        while True:
-            await asyncio.sleep(self.lease_seconds / 3)
-            leased = [r for r in self._running.values() if r.model == "lease"]
-            if not leased:
-                continue
-            try:
-                async with self._pool.connection() as conn:
-                    kept = await self.store.job_heartbeat(
-                        conn, [r.job.claim for r in leased], self.lease_seconds
-                    )
-            except (psycopg.Error, SkiplockError) as exc:
-                log.warning("heartbeat failed: %s", exc)
-                continue
-            for r in leased:
-                if r.job.id not in kept:
-                    log.warning(
-                        "job %s attempt %s: lease lost (reclaimed); its outcome will not count",
-                        r.job.id,
-                        r.job.attempts,
-                    )
-                elif kept[r.job.id] and r.stop_reason is None and r.task is not None:
-                    log.info("job %s: cancellation requested, cancelling it", r.job.id)
-                    r.stop_reason = "cancelled"
-                    r.cancel_flag.set()
-                    r.task.cancel()
-
-    async def _refresh_settings(self, queues: list[str]) -> None:
-        while True:
-            await asyncio.sleep(self.poll_interval)
-            try:
-                await self._refresh_settings_once(queues)
-            except (psycopg.Error, SkiplockError) as exc:
-                log.warning("could not read queue settings: %s", exc)
-
-    async def _refresh_settings_once(self, queues: list[str]) -> None:
-        assert self._pool is not None
-        async with self._pool.connection() as conn:
-            settings = await self.store.queue_settings(conn, queues)
-        paused = {name for name, (is_paused, _) in settings.items() if is_paused}
-        if paused != self._paused:
-            log.info("paused queues: %s", ", ".join(sorted(paused)) or "none")
-            if self._paused - paused:
-                self._nudge()
-        self._paused = paused
-        self._limits = {name: limit for name, (_, limit) in settings.items() if limit is not None}
-
     # -- shutdown ------------------------------------------------------------------------
 
     async def _shut_down(self) -> None:
         if self._tasks:
             log.info(
-                "waiting up to %.0fs for %d running jobs", self.shutdown_grace, len(self._running)
+                "waiting up to %.0fs for %d running jobs",
+                self.shutdown_grace,
+                len(self._running),
             )
             _, late = await asyncio.wait(set(self._tasks), timeout=self.shutdown_grace)
             for running in list(self._running.values()):
-                running.stop_reason = running.stop_reason or "shutdown"
-                if running.task is not None:
-                    running.task.cancel()
+                running.stop("shutdown")
             for task in late:
                 task.cancel()  # held-lock slots: their transactions roll back
             await asyncio.gather(*late, return_exceptions=True)

@@ -1,0 +1,59 @@
+"""The heartbeat: one statement per tick extends the leases of all of a worker's running jobs,
+and reports which of them an admin asked to cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from ._store_async import AsyncStore
+from .errors import SkiplockError
+from .running import RunningJob
+
+log = logging.getLogger("skiplock.worker")
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        store: AsyncStore,
+        pool: AsyncConnectionPool,
+        lease_seconds: float,
+        running: Callable[[], list[RunningJob]],
+    ) -> None:
+        self.store = store
+        self.pool = pool
+        self.lease_seconds = lease_seconds
+        self.running = running
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            await self.beat()
+
+    async def beat(self) -> None:
+        leased = [r for r in self.running() if r.model == "lease"]
+        if not leased:
+            return
+        try:
+            async with self.pool.connection() as conn:
+                kept = await self.store.job_heartbeat(
+                    conn, [r.job.claim for r in leased], self.lease_seconds
+                )
+        except (psycopg.Error, SkiplockError) as exc:
+            log.warning("heartbeat failed: %s", exc)
+            return
+        for r in leased:
+            if r.job.id not in kept:
+                log.warning(
+                    "job %s attempt %s: lease lost (reclaimed); its outcome will not count",
+                    r.job.id,
+                    r.job.attempts,
+                )
+            elif kept[r.job.id] and r.stop_reason is None and r.task is not None:
+                log.info("job %s: cancellation requested, cancelling it", r.job.id)
+                r.stop("cancelled")

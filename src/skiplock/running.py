@@ -1,0 +1,34 @@
+"""A job a worker is running, and how to stop it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Literal
+
+from .job import Job
+from .task import WorkerModel
+
+StopReason = Literal["cancelled", "shutdown"]
+
+
+class RunningJob:
+    """A claimed job in one of the worker's slots: its task, and why it is being stopped."""
+
+    def __init__(self, job: Job, model: WorkerModel) -> None:
+        self.job = job
+        self.model = model
+        self.started = time.monotonic()
+        self.task: asyncio.Task[None] | None = None
+        self.stop_reason: StopReason | None = None
+        # Set when the job is cancelled or times out: sync tasks cannot be interrupted, so they
+        # get this flag (ctx.cancelled) to check.
+        self.cancel_flag = threading.Event()
+
+    def stop(self, reason: StopReason) -> None:
+        """Cancel the job's asyncio task (async tasks stop at their next await)."""
+        self.stop_reason = self.stop_reason or reason
+        self.cancel_flag.set()
+        if self.task is not None:
+            self.task.cancel()
