@@ -196,6 +196,7 @@ class Worker:
         assert self.settings is not None
         settings = self.settings
         idle_rounds = 0
+        empty_claims = 0  # claims in a row that found nothing
         while not self._stopping:
             await asyncio.sleep(0)  # let jobs that are about to finish free their slots first
             # Cleared every round: a wake-up that came while nothing could be claimed (all slots
@@ -210,6 +211,7 @@ class Worker:
                     claimed = await claim(active, free)
                 except (psycopg.Error, SkiplockError) as exc:
                     log.warning("claim failed, retrying after the poll interval: %s", exc)
+                empty_claims = 0 if claimed else empty_claims + 1
             if claimed:
                 idle_rounds = 0
                 continue
@@ -221,9 +223,11 @@ class Worker:
                 assert self.maintenance is not None
                 await self.maintenance.run_once(force=True)
                 continue
-            # A claim just came back empty: let wake-ups that arrive in the next moment collapse
-            # into one, so a flood of NOTIFYs (anyone may send them) cannot drive claims.
-            await asyncio.sleep(EMPTY_CLAIM_COOLDOWN)
+            # Claims keep coming back empty: let wake-ups that arrive in the next moment collapse
+            # into one, so a flood of NOTIFYs (anyone may send them) cannot drive claims.  The
+            # first empty claim after work waits for nothing, so a new job starts at once.
+            if empty_claims > 1:
+                await asyncio.sleep(EMPTY_CLAIM_COOLDOWN)
             # Jittered, so that workers started together do not poll in step.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
