@@ -58,6 +58,7 @@ class Completer:
         self._buffer: list[Entry] = []
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @property
     def pending(self) -> int:
@@ -72,11 +73,12 @@ class Completer:
         return self._task
 
     async def stop(self) -> None:
-        """Stop the flush loop, then write what is still buffered."""
+        """Let the flush in progress finish (never cut a write short: its outcomes would be
+        written twice and reported lost), stop the loop, then write what is still buffered."""
+        self._stopping = True
+        self._ready.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await self._task
             self._task = None
         while self._buffer:
             if not await self.flush():
@@ -84,13 +86,17 @@ class Completer:
                 break
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             await self._ready.wait()
-            await asyncio.sleep(self.flush_interval)  # let a batch gather
+            if not self._stopping:
+                await asyncio.sleep(self.flush_interval)  # let a batch gather
             self._ready.clear()
             while self._buffer:
-                if not await self.flush():
-                    await asyncio.sleep(1.0)  # database trouble: keep the outcomes, try again
+                if await self.flush():
+                    continue
+                if self._stopping:
+                    return  # stop() makes the last attempt
+                await asyncio.sleep(1.0)  # database trouble: keep the outcomes, try again
 
     async def flush(self) -> bool:
         """Write up to ``max_batch`` buffered outcomes; False (keeping them) on a database error."""

@@ -1,5 +1,7 @@
 """Maintenance that one worker runs for everybody (the leader): promote due scheduled jobs,
-reclaim expired leases, enqueue periodic ticks, prune finished jobs past their retention."""
+enqueue periodic ticks, prune finished jobs past their retention, reclaim expired leases.
+Reclaiming is also done by every other worker, so that the death of the leader itself does
+not hold up the recovery of its jobs."""
 
 from __future__ import annotations
 
@@ -64,7 +66,23 @@ class Maintenance:
         while True:
             if self.elector.is_leader:
                 await self.run_once()
+            else:
+                await self.reclaim_if_due()
             await asyncio.sleep(self.interval)
+
+    async def reclaim_if_due(self) -> None:
+        """Every worker, leader or not, reclaims expired leases at the reclaim interval: the
+        statement is safe to run concurrently, and a dead leader must not delay recovery."""
+        now = time.monotonic()
+        if now < self._next_reclaim:
+            return
+        self._next_reclaim = now + self.reclaim_interval
+        try:
+            async with self.pool.connection() as conn:
+                await self._reclaim(conn)
+        except (psycopg.Error, SkiplockError) as exc:
+            self.stats.errors += 1
+            log.warning("reclaim failed, retrying next round: %s", exc)
 
     async def run_once(self, *, force: bool = False) -> None:
         """One round; ``force`` runs the reclaim and prune whatever their intervals say.  Each

