@@ -1,0 +1,365 @@
+"""``python -m bench``: skiplock, PGQueuer, Procrastinate and the raw-SQL ceiling, side by side.
+
+    python -m bench [--quick] [--dsn DSN] [--repeat N] [--only drain,enqueue,...] [--out DIR]
+
+Writes DIR/RESULTS.md, DIR/results.json and DIR/*.png.  Exits 1 when any run's counts did not
+verify (every job exactly once, none failed), 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from . import ceiling, report, scale
+from .db import BenchDatabase, default_dsn, server_info
+from .plan import Plan, make_plan, plan_from_dict
+from .systems import SYSTEMS, versions
+from .workloads import Context, drain, enqueue, latency, long_transaction
+
+WORKLOADS = ("enqueue", "drain", "latency", "scale", "longtx", "ceiling")
+
+log = logging.getLogger("bench")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="CI smoke: small sizes, 1 repeat")
+    parser.add_argument("--dsn", default=None, help="server (default: $SKIPLOCK_DATABASE_URL)")
+    parser.add_argument(
+        "--database",
+        default="skiplock_bench",
+        help="database to create/drop for the runs (default: skiplock_bench)",
+    )
+    parser.add_argument("--repeat", type=int, default=None, help="repetitions (3; quick: 1)")
+    parser.add_argument(
+        "--only",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated subset of {','.join(WORKLOADS)}",
+    )
+    parser.add_argument(
+        "--out",
+        default=str(Path(__file__).resolve().parent),
+        help="directory for RESULTS.md, results.json, charts (default: bench/)",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite RESULTS.md and the charts from OUT/results.json, run nothing",
+    )
+    args = parser.parse_args(argv)
+    only = [w.strip() for w in args.only.split(",") if w.strip()]
+    unknown = set(only) - set(WORKLOADS)
+    if unknown:
+        parser.error(f"unknown workload(s) {sorted(unknown)}; choose from {WORKLOADS}")
+    args.only = only
+    return args
+
+
+class Runner:
+    def __init__(self, ctx: Context, plan: Plan) -> None:
+        self.ctx = ctx
+        self.plan = plan
+        self.results: list[dict[str, Any]] = []
+        self.timings: dict[str, float] = {}
+
+    def measure(
+        self,
+        workload: str,
+        system: str,
+        setting: str,
+        rep: int,
+        fn: Callable[[], dict[str, Any]],
+        **labels: Any,
+    ) -> dict[str, Any]:
+        t0 = time.monotonic()
+        try:
+            out = fn()
+        except Exception as exc:
+            log.error("%s %s/%s failed: %s", workload, system, setting, exc)
+            traceback.print_exc()
+            out = {"verified": False, "problems": [f"{type(exc).__name__}: {exc}"]}
+        row = {
+            "workload": workload,
+            "system": system,
+            "setting": setting,
+            "rep": rep,
+            **labels,
+            **out,
+            "wall_s": time.monotonic() - t0,
+        }
+        self.results.append(row)
+        brief = {
+            k: v for k, v in out.items() if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        main = next(
+            (
+                k
+                for k in ("jobs_per_s", "p50_ms", "during_over_before", "claim_exec_ms")
+                if k in brief
+            ),
+            None,
+        )
+        log.info(
+            "%-8s %-14s %-16s %s rep %d: %s%s (%.1fs)",
+            workload,
+            system,
+            setting,
+            " ".join(f"{k}={v}" for k, v in labels.items()),
+            rep,
+            f"{main}={brief[main]:.4g}" if main else "",
+            "" if out.get("verified") else f"  NOT VERIFIED: {out.get('problems')}",
+            row["wall_s"],
+        )
+        return row
+
+    def timed(self, name: str, fn: Callable[[], None]) -> None:
+        t0 = time.monotonic()
+        fn()
+        self.timings[name] = time.monotonic() - t0
+
+    # -- workloads ---------------------------------------------------------------------------
+
+    def enqueue(self) -> None:
+        p = self.plan
+        for rep in range(p.repeat):
+            for system in SYSTEMS.values():
+                for mode, n, bulk in (
+                    (
+                        "single",
+                        p.enqueue_single // (4 if system.name == "procrastinate" else 1),
+                        None,
+                    ),
+                    ("bulk", p.enqueue_bulk, p.bulk_batch),
+                ):
+                    self.measure(
+                        "enqueue",
+                        system.name,
+                        mode,
+                        rep,
+                        lambda s=system, n=n, b=bulk: enqueue(self.ctx, s, n, b),
+                    )
+
+    def drain(self) -> None:
+        p = self.plan
+        for size in p.drain_sizes:
+            big = size == max(p.drain_sizes) and len(p.drain_sizes) > 1
+            settings = p.big_drain_settings if big else p.drain_settings
+            for rep in range(p.big_drain_repeat if big else p.repeat):
+                for setting in settings:
+                    n = p.procrastinate_drain if setting.system == "procrastinate" else size
+                    self.measure(
+                        "drain",
+                        setting.system,
+                        setting.label,
+                        rep,
+                        lambda st=setting, n=n: drain(self.ctx, SYSTEMS[st.system], st, n),
+                        size=size,
+                        notes=setting.notes,
+                    )
+
+    def latency(self) -> None:
+        p = self.plan
+        for rep in range(p.repeat):
+            for setting in p.latency_settings:
+                self.measure(
+                    "latency",
+                    setting.system,
+                    setting.label,
+                    rep,
+                    lambda st=setting: latency(
+                        self.ctx, SYSTEMS[st.system], st, p.latency_rate, p.latency_seconds
+                    ),
+                )
+
+    def scale(self) -> None:
+        p = self.plan
+        for case in scale.CASES:
+            for rep in range(p.repeat):
+                self.measure(
+                    "scale",
+                    "skiplock",
+                    p.scale_setting.label,
+                    rep,
+                    lambda c=case: scale.skiplock_case(
+                        self.ctx,
+                        c,
+                        p.scale_background,
+                        p.scale_due,
+                        p.scale_claims,
+                        p.scale_drain_s,
+                        p.scale_setting,
+                    ),
+                    case=case,
+                )
+                self.measure(
+                    "scale",
+                    "sql-ceiling",
+                    "n10-done-c1",
+                    rep,
+                    lambda c=case: scale.ceiling_case(
+                        self.ctx, c, p.scale_background, p.scale_due, p.scale_drain_s
+                    ),
+                    case=case,
+                )
+
+    def longtx(self) -> None:
+        p = self.plan
+        before, during, after = p.longtx
+        for setting in p.longtx_settings:
+            self.measure(
+                "longtx",
+                setting.system,
+                setting.label,
+                0,
+                lambda st=setting: long_transaction(
+                    self.ctx,
+                    SYSTEMS[st.system],
+                    st,
+                    before,
+                    during,
+                    after,
+                    backlog=200 if st.system == "procrastinate" else 2000,
+                    batch=50 if st.system == "procrastinate" else 500,
+                ),
+            )
+
+    def ceiling(self) -> None:
+        p = self.plan
+        for rep in range(p.repeat):
+            for batch in p.ceiling_batches:
+                for mode in p.ceiling_modes:
+                    for clients in p.ceiling_clients:
+                        self.measure(
+                            "ceiling",
+                            "sql-ceiling",
+                            f"n{batch}-{mode}-c{clients}",
+                            rep,
+                            lambda b=batch, m=mode, c=clients: ceiling.drain(
+                                self.ctx, p.ceiling_jobs[b], b, m, c
+                            ),
+                            batch=batch,
+                            mode=mode,
+                            clients=clients,
+                        )
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpus": len(__import__("os").sched_getaffinity(0)),
+    }
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        mem = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
+        info["memory_gib"] = round(int(mem) / 1024 / 1024, 1)
+        info["loadavg_start"] = Path("/proc/loadavg").read_text().split()[:3]
+    except OSError:
+        pass
+    return info
+
+
+def source_state() -> str:
+    """The skiplock checkout the workers import: commit, plus '+changes' if src/ differs."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--", "src"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return head + (" +uncommitted changes in src/" if dirty else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("procrastinate", "pgqueuer", "skiplock", "psycopg"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    server = args.dsn or default_dsn()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.report_only:
+        saved = json.loads((out / "results.json").read_text())
+        plan = plan_from_dict(saved["plan"])
+        report.write(out, saved["meta"], plan, saved["results"])
+        return 1 if any(not r.get("verified") for r in saved["results"]) else 0
+    db = BenchDatabase(server, args.database)
+    plan = make_plan(args.quick, args.repeat)
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
+    ctx = Context(db, log_dir, args.quick)
+    runner = Runner(ctx, plan)
+    started = datetime.now(UTC)
+    meta: dict[str, Any] = {
+        "command": " ".join(["python -m bench", *(sys.argv[1:] if argv is None else argv)]),
+        "source": source_state(),
+        "started": started.isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "repeat": plan.repeat,
+        "machine": machine(),
+        "versions": versions(),
+        "server": server_info(server),
+        "database": args.database,
+        "worker_logs": str(log_dir),
+    }
+    meta["commit_ms"] = report.commit_latency(db)
+    log.info("bench: %s, out=%s, logs=%s", "quick" if args.quick else "full", out, log_dir)
+    t0 = time.monotonic()
+    try:
+        for workload in WORKLOADS:  # fixed order, whatever --only lists
+            if workload in args.only:
+                runner.timed(workload, getattr(runner, workload))
+    finally:
+        meta["seconds"] = time.monotonic() - t0
+        meta["source_end"] = source_state()
+        meta["timings"] = runner.timings
+        meta["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+        try:
+            db.drop()
+        except Exception as exc:  # the report matters more than the cleanup
+            log.warning("could not drop %s: %s", args.database, exc)
+        (out / "results.json").write_text(
+            json.dumps(
+                {"meta": meta, "plan": report.plan_dict(plan), "results": runner.results},
+                indent=1,
+                default=str,
+            )
+        )
+        report.write(out, meta, plan, runner.results)
+    bad = [r for r in runner.results if not r.get("verified")]
+    log.info(
+        "done in %.0fs: %d runs, %d not verified; wrote %s",
+        meta["seconds"],
+        len(runner.results),
+        len(bad),
+        out / "RESULTS.md",
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

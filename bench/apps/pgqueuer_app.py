@@ -1,0 +1,31 @@
+"""PGQueuer's side: ``pgq run bench.apps.pgqueuer_app:factory`` (asyncpg, its fastest driver)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import asyncpg
+from pgqueuer import PgQueuer
+from pgqueuer.db import AsyncpgDriver
+from pgqueuer.models import Job
+
+from .record import record
+
+ENTRYPOINT = "noop"
+
+
+@asynccontextmanager
+async def factory() -> AsyncIterator[PgQueuer]:
+    connection = await asyncpg.connect(os.environ["BENCH_DSN"])
+    try:
+        pgq = PgQueuer(AsyncpgDriver(connection))
+
+        @pgq.entrypoint(ENTRYPOINT)
+        async def noop(job: Job) -> None:
+            record(int(job.payload or b"0"))
+
+        yield pgq
+    finally:
+        await connection.close()

@@ -1,0 +1,23 @@
+"""skiplock's side: ``python -m skiplock worker bench.apps.skiplock_app:app``."""
+
+from __future__ import annotations
+
+import os
+
+from skiplock import App
+
+from .record import record
+
+SCHEMA = "skiplock"
+QUEUE = "bench"
+
+app = App(
+    os.environ.get("BENCH_DSN") or None,
+    SCHEMA,
+    completion=os.environ.get("BENCH_COMPLETION", "keep"),  # type: ignore[arg-type]
+)
+
+
+@app.task(name="noop", queue=QUEUE)
+async def noop(n: int) -> None:
+    record(n)

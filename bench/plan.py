@@ -1,0 +1,140 @@
+"""What one run measures: settings per system and the sizes of every workload (full or quick)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .systems import Setting
+
+SK_DEFAULT = Setting("skiplock", "default", notes="CLI defaults: concurrency 10, INFO log")
+SK_C100 = Setting(
+    "skiplock", "c100", concurrency=100, log_level="WARNING", notes="concurrency 100, log WARNING"
+)
+SK_C100X2 = Setting(
+    "skiplock",
+    "c100x2",
+    concurrency=100,
+    processes=2,
+    log_level="WARNING",
+    notes="concurrency 100, --processes 2, log WARNING",
+)
+
+
+def pgq(batch: int, processes: int) -> Setting:
+    return Setting(
+        "pgqueuer",
+        f"b{batch}x{processes}",
+        batch=batch,
+        processes=processes,
+        notes=f"--batch-size {batch}, {processes} process(es), asyncpg, pgq autovac",
+    )
+
+
+PR_DEFAULT = Setting("procrastinate", "default", notes="CLI defaults: concurrency 1")
+PR_C10 = Setting("procrastinate", "c10", concurrency=10, notes="--concurrency 10")
+
+
+@dataclass
+class Plan:
+    quick: bool
+    repeat: int
+    enqueue_single: int
+    enqueue_bulk: int
+    bulk_batch: int
+    drain_sizes: list[int]
+    drain_settings: list[Setting]
+    big_drain_settings: list[Setting]  # the settings also run at the largest size
+    big_drain_repeat: int
+    procrastinate_drain: int  # Procrastinate drains this many instead (it runs ~100-300 jobs/s)
+    latency_rate: float
+    latency_seconds: float
+    latency_settings: list[Setting]
+    scale_background: int
+    scale_due: int
+    scale_claims: int
+    scale_drain_s: float
+    scale_setting: Setting
+    longtx: tuple[float, float, float]
+    longtx_settings: list[Setting]
+    ceiling_batches: list[int]
+    ceiling_modes: list[str]
+    ceiling_clients: list[int]
+    ceiling_jobs: dict[int, int] = field(default_factory=dict)
+
+
+def make_plan(quick: bool, repeat: int | None) -> Plan:
+    if quick:
+        return Plan(
+            quick=True,
+            repeat=repeat or 1,
+            enqueue_single=200,
+            enqueue_bulk=2000,
+            bulk_batch=500,
+            drain_sizes=[2000],
+            drain_settings=[SK_DEFAULT, SK_C100X2, pgq(10, 1), pgq(100, 2), PR_DEFAULT],
+            big_drain_settings=[],
+            big_drain_repeat=1,
+            procrastinate_drain=200,
+            latency_rate=50.0,
+            latency_seconds=2.0,
+            latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT],
+            scale_background=20_000,
+            scale_due=2000,
+            scale_claims=20,
+            scale_drain_s=1.0,
+            scale_setting=SK_DEFAULT,
+            longtx=(2.0, 3.0, 2.0),
+            longtx_settings=[SK_DEFAULT, pgq(100, 1), PR_C10],
+            ceiling_batches=[1, 10, 100],
+            ceiling_modes=["done", "delete"],
+            ceiling_clients=[1, 4],
+            ceiling_jobs={1: 400, 10: 2000, 100: 4000},
+        )
+    pgq_all = [pgq(b, p) for b in (10, 100, 500) for p in (1, 2)]
+    return Plan(
+        quick=False,
+        repeat=repeat or 3,
+        enqueue_single=2000,
+        enqueue_bulk=50_000,
+        bulk_batch=1000,
+        drain_sizes=[20_000, 100_000],
+        drain_settings=[SK_DEFAULT, SK_C100, SK_C100X2, *pgq_all, PR_DEFAULT, PR_C10],
+        big_drain_settings=[
+            SK_DEFAULT,
+            SK_C100,
+            SK_C100X2,
+            pgq(100, 1),
+            pgq(100, 2),
+            pgq(500, 1),
+            pgq(500, 2),
+        ],
+        big_drain_repeat=max(1, (repeat or 3) - 1),
+        procrastinate_drain=2000,
+        latency_rate=50.0,
+        latency_seconds=10.0,
+        latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT],
+        scale_background=1_000_000,
+        scale_due=10_000,
+        scale_claims=300,
+        scale_drain_s=4.0,
+        scale_setting=SK_DEFAULT,
+        longtx=(20.0, 60.0, 20.0),
+        longtx_settings=[SK_DEFAULT, pgq(100, 1), PR_C10],
+        ceiling_batches=[1, 10, 100],
+        ceiling_modes=["done", "delete"],
+        ceiling_clients=[1, 2, 4, 8],
+        ceiling_jobs={1: 4000, 10: 20_000, 100: 20_000},
+    )
+
+
+def plan_from_dict(d: dict[str, Any]) -> Plan:
+    """The plan as ``results.json`` stored it (for ``--report-only``)."""
+    d = dict(d)
+    for name in ("drain_settings", "big_drain_settings", "latency_settings", "longtx_settings"):
+        d[name] = [Setting(**{**s, "extra": tuple(s.get("extra", ()))}) for s in d[name]]
+    s = d["scale_setting"]
+    d["scale_setting"] = Setting(**{**s, "extra": tuple(s.get("extra", ()))})
+    d["longtx"] = tuple(d["longtx"])
+    d["ceiling_jobs"] = {int(k): v for k, v in d["ceiling_jobs"].items()}
+    return Plan(**d)

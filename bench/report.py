@@ -1,0 +1,730 @@
+# ruff: noqa: RUF001  (the report is Markdown for people: typographic dashes and signs are meant)
+"""RESULTS.md and the charts, from the list of runs ``python -m bench`` collected."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .db import BenchDatabase, connect
+from .plan import Plan
+from .scale import CASES
+
+PEERS = ("pgqueuer", "procrastinate")
+COLORS = {
+    "skiplock": "#1f77b4",
+    "pgqueuer": "#ff7f0e",
+    "procrastinate": "#2ca02c",
+    "sql-ceiling": "#7f7f7f",
+}
+
+
+def commit_latency(db: BenchDatabase, commits: int = 200) -> float:
+    """Mean ms of a one-row INSERT commit on this server now (fsync cost: what batching saves)."""
+    db.recreate()
+    with connect(db.dsn) as conn:
+        conn.execute("CREATE TABLE commit_probe (a int)")
+        t0 = time.perf_counter()
+        for _ in range(commits):
+            conn.execute("INSERT INTO commit_probe VALUES (1)")
+        return (time.perf_counter() - t0) * 1000 / commits
+
+
+def plan_dict(plan: Plan) -> dict[str, Any]:
+    return dataclasses.asdict(plan)
+
+
+# -- aggregation ----------------------------------------------------------------------------
+
+
+def select(results: list[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:
+    return [r for r in results if all(r.get(k) == v for k, v in match.items())]
+
+
+def stats(rows: Iterable[dict[str, Any]], metric: str) -> tuple[float, float, float] | None:
+    """Median, min, max of ``metric`` over the runs whose counts verified (the others are
+    listed at the end of the report, not averaged in)."""
+    rows = [r for r in rows if r.get("verified")]
+    values = [
+        r[metric]
+        for r in rows
+        if isinstance(r.get(metric), int | float)
+        and not (isinstance(r[metric], float) and math.isnan(r[metric]))
+    ]
+    if not values:
+        return None
+    return statistics.median(values), min(values), max(values)
+
+
+def med(rows: Iterable[dict[str, Any]], metric: str) -> float:
+    s = stats(rows, metric)
+    return s[0] if s else float("nan")
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def fmt_stats(s: tuple[float, float, float] | None, digits: int = 3) -> str:
+    if s is None:
+        return "–"
+    m, lo, hi = s
+    if lo == hi:
+        return fmt(m, digits)
+    return f"{fmt(m, digits)} ({fmt(lo, digits)}–{fmt(hi, digits)})"
+
+
+def groups(rows: list[dict[str, Any]], *keys: str) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    out: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        out[tuple(r.get(k) for k in keys)].append(r)
+    return dict(out)
+
+
+def verified(rows: list[dict[str, Any]]) -> str:
+    ok = sum(1 for r in rows if r.get("verified"))
+    return "yes" if ok == len(rows) else f"**{ok}/{len(rows)}**"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+# -- figures the targets use ----------------------------------------------------------------
+
+
+def best_setting(
+    results: list[dict[str, Any]], workload: str, systems: Iterable[str], **match: Any
+) -> tuple[str, str, float] | None:
+    """(system, setting, median jobs/s) of the fastest setting among ``systems``."""
+    best = None
+    for (system, setting), rows in groups(
+        select(results, workload=workload, **match), "system", "setting"
+    ).items():
+        if system not in systems:
+            continue
+        m = med(rows, "jobs_per_s")
+        if not math.isnan(m) and (best is None or m > best[2]):
+            best = (system, setting, m)
+    return best
+
+
+def ceiling_best(results: list[dict[str, Any]], batch: int, mode: str = "done") -> float:
+    rows = select(results, workload="ceiling", batch=batch, mode=mode)
+    by = groups(rows, "clients")
+    return max((med(r, "jobs_per_s") for r in by.values()), default=float("nan"))
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("**met**" if ok else "**missed**")
+
+
+def targets(results: list[dict[str, Any]], plan: Plan) -> list[list[str]]:
+    out: list[list[str]] = []
+    sizes = sorted({r["size"] for r in select(results, workload="drain")})
+    for size in sizes:
+        pq = best_setting(results, "drain", ["pgqueuer"], size=size)
+        sk_default = med(
+            select(results, workload="drain", system="skiplock", setting="default", size=size),
+            "jobs_per_s",
+        )
+        sk = best_setting(results, "drain", ["skiplock"], size=size)
+        if pq:
+            r = sk_default / pq[2]
+            out.append(
+                [
+                    f"Drain {size:,}: skiplock default ≥ 1.0× PGQueuer best",
+                    f"{fmt(sk_default)} vs {fmt(pq[2])} jobs/s ({pq[1]}) = {r:.2f}×",
+                    verdict(r >= 1.0),
+                ]
+            )
+        if pq and sk:
+            r = sk[2] / pq[2]
+            exp_sk = med(
+                select(results, workload="drain", system="skiplock", setting=sk[1], size=size),
+                "max_inflight",
+            )
+            exp_pq = med(
+                select(results, workload="drain", system="pgqueuer", setting=pq[1], size=size),
+                "max_inflight",
+            )
+            out.append(
+                [
+                    f"Drain {size:,}: skiplock best ≥ 1.3× PGQueuer best, crash exposure ≤",
+                    f"{sk[1]} {fmt(sk[2])} vs {pq[1]} {fmt(pq[2])} jobs/s = {r:.2f}×; "
+                    f"max claimed-unrecorded {fmt(exp_sk)} vs {fmt(exp_pq)}",
+                    verdict(r >= 1.3 and exp_sk <= exp_pq),
+                ]
+            )
+        for label, batch in (("default", 10), ("c100", 100), ("c100x2", 100)):
+            sk_rate = med(
+                select(results, workload="drain", system="skiplock", setting=label, size=size),
+                "jobs_per_s",
+            )
+            ceil = ceiling_best(results, batch)
+            if math.isnan(sk_rate) or math.isnan(ceil):
+                continue
+            r = ceil / sk_rate
+            out.append(
+                [
+                    f"Drain {size:,}: skiplock {label} within 1.5× of the SQL ceiling "
+                    f"(batch {batch}, mark done, best of 1–8 clients)",
+                    f"ceiling {fmt(ceil)} / skiplock {fmt(sk_rate)} = {r:.2f}×",
+                    verdict(r <= 1.5),
+                ]
+            )
+    for mode, need in (("bulk", 1.5), ("single", 1.0)):
+        sk = med(select(results, workload="enqueue", system="skiplock", setting=mode), "jobs_per_s")
+        pq = med(select(results, workload="enqueue", system="pgqueuer", setting=mode), "jobs_per_s")
+        if not (math.isnan(sk) or math.isnan(pq)):
+            out.append(
+                [
+                    f"Enqueue {mode}: ≥ {need}× PGQueuer",
+                    f"{fmt(sk)} vs {fmt(pq)} jobs/s = {sk / pq:.2f}×",
+                    verdict(sk / pq >= need),
+                ]
+            )
+    sk_rows = select(results, workload="latency", system="skiplock", setting="default")
+    pq_rows = select(results, workload="latency", system="pgqueuer")
+    if sk_rows and pq_rows:
+        sk50, pq50, sk99 = med(sk_rows, "p50_ms"), med(pq_rows, "p50_ms"), med(sk_rows, "p99_ms")
+        out.append(
+            [
+                "Latency p50 ≤ 0.7× PGQueuer p50",
+                f"{fmt(sk50)} vs {fmt(pq50)} ms = {sk50 / pq50:.2f}×",
+                verdict(sk50 / pq50 <= 0.7),
+            ]
+        )
+        out.append(["Latency p99 ≤ 10 ms (idle worker)", f"{fmt(sk99)} ms", verdict(sk99 <= 10)])
+    base_rows = select(results, workload="scale", system="skiplock", case=CASES[0])
+    if base_rows:
+        base = med(base_rows, "claim_exec_ms")
+        base_client = med(base_rows, "claim_p50_ms")
+        for case in CASES[1:]:
+            rows = select(results, workload="scale", system="skiplock", case=case)
+            if not rows:
+                continue
+            m, c = med(rows, "claim_exec_ms"), med(rows, "claim_p50_ms")
+            out.append(
+                [
+                    f"Scale ({case.replace('+1M', f'+{plan.scale_background:,}')}): "
+                    f"claim ≤ 1.5× the {plan.scale_due:,}-due-jobs-only case",
+                    f"server {fmt(m)} vs {fmt(base)} ms = {m / base:.2f}×; "
+                    f"client p50 {fmt(c)} vs {fmt(base_client)} ms = {c / base_client:.2f}×",
+                    verdict(m / base <= 1.5),
+                ]
+            )
+    rows = select(results, workload="longtx", system="skiplock")
+    if rows:
+        r = med(rows, "during_over_before")
+        during = plan.longtx[1]
+        out.append(
+            [
+                f"Long transaction ({during:.0f} s held snapshot): throughput ≥ 50% of clean",
+                f"{fmt(med(rows, 'during_jobs_per_s'))} vs "
+                f"{fmt(med(rows, 'before_jobs_per_s'))} jobs/s = {r:.0%}",
+                verdict(r >= 0.5),
+            ]
+        )
+    return out
+
+
+# -- sections -------------------------------------------------------------------------------
+
+COST_HEADER = ["xacts/job", "WAL B/job", "worker CPU µs/job", "PG CPU µs/job"]
+
+
+def cost_cells(rows: list[dict[str, Any]]) -> list[str]:
+    return [
+        fmt(med(rows, "xacts_per_job")),
+        fmt(med(rows, "wal_bytes_per_job"), 4),
+        fmt(med(rows, "worker_cpu_us_per_job")),
+        fmt(med(rows, "pg_cpu_us_per_job")),
+    ]
+
+
+def drain_section(results: list[dict[str, Any]]) -> str:
+    parts = []
+    for size in sorted({r["size"] for r in select(results, workload="drain")}):
+        rows = select(results, workload="drain", size=size)
+        peer = best_setting(results, "drain", PEERS, size=size)
+        lines = []
+        for (system, setting), rs in groups(rows, "system", "setting").items():
+            m = med(rs, "jobs_per_s")
+            ratio = f"{m / peer[2]:.2f}×" if peer else "–"
+            jobs = rs[0].get("jobs", size)
+            lines.append(
+                [
+                    system,
+                    setting,
+                    rs[0].get("notes", ""),
+                    f"{jobs:,}" if isinstance(jobs, int) else "–",
+                    fmt_stats(stats(rs, "jobs_per_s")),
+                    ratio,
+                    fmt(med(rs, "max_inflight")),
+                    *cost_cells(rs),
+                    fmt(med(rs, "startup_s")),
+                    verified(rs),
+                ]
+            )
+        head = [
+            "system",
+            "setting",
+            "what",
+            "jobs",
+            "jobs/s median (min–max)",
+            "vs best peer",
+            "max claimed-unrecorded",
+            *COST_HEADER,
+            "start-up s",
+            "verified",
+        ]
+        best = f"best peer: {peer[0]} {peer[1]} ({fmt(peer[2])} jobs/s)" if peer else ""
+        parts.append(f"### Drain, {size:,} jobs preloaded ({best})\n\n{table(head, lines)}")
+    return "\n\n".join(parts)
+
+
+def ceiling_section(results: list[dict[str, Any]]) -> str:
+    rows = select(results, workload="ceiling")
+    lines = []
+    for (batch, mode, clients), rs in sorted(groups(rows, "batch", "mode", "clients").items()):
+        lines.append(
+            [
+                str(batch),
+                mode,
+                str(clients),
+                fmt_stats(stats(rs, "jobs_per_s")),
+                fmt(med(rs, "claim_ms")),
+                fmt(med(rs, "finish_ms")),
+                fmt(med(rs, "xacts_per_job")),
+                fmt(med(rs, "wal_bytes_per_job"), 4),
+                fmt(med(rs, "pg_cpu_us_per_job")),
+                verified(rs),
+            ]
+        )
+    head = [
+        "jobs/statement",
+        "finish",
+        "clients",
+        "jobs/s median (min–max)",
+        "claim ms",
+        "finish ms",
+        "xacts/job",
+        "WAL B/job",
+        "PG CPU µs/job",
+        "verified",
+    ]
+    return table(head, lines)
+
+
+def enqueue_section(results: list[dict[str, Any]]) -> str:
+    rows = select(results, workload="enqueue")
+    lines = []
+    for mode in ("single", "bulk"):
+        peer = best_setting(results, "enqueue", PEERS, setting=mode)
+        for (system,), rs in groups(select(rows, setting=mode), "system").items():
+            m = med(rs, "jobs_per_s")
+            lines.append(
+                [
+                    mode,
+                    system,
+                    f"{rs[0].get('jobs', 0):,}",
+                    fmt_stats(stats(rs, "jobs_per_s")),
+                    f"{m / peer[2]:.2f}×" if peer else "–",
+                    fmt(med(rs, "xacts_per_job")),
+                    fmt(med(rs, "wal_bytes_per_job"), 4),
+                    fmt(med(rs, "client_cpu_us_per_job")),
+                    fmt(med(rs, "pg_cpu_us_per_job")),
+                    verified(rs),
+                ]
+            )
+    head = [
+        "mode",
+        "system",
+        "jobs",
+        "jobs/s median (min–max)",
+        "vs best peer",
+        "xacts/job",
+        "WAL B/job",
+        "client CPU µs/job",
+        "PG CPU µs/job",
+        "verified",
+    ]
+    return table(head, lines)
+
+
+def latency_section(results: list[dict[str, Any]]) -> str:
+    rows = select(results, workload="latency")
+    peers = [med(rs, "p50_ms") for (s,), rs in groups(rows, "system").items() if s in PEERS]
+    best_peer = min((p for p in peers if not math.isnan(p)), default=float("nan"))
+    lines = []
+    for (system, setting), rs in groups(rows, "system", "setting").items():
+        p50 = med(rs, "p50_ms")
+        lines.append(
+            [
+                system,
+                setting,
+                fmt_stats(stats(rs, "p50_ms")),
+                fmt_stats(stats(rs, "p95_ms")),
+                fmt_stats(stats(rs, "p99_ms")),
+                fmt(med(rs, "max_ms")),
+                f"{p50 / best_peer:.2f}×",
+                verified(rs),
+            ]
+        )
+    head = [
+        "system",
+        "setting",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+        "p50 vs best peer",
+        "verified",
+    ]
+    return table(head, lines)
+
+
+def scale_section(results: list[dict[str, Any]], plan: Plan) -> str:
+    lines = []
+    for system in ("skiplock", "sql-ceiling"):
+        base = med(select(results, workload="scale", system=system, case=CASES[0]), "claim_exec_ms")
+        for case in CASES:
+            rs = select(results, workload="scale", system=system, case=case)
+            if not rs:
+                continue
+            m = med(rs, "claim_exec_ms")
+            lines.append(
+                [
+                    system,
+                    case.replace("1M", f"{plan.scale_background:,}"),
+                    fmt_stats(stats(rs, "claim_exec_ms")),
+                    f"{m / base:.2f}×",
+                    fmt(med(rs, "claim_buffers")),
+                    fmt_stats(stats(rs, "claim_p50_ms")),
+                    fmt_stats(stats(rs, "drain_jobs_per_s")),
+                    verified(rs),
+                ]
+            )
+    head = [
+        "system",
+        f"table ({plan.scale_due:,} due jobs +)",
+        "claim of 10: server ms",
+        "vs first row",
+        "buffers",
+        "claim client p50 ms (commit incl.)",
+        "drain jobs/s",
+        "verified",
+    ]
+    return table(head, lines)
+
+
+def longtx_section(results: list[dict[str, Any]]) -> str:
+    rows = select(results, workload="longtx")
+    lines = []
+    for (system, setting), rs in groups(rows, "system", "setting").items():
+        lines.append(
+            [
+                system,
+                setting,
+                fmt(med(rs, "before_jobs_per_s")),
+                fmt(med(rs, "during_jobs_per_s")),
+                fmt(med(rs, "after_jobs_per_s")),
+                f"{med(rs, 'during_over_before'):.0%}",
+                fmt(med(rs, "max_dead_tuples")),
+                f"{rs[0].get('jobs', 0):,}",
+                verified(rs),
+            ]
+        )
+    head = [
+        "system",
+        "setting",
+        "before jobs/s",
+        "during jobs/s",
+        "after jobs/s",
+        "during / before",
+        "max dead tuples",
+        "jobs",
+        "verified",
+    ]
+    return table(head, lines)
+
+
+# -- charts ---------------------------------------------------------------------------------
+
+
+def charts(out: Path, results: list[dict[str, Any]], plan: Plan) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written: list[str] = []
+    sizes = sorted({r["size"] for r in select(results, workload="drain")})
+    if sizes:
+        fig, axes = plt.subplots(
+            len(sizes), 1, figsize=(9, 1.2 + 0.45 * 14 * len(sizes)), squeeze=False
+        )
+        for ax, size in zip(axes[:, 0], sizes, strict=True):
+            g = groups(select(results, workload="drain", size=size), "system", "setting")
+            items = sorted(g.items(), key=lambda kv: med(kv[1], "jobs_per_s"))
+            labels = [f"{s}/{st}" for (s, st), _ in items]
+            meds = [med(rs, "jobs_per_s") for _, rs in items]
+            lows = [
+                m - (stats(rs, "jobs_per_s") or (m, m, m))[1]
+                for m, (_, rs) in zip(meds, items, strict=True)
+            ]
+            highs = [
+                (stats(rs, "jobs_per_s") or (m, m, m))[2] - m
+                for m, (_, rs) in zip(meds, items, strict=True)
+            ]
+            ax.barh(
+                labels,
+                meds,
+                xerr=[lows, highs],
+                capsize=3,
+                color=[COLORS.get(s, "grey") for (s, _), _ in items],
+            )
+            for batch, style in ((10, "--"), (100, ":")):
+                c = ceiling_best(results, batch)
+                if not math.isnan(c):
+                    ax.axvline(
+                        c,
+                        color="black",
+                        linestyle=style,
+                        linewidth=1,
+                        label=f"SQL ceiling, {batch}/statement, mark done",
+                    )
+            ax.set_title(f"Drain of {size:,} preloaded no-op jobs (median, min–max)")
+            ax.set_xlabel("jobs/s")
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(loc="lower right", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "drain.png", dpi=110)
+        plt.close(fig)
+        written.append("drain.png")
+    lat = select(results, workload="latency")
+    if lat:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for (system, setting), rs in groups(lat, "system", "setting").items():
+            samples = sorted(x for r in rs for x in r.get("samples_ms", []))
+            if not samples:
+                continue
+            ys = [(i + 1) / len(samples) for i in range(len(samples))]
+            ax.plot(samples, ys, label=f"{system}/{setting}", color=COLORS.get(system))
+        ax.set_xscale("log")
+        ax.set_xlabel("enqueue call → handler start (ms, log scale)")
+        ax.set_ylabel("fraction of jobs")
+        ax.set_title(f"Latency on idle workers, {plan.latency_rate:.0f} enqueues/s (all repeats)")
+        ax.axvline(10, color="black", linestyle=":", linewidth=1, label="10 ms")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "latency.png", dpi=110)
+        plt.close(fig)
+        written.append("latency.png")
+    sc = select(results, workload="scale")
+    if sc:
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        width = 0.38
+        for i, system in enumerate(("skiplock", "sql-ceiling")):
+            vals = [med(select(sc, system=system, case=c), "claim_exec_ms") for c in CASES]
+            xs = [j + (i - 0.5) * width for j in range(len(CASES))]
+            ax.bar(xs, vals, width, label=system, color=COLORS[system])
+            for x, v in zip(xs, vals, strict=True):
+                if not math.isnan(v):
+                    ax.annotate(f"{v:.2g}", (x, v), ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(CASES)))
+        ax.set_xticklabels(
+            [c.replace("1M", f"{plan.scale_background:,}") for c in CASES], fontsize=8
+        )
+        ax.set_yscale("log")
+        ax.set_ylabel("server time of one claim of 10 (ms, log)")
+        ax.set_title("Claim cost vs table size (EXPLAIN ANALYZE, median)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "scale.png", dpi=110)
+        plt.close(fig)
+        written.append("scale.png")
+    lt = select(results, workload="longtx")
+    if lt:
+        fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+        for r in lt:
+            tl = r.get("throughput_timeline") or []
+            a1.plot(
+                range(len(tl)),
+                tl,
+                label=f"{r['system']}/{r['setting']}",
+                color=COLORS.get(r["system"]),
+            )
+            dead = r.get("timeline") or []
+            a2.plot(
+                [p["t"] for p in dead],
+                [p["dead"] for p in dead],
+                color=COLORS.get(r["system"]),
+                label=r["system"],
+            )
+        if lt and lt[0].get("hold"):
+            for ax in (a1, a2):
+                ax.axvspan(*lt[0]["hold"], color="red", alpha=0.08, label="snapshot held")
+        a1.set_ylabel("jobs/s (handler starts)")
+        a1.set_title("Sustained enqueue + drain with a long transaction holding its snapshot")
+        a1.legend(fontsize=8)
+        a2.set_ylabel("dead tuples (hot table)")
+        a2.set_xlabel("seconds")
+        fig.tight_layout()
+        fig.savefig(out / "longtx.png", dpi=110)
+        plt.close(fig)
+        written.append("longtx.png")
+    return written
+
+
+# -- the document ---------------------------------------------------------------------------
+
+
+def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, Any]]) -> None:
+    pngs = charts(out, results, plan)
+    m = meta["machine"]
+    v = meta["versions"]
+    srv = meta["server"]
+    bad = [r for r in results if not r.get("verified")]
+    doc = [
+        "# skiplock benchmark results",
+        "",
+        "Generated by `python -m bench` (see `bench/README.md`); do not edit by hand.",
+        "",
+        f"- **Command:** `{meta['command']}`",
+        f"- **Date:** {meta['started']} (UTC), {meta['seconds']:.0f} s in total "
+        + "("
+        + ", ".join(f"{k} {s:.0f} s" for k, s in meta.get("timings", {}).items())
+        + ")",
+        "- **Mode:** "
+        + ("quick (CI smoke: tiny sizes, figures meaningless)" if meta["quick"] else "full")
+        + f", {plan.repeat} repetition(s) per figure (100k drains: {plan.big_drain_repeat}); "
+        "tables show the median and (min–max)",
+        f"- **Machine:** {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('memory_gib')} GiB; "
+        f"{m.get('platform')}; load average {' '.join(m.get('loadavg_start', []))} at start, "
+        f"{' '.join(meta.get('loadavg_end', []))} at end (other work shares this machine: "
+        "expect noise, read ratios within one run)",
+        f"- **PostgreSQL:** {srv.get('server_version')} on the same machine; shared_buffers "
+        f"{srv.get('shared_buffers')}, synchronous_commit {srv.get('synchronous_commit')}, "
+        f"fsync {srv.get('fsync')}; one-row commit {meta.get('commit_ms', float('nan')):.2f} ms "
+        "at start (the fsync every transaction pays, which is why batching dominates)",
+        f"- **skiplock source:** {meta.get('source')}"
+        + (
+            f" — **changed during the run** (at the end: {meta.get('source_end')}); "
+            "figures may mix two versions"
+            if meta.get("source_end") not in (None, meta.get("source"))
+            else ""
+        ),
+        f"- **Versions:** Python {m.get('python')}; "
+        + ", ".join(f"{k} {val}" for k, val in v.items()),
+        f"- **Runs:** {len(results)}, counts verified in {len(results) - len(bad)}"
+        + (f" — **{len(bad)} NOT VERIFIED** (see the end)" if bad else ""),
+        "",
+        "## Targets (issue 5)",
+        "",
+        table(["target", "figure (this run)", "verdict"], targets(results, plan)),
+        "",
+        "## How it is measured",
+        "",
+        "- Each run gets a freshly created database (`DROP/CREATE DATABASE`), the system's own "
+        "schema install (skiplock `migrate`; `pgq install` + `pgq autovac`; `procrastinate schema "
+        "--apply`), a preload through the library's own bulk API, then `ANALYZE`.",
+        "- Workers are each system's own worker, started as subprocesses: `python -m skiplock "
+        "worker`, PGQueuer's `pgqueuer.run(...)` (what `pgq run` calls; `pgq run` itself fails "
+        "with typer 0.29, see `bench/apps/pgqueuer_worker.py`) on asyncpg + uvloop, `procrastinate "
+        "worker`. Handlers are async no-ops that record the job's number and start time.",
+        "- **Verified** = the handlers ran every job exactly once (their records, merged across "
+        "processes) *and* the system's tables agree (skiplock: all `done`, attempts = 1; PGQueuer: "
+        "queue empty, one `picked` and one `successful` log row per job; Procrastinate: all "
+        "`succeeded`, attempts = 1; ceiling: all done/deleted, attempts = 1).",
+        "- **Drain jobs/s** = jobs ÷ (first handler start → first moment the monitor (polling "
+        "every 20 ms) sees nothing pending or running). Worker start-up is reported apart.",
+        "- **Max claimed-unrecorded** = most jobs seen claimed but not yet recorded as finished "
+        "(skiplock `running`, PGQueuer `picked`, Procrastinate `doing`), sampled every ~60 ms: "
+        "the jobs a `kill -9` at that moment would make run again (crash exposure).",
+        "- **Per job:** xacts = `pg_stat_database` commits+rollbacks of the bench database ÷ jobs "
+        "(statements are not countable without `pg_stat_statements`, which needs a restart); WAL = "
+        "`pg_current_wal_lsn()` delta (server-wide: includes other activity on the server); worker "
+        "CPU = utime+stime of the worker processes (`/proc`); PG CPU = utime+stime of the backends "
+        "`pg_stat_activity` lists for the bench database (autovacuum included), between the first "
+        "handler start and the end.",
+        f"- Procrastinate drains {plan.procrastinate_drain:,} jobs instead of the listed size "
+        "(it runs ~100–300 jobs/s here; its rate does not depend on the size at this scale).",
+        "",
+        "## Drain",
+        "",
+        drain_section(results),
+        "",
+        "## SQL ceiling (pgbench, the seed's claim + ownership-checked finish, no worker)",
+        "",
+        "One pgbench transaction = claim N (`LIMIT N FOR UPDATE SKIP LOCKED`, lease committed) + "
+        "finish them (UPDATE to done, or DELETE); `-M prepared`; jobs/s = tps × N.",
+        "",
+        ceiling_section(results),
+        "",
+        "## Enqueue",
+        "",
+        f"Single: one job per call and transaction ({plan.enqueue_single:,} jobs; Procrastinate "
+        f"a quarter of that). Bulk: {plan.enqueue_bulk:,} jobs in calls of {plan.bulk_batch:,} "
+        "(skiplock `enqueue_many_async`, PGQueuer `Queries.enqueue` with lists, Procrastinate "
+        "`batch_defer_async`). All async, one connection, from the bench process.",
+        "",
+        enqueue_section(results),
+        "",
+        "## Latency",
+        "",
+        f"Idle workers (started, listening), then single enqueues at {plan.latency_rate:.0f}/s for "
+        f"{plan.latency_seconds:.0f} s; latency = handler start − time just before the enqueue "
+        "call (same clock).",
+        "",
+        latency_section(results),
+        "",
+        "## Scale: claim cost vs table size",
+        "",
+        "Server time from `EXPLAIN (ANALYZE, BUFFERS)` of one claim of 10 (median of repeated, "
+        "rolled-back runs); client p50 from timed claim statements (autocommit, so it includes the "
+        f"commit's fsync); drain jobs/s from a `{plan.scale_setting.label}` worker run on the same "
+        "table. The ceiling's 'future' rows can only be pending rows with a future run_at (the "
+        "seed's design); skiplock keeps them `scheduled`, outside the claim index. Ceiling client "
+        "latency is pgbench's mean per statement.",
+        "",
+        scale_section(results, plan),
+        "",
+        "## Long transaction",
+        "",
+        f"Workers run while the bench keeps ~2,000 jobs queued (bulk enqueues); after "
+        f"{plan.longtx[0]:.0f} s a REPEATABLE READ session takes a snapshot and holds it for "
+        f"{plan.longtx[1]:.0f} s, then {plan.longtx[2]:.0f} s more. jobs/s from handler starts per "
+        "window (first moments of each window skipped); dead tuples from `pg_stat_user_tables`. "
+        "One repetition per system (each run takes the whole duration).",
+        "",
+        longtx_section(results),
+        "",
+        "## Charts",
+        "",
+        *[f"![{p}]({p})" for p in pngs],
+        "",
+    ]
+    if bad:
+        doc += ["## Runs whose counts did not verify", ""]
+        for r in bad:
+            doc.append(
+                f"- {r['workload']} {r['system']}/{r['setting']} rep {r['rep']}: "
+                + "; ".join(str(p) for p in r.get("problems", []))
+            )
+        doc.append("")
+    (out / "RESULTS.md").write_text("\n".join(doc))

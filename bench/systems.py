@@ -1,0 +1,350 @@
+"""The queues under test, each driven only through its own public API and its own worker CLI.
+
+For every system: how to install its schema into a fresh database, a producer (single and
+bulk enqueue through the library's API), the command lines of its worker processes for one
+setting, cheap probes the monitor runs while a workload is in flight (anything unfinished?
+how many claimed?), and how to check in its own tables that every job ran exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import psycopg
+
+from .db import BenchDatabase
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def subprocess_env(db: BenchDatabase, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["BENCH_DSN"] = db.url
+    env["PGDSN"] = db.url
+    env.pop("SKIPLOCK_DATABASE_URL", None)
+    env.update(extra or {})
+    return env
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration of one system's worker, e.g. PGQueuer with batch 100 in 2 processes."""
+
+    system: str
+    label: str
+    processes: int = 1
+    concurrency: int | None = None  # skiplock, Procrastinate
+    batch: int | None = None  # PGQueuer --batch-size
+    completion: str = "keep"  # skiplock App(completion=...)
+    log_level: str | None = None
+    extra: tuple[str, ...] = ()
+    notes: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.system}/{self.label}"
+
+
+class Producer:
+    """Enqueues jobs numbered ``n`` through one system's public API (async)."""
+
+    async def one(self, n: int) -> None:
+        raise NotImplementedError
+
+    async def many(self, numbers: Sequence[int]) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class System:
+    name: ClassVar[str]
+    table: ClassVar[str]  # the hot table (dead tuples are read from it)
+    unfinished_sql: ClassVar[str]  # returns 1 row: is anything left unfinished?
+    inflight_sql: ClassVar[str]  # returns 1 row: how many jobs are claimed and not recorded
+    pending_sql: ClassVar[str]  # %(limit)s: claimable jobs, counted up to a limit
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def install(self, db: BenchDatabase) -> None:
+        raise NotImplementedError
+
+    async def producer(self, db: BenchDatabase) -> Producer:
+        raise NotImplementedError
+
+    def worker_commands(self, db: BenchDatabase, setting: Setting) -> list[list[str]]:
+        raise NotImplementedError
+
+    def worker_env(self, setting: Setting) -> dict[str, str]:
+        return {}
+
+    def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
+        """Problems found in the system's own tables after ``expected`` jobs should have run."""
+        raise NotImplementedError
+
+
+def _check(problems: list[str], what: str, got: object, want: object) -> None:
+    if got != want:
+        problems.append(f"{what}: {got} (expected {want})")
+
+
+# -- skiplock -------------------------------------------------------------------------------
+
+
+class _SkiplockProducer(Producer):
+    def __init__(self, dsn: str) -> None:
+        from skiplock import App
+
+        self.app = App(dsn, "skiplock")
+
+        @self.app.task(name="noop", queue="bench")
+        async def noop(n: int) -> None:  # the producer never runs it
+            return None
+
+        self.task = noop
+
+    async def one(self, n: int) -> None:
+        await self.task.enqueue_async(n=n)
+
+    async def many(self, numbers: Sequence[int]) -> None:
+        await self.app.enqueue_many_async("noop", [{"n": n} for n in numbers])
+
+    async def close(self) -> None:
+        await self.app.close_async()
+        self.app.close()
+
+
+@dataclass
+class Skiplock(System):
+    name: ClassVar[str] = "skiplock"
+    table: ClassVar[str] = "skiplock.jobs"
+    unfinished_sql: ClassVar[str] = (
+        "SELECT EXISTS (SELECT 1 FROM skiplock.jobs WHERE status = 'pending')"
+        " OR EXISTS (SELECT 1 FROM skiplock.jobs WHERE status = 'running')"
+    )
+    inflight_sql: ClassVar[str] = "SELECT count(*) FROM skiplock.jobs WHERE status = 'running'"
+    pending_sql: ClassVar[str] = (
+        "SELECT count(*) FROM (SELECT 1 FROM skiplock.jobs WHERE status = 'pending'"
+        " LIMIT %(limit)s) AS p"
+    )
+
+    def install(self, db: BenchDatabase) -> None:
+        from skiplock import App
+
+        app = App(db.dsn, "skiplock")
+        try:
+            app.migrate()
+        finally:
+            app.close()
+
+    async def producer(self, db: BenchDatabase) -> Producer:
+        return _SkiplockProducer(db.dsn)
+
+    def worker_commands(self, db: BenchDatabase, setting: Setting) -> list[list[str]]:
+        cmd = [PY, "-m", "skiplock", "worker", "bench.apps.skiplock_app:app", "--dsn", db.dsn]
+        if setting.concurrency is not None:
+            cmd += ["--concurrency", str(setting.concurrency)]
+        if setting.processes > 1:
+            cmd += ["--processes", str(setting.processes)]  # its own supervisor
+        if setting.log_level:
+            cmd += ["--log-level", setting.log_level]
+        return [cmd + list(setting.extra)]
+
+    def worker_env(self, setting: Setting) -> dict[str, str]:
+        return {"BENCH_COMPLETION": setting.completion}
+
+    def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
+        problems: list[str] = []
+        rows = dict(
+            conn.execute("SELECT status, count(*) FROM skiplock.jobs GROUP BY status").fetchall()
+        )
+        if setting.completion == "delete":
+            _check(problems, "rows left in skiplock.jobs", sum(rows.values()), 0)
+            return problems
+        _check(problems, "skiplock.jobs by status", rows, {"done": expected} if expected else {})
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE attempts <> 1), max(attempts) FROM skiplock.jobs"
+        ).fetchone()
+        assert row is not None
+        _check(problems, "jobs claimed other than exactly once", row[0], 0)
+        return problems
+
+
+# -- PGQueuer -------------------------------------------------------------------------------
+
+
+class _PgqProducer(Producer):
+    def __init__(self, connection: Any, queries: Any) -> None:
+        self.connection = connection
+        self.queries = queries
+
+    async def one(self, n: int) -> None:
+        await self.queries.enqueue("noop", str(n).encode(), 0)
+
+    async def many(self, numbers: Sequence[int]) -> None:
+        k = len(numbers)
+        await self.queries.enqueue(["noop"] * k, [str(n).encode() for n in numbers], [0] * k)
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+
+@dataclass
+class PgQueuer(System):
+    name: ClassVar[str] = "pgqueuer"
+    table: ClassVar[str] = "public.pgqueuer"
+    unfinished_sql: ClassVar[str] = (
+        "SELECT EXISTS (SELECT 1 FROM pgqueuer WHERE status = 'queued')"
+        " OR EXISTS (SELECT 1 FROM pgqueuer WHERE status = 'picked')"
+    )
+    inflight_sql: ClassVar[str] = "SELECT count(*) FROM pgqueuer WHERE status = 'picked'"
+    pending_sql: ClassVar[str] = (
+        "SELECT count(*) FROM (SELECT 1 FROM pgqueuer WHERE status = 'queued' LIMIT %(limit)s) AS p"
+    )
+
+    def install(self, db: BenchDatabase) -> None:
+        env = subprocess_env(db)
+        for args in (["install"], ["autovac"]):  # its documented checklist: install, autovac
+            subprocess.run(
+                [PY, "-m", "pgqueuer", *args], env=env, check=True, capture_output=True, cwd=REPO
+            )
+
+    async def producer(self, db: BenchDatabase) -> Producer:
+        import asyncpg
+        from pgqueuer.db import AsyncpgDriver
+        from pgqueuer.queries import Queries
+
+        connection = await asyncpg.connect(db.url)
+        return _PgqProducer(connection, Queries(AsyncpgDriver(connection)))
+
+    def worker_commands(self, db: BenchDatabase, setting: Setting) -> list[list[str]]:
+        # `pgq run` as a script (see bench/apps/pgqueuer_worker.py for why not the CLI itself).
+        cmd = [PY, "-m", "bench.apps.pgqueuer_worker", "bench.apps.pgqueuer_app:factory"]
+        if setting.batch is not None:
+            cmd += ["--batch-size", str(setting.batch)]
+        cmd += list(setting.extra)
+        return [cmd for _ in range(setting.processes)]
+
+    def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
+        problems: list[str] = []
+        left = conn.execute("SELECT count(*) FROM pgqueuer").fetchone()
+        _check(problems, "rows left in pgqueuer", left[0] if left else None, 0)
+        logs = dict(
+            conn.execute(
+                "SELECT status::text, count(*) FROM pgqueuer_log"
+                " WHERE status <> 'queued' GROUP BY status"
+            ).fetchall()
+        )
+        want = {"picked": expected, "successful": expected} if expected else {}
+        _check(problems, "pgqueuer_log by status", logs, want)
+        row = conn.execute(
+            "SELECT count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'"
+        ).fetchone()
+        _check(problems, "distinct jobs successful", row[0] if row else None, expected)
+        return problems
+
+
+# -- Procrastinate --------------------------------------------------------------------------
+
+
+class _ProcrastinateProducer(Producer):
+    def __init__(self, app: Any, task: Any) -> None:
+        self.app = app
+        self.task = task
+
+    async def one(self, n: int) -> None:
+        await self.task.defer_async(n=n)
+
+    async def many(self, numbers: Sequence[int]) -> None:
+        await self.task.batch_defer_async(*({"n": n} for n in numbers))
+
+    async def close(self) -> None:
+        await self.app.connector.close_async()
+
+
+@dataclass
+class Procrastinate(System):
+    name: ClassVar[str] = "procrastinate"
+    table: ClassVar[str] = "public.procrastinate_jobs"
+    unfinished_sql: ClassVar[str] = (
+        "SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status = 'todo')"
+        " OR EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status = 'doing')"
+    )
+    inflight_sql: ClassVar[str] = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'"
+    pending_sql: ClassVar[str] = (
+        "SELECT count(*) FROM (SELECT 1 FROM procrastinate_jobs WHERE status = 'todo'"
+        " LIMIT %(limit)s) AS p"
+    )
+    app_path: ClassVar[str] = "bench.apps.procrastinate_app.app"
+
+    def install(self, db: BenchDatabase) -> None:
+        subprocess.run(
+            [PY, "-m", "procrastinate", "--app", self.app_path, "schema", "--apply"],
+            env=subprocess_env(db),
+            check=True,
+            capture_output=True,
+            cwd=REPO,
+        )
+
+    async def producer(self, db: BenchDatabase) -> Producer:
+        from procrastinate import App, PsycopgConnector
+
+        app = App(connector=PsycopgConnector(conninfo=db.dsn))
+
+        @app.task(name="noop", queue="bench")
+        async def noop(n: int) -> None:  # the producer never runs it
+            return None
+
+        await app.open_async()
+        return _ProcrastinateProducer(app, noop)
+
+    def worker_commands(self, db: BenchDatabase, setting: Setting) -> list[list[str]]:
+        cmd = [PY, "-m", "procrastinate", "--app", self.app_path]
+        if setting.log_level:
+            cmd += ["--log-level", setting.log_level.lower()]
+        cmd += ["worker"]
+        if setting.concurrency is not None:
+            cmd += ["--concurrency", str(setting.concurrency)]
+        cmd += list(setting.extra)
+        return [cmd for _ in range(setting.processes)]
+
+    def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
+        problems: list[str] = []
+        rows = dict(
+            conn.execute(
+                "SELECT status::text, count(*) FROM procrastinate_jobs GROUP BY status"
+            ).fetchall()
+        )
+        _check(
+            problems,
+            "procrastinate_jobs by status",
+            rows,
+            {"succeeded": expected} if expected else {},
+        )
+        row = conn.execute("SELECT count(*) FROM procrastinate_jobs WHERE attempts <> 1").fetchone()
+        _check(problems, "jobs attempted other than exactly once", row[0] if row else None, 0)
+        return problems
+
+
+SYSTEMS: dict[str, System] = {s.name: s for s in (Skiplock(), PgQueuer(), Procrastinate())}
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    out = {}
+    for dist in ("skiplock", "pgqueuer", "procrastinate", "psycopg", "asyncpg", "matplotlib"):
+        try:
+            out[dist] = version(dist)
+        except Exception:
+            out[dist] = "not installed"
+    return out

@@ -1,0 +1,445 @@
+"""The workloads: enqueue, drain, latency, scale, long transaction.
+
+Each function runs one measurement of one setting on a freshly created database and returns a
+flat dict of figures plus ``verified`` (every job ran exactly once, none failed: checked in the
+handlers' own records and in the system's tables) and ``problems`` (what did not check out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from .db import COUNTER_XACTS, BenchDatabase, Counters, connect, read_counters
+from .runner import CpuTracker, Monitor, Workers
+from .systems import Setting, System
+
+POLL = 0.02  # seconds between monitor samples while jobs run
+
+
+@dataclass
+class Context:
+    db: BenchDatabase
+    log_dir: Path
+    quick: bool
+
+
+def fresh(ctx: Context, system: System) -> None:
+    ctx.db.recreate()
+    system.install(ctx.db)
+
+
+async def _enqueue_many(system: System, db: BenchDatabase, numbers: range, batch: int) -> float:
+    producer = await system.producer(db)
+    try:
+        t0 = time.perf_counter()
+        for i in range(numbers.start, numbers.stop, batch):
+            await producer.many(range(i, min(i + batch, numbers.stop)))
+        return time.perf_counter() - t0
+    finally:
+        await producer.close()
+
+
+def preload(ctx: Context, system: System, n: int, batch: int = 5000) -> float:
+    seconds = asyncio.run(_enqueue_many(system, ctx.db, range(n), batch))
+    with connect(ctx.db.dsn) as conn:
+        conn.execute("ANALYZE")
+    return seconds
+
+
+def wait_backends_gone(mon: Monitor, timeout: float = 10.0) -> None:
+    """Until no client backend is connected to the database but the monitor's (their statistics
+    are flushed when they exit)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = mon.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+            " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            " AND application_name <> 'bench-monitor'",
+            (mon.db.name,),
+        )
+        if row is not None and row[0] == 0:
+            break
+        time.sleep(0.05)
+    time.sleep(0.2)
+
+
+def check_records(numbers: list[int], expected: range) -> list[str]:
+    problems = []
+    if len(numbers) != len(expected):
+        problems.append(f"handler ran {len(numbers)} times for {len(expected)} jobs")
+    dupes = [n for n, c in Counter(numbers).items() if c > 1]
+    if dupes:
+        problems.append(f"{len(dupes)} jobs ran more than once (e.g. {sorted(dupes)[:5]})")
+    missing = set(expected) - set(numbers)
+    if missing:
+        problems.append(f"{len(missing)} jobs never ran (e.g. {sorted(missing)[:5]})")
+    return problems
+
+
+def per_job(
+    c0: Counters, c1: Counters, mon: Monitor, t_first: float, t_end: float, jobs: int
+) -> dict[str, float]:
+    """Costs per job: transactions and tuples (whole run), WAL and CPU (first start to end)."""
+    d = c1.minus(c0)
+    s0, s1 = mon.at(t_first), mon.at(t_end)
+    jobs = max(jobs, 1)
+    return {
+        "xacts_per_job": max(0, d.xacts - mon.queries - COUNTER_XACTS) / jobs,
+        "tuples_per_job": (d.tup_ins + d.tup_upd + d.tup_del) / jobs,
+        "hot_share": d.tup_hot_upd / d.tup_upd if d.tup_upd else 0.0,
+        "wal_bytes_per_job": (s1.wal - s0.wal) / jobs,
+        "worker_cpu_us_per_job": (s1.worker_cpu - s0.worker_cpu) * 1e6 / jobs,
+        "pg_cpu_us_per_job": (s1.pg_cpu - s0.pg_cpu) * 1e6 / jobs,
+    }
+
+
+# -- 1. enqueue -----------------------------------------------------------------------------
+
+
+async def _enqueue_timed(
+    system: System, db: BenchDatabase, n: int, bulk: int | None
+) -> tuple[float, float]:
+    producer = await system.producer(db)
+    try:
+        if bulk:
+            await producer.many(range(n, n + min(bulk, 100)))  # warm-up: connect, prepare
+        else:
+            await producer.one(n)
+        cpu0 = time.thread_time()
+        t0 = time.perf_counter()
+        if bulk:
+            for i in range(0, n, bulk):
+                await producer.many(range(i, min(i + bulk, n)))
+        else:
+            for i in range(n):
+                await producer.one(i)
+        return time.perf_counter() - t0, time.thread_time() - cpu0
+    finally:
+        await producer.close()
+
+
+def enqueue(ctx: Context, system: System, n: int, bulk: int | None) -> dict[str, Any]:
+    """``n`` jobs, one transaction each (``bulk`` None) or ``bulk`` per bulk-API call."""
+    fresh(ctx, system)
+    c0 = read_counters(ctx.db.dsn, ctx.db.name)
+    mon = Monitor(ctx.db, lambda: [], refresh_every=0.1)
+    w0 = mon.sample()
+    result: list[tuple[float, float]] = []
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            result.append(asyncio.run(_enqueue_timed(system, ctx.db, n, bulk)))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    while thread.is_alive():
+        mon.sample()  # finds the producer's backend and follows its CPU
+        thread.join(0.05)
+    if errors:
+        mon.close()
+        raise errors[0]
+    seconds, client_cpu = result[0]
+    w1 = mon.samples[-1]
+    warm = min(bulk, 100) if bulk else 1
+    wait_backends_gone(mon)
+    total = mon.execute(f"SELECT count(*) FROM {system.table}")
+    mon.close()
+    c1 = read_counters(ctx.db.dsn, ctx.db.name)
+    problems = []
+    if total is None or total[0] != n + warm:
+        problems.append(f"{system.table} holds {total and total[0]} rows, expected {n + warm}")
+    d = c1.minus(c0)
+    return {
+        "jobs": n,
+        "seconds": seconds,
+        "jobs_per_s": n / seconds,
+        "xacts_per_job": max(0, d.xacts - mon.queries - COUNTER_XACTS) / n,
+        "wal_bytes_per_job": (w1.wal - w0.wal) / n,
+        "client_cpu_us_per_job": client_cpu * 1e6 / n,
+        "pg_cpu_us_per_job": (w1.pg_cpu - w0.pg_cpu) * 1e6 / n,
+        "verified": not problems,
+        "problems": problems,
+    }
+
+
+# -- 2. drain -------------------------------------------------------------------------------
+
+
+def drain(
+    ctx: Context, system: System, setting: Setting, n: int, timeout: float | None = None
+) -> dict[str, Any]:
+    """Preload ``n`` jobs, start the workers, time first handler start -> nothing unfinished.
+
+    Gives up after ``timeout`` seconds (default 30 s + 2 ms per job: 500 jobs/s would do)."""
+    timeout = timeout if timeout is not None else 30.0 + n / 500
+    fresh(ctx, system)
+    preload_s = preload(ctx, system, n)
+    workers = Workers(system, setting, ctx.db, ctx.log_dir)
+    c0 = read_counters(ctx.db.dsn, ctx.db.name)
+    mon = Monitor(ctx.db, workers.pids, system.unfinished_sql)
+    problems: list[str] = []
+    try:
+        t_launch = time.time()
+        workers.start()
+        max_inflight = 0
+        deadline = time.monotonic() + timeout
+        i = 0
+        while True:
+            s = mon.sample()
+            if i % 3 == 0:
+                max_inflight = max(max_inflight, int(mon.execute(system.inflight_sql)[0]))
+            i += 1
+            if not s.probe:
+                break
+            if not workers.alive():
+                problems.append("a worker process exited early:\n" + workers.log_tail())
+                break
+            if time.monotonic() > deadline:
+                problems.append(f"not drained after {timeout:.0f}s")
+                break
+            time.sleep(POLL)
+        t_end = s.t
+        codes = workers.stop()
+        wait_backends_gone(mon)
+        mon.close()
+        c1 = read_counters(ctx.db.dsn, ctx.db.name)
+        with connect(ctx.db.dsn) as conn:
+            problems += system.verify(conn, n, setting)
+        numbers, starts = workers.records()
+        problems += check_records(numbers, range(n))
+        if any(c not in (0, None) for c in codes):
+            problems.append(f"worker exit codes {codes}")
+        t_first = min(starts) if starts else t_end
+        seconds = t_end - t_first if starts and not problems else float("nan")
+        return {
+            "jobs": n,
+            "seconds": seconds,
+            "jobs_per_s": n / seconds,
+            "startup_s": t_first - t_launch,
+            "preload_s": preload_s,
+            "max_inflight": max_inflight,
+            **per_job(c0, c1, mon, t_first, t_end, n),
+            "verified": not problems,
+            "problems": problems,
+        }
+    finally:
+        if any(p.poll() is None for p in workers.procs):
+            workers.stop(timeout=5)
+        workers.cleanup()
+        mon.close()
+
+
+# -- 3. latency -----------------------------------------------------------------------------
+
+
+async def _paced_enqueue(
+    system: System, db: BenchDatabase, rate: float, seconds: float
+) -> dict[int, float]:
+    producer = await system.producer(db)
+    sent: dict[int, float] = {}
+    try:
+        await producer.one(-1)  # warm-up (connection), not measured
+        count = int(rate * seconds)
+        t0 = time.monotonic()
+        for n in range(count):
+            target = t0 + n / rate
+            delay = target - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            sent[n] = time.time()
+            await producer.one(n)
+        return sent
+    finally:
+        await producer.close()
+
+
+def latency(
+    ctx: Context, system: System, setting: Setting, rate: float, seconds: float
+) -> dict[str, Any]:
+    """Idle workers; single enqueues at ``rate``/s: enqueue call -> handler start."""
+    fresh(ctx, system)
+    workers = Workers(system, setting, ctx.db, ctx.log_dir)
+    problems: list[str] = []
+    try:
+        workers.start()
+        time.sleep(1.5 if ctx.quick else 3.0)  # started, connected, listening, idle
+        if not workers.alive():
+            problems.append("a worker process exited early:\n" + workers.log_tail())
+        sent = asyncio.run(_paced_enqueue(system, ctx.db, rate, seconds))
+        time.sleep(1.0)
+        workers.stop()
+        numbers, starts = workers.records()
+        got = {n: t for n, t in zip(numbers, starts, strict=True) if n >= 0}
+        problems += check_records([n for n in numbers if n >= 0], range(len(sent)))
+        with connect(ctx.db.dsn) as conn:
+            problems += system.verify(conn, len(sent) + 1, setting)
+        lat = sorted((got[n] - sent[n]) * 1000 for n in sent if n in got)
+        return {
+            "jobs": len(sent),
+            "p50_ms": quantile(lat, 0.50),
+            "p95_ms": quantile(lat, 0.95),
+            "p99_ms": quantile(lat, 0.99),
+            "max_ms": lat[-1] if lat else float("nan"),
+            "samples_ms": lat,
+            "verified": not problems,
+            "problems": problems,
+        }
+    finally:
+        workers.stop(timeout=5)
+        workers.cleanup()
+
+
+def quantile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=1000, method="inclusive")[int(q * 1000) - 1]
+
+
+# -- 5. long transaction --------------------------------------------------------------------
+
+
+async def _sustain(
+    system: System,
+    db: BenchDatabase,
+    stop_at: float,
+    backlog: int,
+    batch: int,
+    pending_conn: psycopg.AsyncConnection[Any],
+) -> int:
+    """Keep about ``backlog`` claimable jobs queued until ``stop_at``; returns jobs enqueued."""
+    producer = await system.producer(db)
+    n = 0
+    try:
+        while time.time() < stop_at:
+            cur = await pending_conn.execute(system.pending_sql, {"limit": backlog})
+            row = await cur.fetchone()
+            pending = row[0] if row else 0
+            if pending < backlog:
+                while pending < backlog:
+                    await producer.many(range(n, n + batch))
+                    n += batch
+                    pending += batch
+            else:
+                await asyncio.sleep(0.05)
+        return n
+    finally:
+        await producer.close()
+
+
+def long_transaction(
+    ctx: Context,
+    system: System,
+    setting: Setting,
+    before: float,
+    during: float,
+    after: float,
+    backlog: int = 2000,
+    batch: int = 500,
+) -> dict[str, Any]:
+    """Sustained enqueue + drain; a REPEATABLE READ session holds its snapshot in the middle."""
+    fresh(ctx, system)
+    workers = Workers(system, setting, ctx.db, ctx.log_dir)
+    problems: list[str] = []
+    timeline: list[dict[str, float]] = []
+    holder = connect(ctx.db.dsn)
+    stats = connect(ctx.db.dsn)
+    schema, _, table = system.table.rpartition(".")
+    try:
+        workers.start()
+        time.sleep(2.0)
+        t0 = time.time()
+        t_hold, t_release, t_stop = t0 + before, t0 + before + during, t0 + before + during + after
+
+        async def run() -> int:
+            async with await psycopg.AsyncConnection.connect(
+                ctx.db.dsn, autocommit=True
+            ) as pending_conn:
+                producer = asyncio.create_task(
+                    _sustain(system, ctx.db, t_stop, backlog, batch, pending_conn)
+                )
+                held = False
+                while not producer.done():
+                    now = time.time()
+                    if not held and now >= t_hold:
+                        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                        holder.execute(f"SELECT count(*) FROM {system.table}")
+                        held = True
+                    if held and now >= t_release and holder.info.transaction_status:
+                        holder.execute("COMMIT")
+                    stats.execute("SELECT pg_stat_clear_snapshot()")
+                    row = stats.execute(
+                        "SELECT n_dead_tup, n_live_tup, pg_total_relation_size(relid)"
+                        " FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s",
+                        (schema or "public", table),
+                    ).fetchone()
+                    if row:
+                        timeline.append(
+                            {"t": now - t0, "dead": row[0], "live": row[1], "bytes": row[2]}
+                        )
+                    await asyncio.sleep(1.0)
+                return await producer
+
+        enqueued = asyncio.run(run())
+        if holder.info.transaction_status:
+            holder.execute("COMMIT")
+        # Let the workers finish what is queued, then stop them and count.
+        drain_deadline = time.time() + 120
+        with connect(ctx.db.dsn) as conn:
+            while time.time() < drain_deadline:
+                row = conn.execute(system.unfinished_sql).fetchone()
+                if row is not None and not row[0]:
+                    break
+                time.sleep(0.1)
+        workers.stop()
+        numbers, starts = workers.records()
+        problems += check_records(numbers, range(enqueued))
+        with connect(ctx.db.dsn) as conn:
+            problems += system.verify(conn, enqueued, setting)
+        settle = min(2.0, before / 3)  # skip each window's first moments
+        windows = {
+            "before": (t0 + settle, t_hold),
+            "during": (t_hold + settle, t_release),
+            "after": (t_release + settle, t_stop),
+        }
+        rates = {}
+        for name, (a, b) in windows.items():
+            done = sum(1 for t in starts if a <= t < b)
+            rates[name] = done / (b - a) if b > a else float("nan")
+        per_second = Counter(int(t - t0) for t in starts)
+        return {
+            "jobs": enqueued,
+            "before_jobs_per_s": rates["before"],
+            "during_jobs_per_s": rates["during"],
+            "after_jobs_per_s": rates["after"],
+            "during_over_before": rates["during"] / rates["before"] if rates["before"] else 0,
+            "max_dead_tuples": max((p["dead"] for p in timeline), default=0),
+            "timeline": timeline,
+            "throughput_timeline": [
+                per_second.get(i, 0) for i in range(int(before + during + after))
+            ],
+            "hold": [before, before + during],
+            "verified": not problems,
+            "problems": problems,
+        }
+    finally:
+        workers.stop(timeout=5)
+        workers.cleanup()
+        holder.close()
+        stats.close()
+
+
+__all__ = ["Context", "CpuTracker", "drain", "enqueue", "latency", "long_transaction"]

@@ -1,0 +1,104 @@
+"""The benchmark's smoke mode: ``python -m bench --quick`` runs every workload for every system
+and verifies its counts.  Speed is not checked; only that it completes, that every run's counts
+verified (each job ran exactly once, none failed) and that RESULTS.md and the charts exist."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+WORKLOADS = {"enqueue", "drain", "latency", "scale", "longtx", "ceiling"}
+SYSTEMS = {"skiplock", "pgqueuer", "procrastinate", "sql-ceiling"}
+
+
+@pytest.fixture
+def bench_database(pg_dsn: str) -> Iterator[str]:
+    """A database name of our own (the bench creates and drops it); dropped again after."""
+    name = f"skiplock_bench_test_{secrets.token_hex(4)}"
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+def test_quick_benchmark_runs_every_workload_and_verifies_counts(
+    pg_dsn: str, bench_database: str, tmp_path: Path
+) -> None:
+    for module in ("pgqueuer", "procrastinate", "asyncpg", "matplotlib"):
+        # Not a skip: the README's test command installs the bench extra.
+        assert importlib.util.find_spec(module), (
+            f"install the bench extra: pip install .[bench] ({module})"
+        )
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--dsn",
+            pg_dsn,
+            "--database",
+            bench_database,
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    data = json.loads((out / "results.json").read_text())
+    results = data["results"]
+    assert {r["workload"] for r in results} == WORKLOADS
+    assert {r["system"] for r in results} == SYSTEMS
+    not_verified = [
+        (r["workload"], r["system"], r["setting"], r.get("problems"))
+        for r in results
+        if r.get("verified") is not True
+    ]
+    assert not_verified == []
+    drains = [r for r in results if r["workload"] == "drain"]
+    assert {r["system"] for r in drains} == {"skiplock", "pgqueuer", "procrastinate"}
+    assert all(r["jobs_per_s"] > 0 and r["jobs"] > 0 for r in drains)
+    latencies = [r for r in results if r["workload"] == "latency"]
+    assert all(len(r["samples_ms"]) == r["jobs"] > 0 for r in latencies)
+
+    report = (out / "RESULTS.md").read_text()
+    for heading in (
+        "## Targets",
+        "## Drain",
+        "## SQL ceiling",
+        "## Enqueue",
+        "## Latency",
+        "## Scale",
+        "## Long transaction",
+    ):
+        assert heading in report
+    assert "NOT VERIFIED" not in report
+    for chart in ("drain.png", "latency.png", "scale.png", "longtx.png"):
+        assert (out / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", chart
+    # The bench dropped its database when it finished.
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_database WHERE datname = %s", (bench_database,)
+        ).fetchone()
+    assert row == (0,)
