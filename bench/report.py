@@ -174,6 +174,16 @@ def targets(results: list[dict[str, Any]], plan: Plan) -> list[list[str]]:
                 "jobs_per_s",
             )
             ceil = ceiling_best(results, batch)
+            tried = select(results, workload="drain", system="skiplock", setting=label, size=size)
+            if tried and math.isnan(sk_rate):
+                out.append(
+                    [
+                        f"Drain {size:,}: skiplock {label} within 1.5× of the SQL ceiling",
+                        "no run of this setting completed with verified counts (see the end)",
+                        verdict(False),
+                    ]
+                )
+                continue
             if math.isnan(sk_rate) or math.isnan(ceil):
                 continue
             r = ceil / sk_rate
@@ -263,7 +273,7 @@ def drain_section(results: list[dict[str, Any]]) -> str:
         lines = []
         for (system, setting), rs in groups(rows, "system", "setting").items():
             m = med(rs, "jobs_per_s")
-            ratio = f"{m / peer[2]:.2f}×" if peer else "–"
+            ratio = f"{m / peer[2]:.2f}×" if peer and not math.isnan(m) else "–"
             jobs = rs[0].get("jobs", size)
             lines.append(
                 [
