@@ -203,7 +203,9 @@ class Worker:
             # Cleared every round: a wake-up that came while nothing could be claimed (all slots
             # busy, queues paused) must not make the wait below return at once, forever.
             self._wake.clear()
-            free = self.concurrency - len(self._tasks)
+            # A finished job keeps its slot until its outcome is written: otherwise a worker
+            # outrunning its writes piles up running rows (and the jobs a crash would rerun).
+            free = self.concurrency - len(self._tasks) - self._completer.pending
             active = [q for q in queues if q not in settings.paused]
             claimed = 0
             if free > 0 and active:
@@ -386,8 +388,7 @@ class Worker:
         job, outcome = recorded.job, recorded.outcome
         kind = outcome.kind if recorded.owned else "lost"
         self.stats.count(kind)
-        if self.burst:
-            self._nudge()  # the burst may be over once the last outcome is written
+        self._nudge()  # its slot is free now (and a burst may be over)
         duration = time.monotonic() - recorded.started
         self._emit(JobEvent("finished", job, self.worker_id, kind, duration, outcome.error))
 

@@ -107,7 +107,7 @@ RETURNING j.id, j.queue, j.task, j.payload, j.status, j.priority, j.run_at, j.at
 UPDATE {jobs} AS j
 SET status = 'done', finished_at = now(), locked_until = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
-WHERE j.id = c.id AND j.attempts = c.attempts
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = c.id AND j.attempts = c.attempts
   AND j.status = 'running' AND j.locked_by = %(worker)s
 RETURNING j.id;
 
@@ -115,7 +115,7 @@ RETURNING j.id;
 -- Delete claimed jobs that finished, if each claim still owns its job.
 DELETE FROM {jobs} AS j
 USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
-WHERE j.id = c.id AND j.attempts = c.attempts
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = c.id AND j.attempts = c.attempts
   AND j.status = 'running' AND j.locked_by = %(worker)s
 RETURNING j.id;
 
@@ -124,7 +124,7 @@ RETURNING j.id;
 WITH moved AS (
     DELETE FROM {jobs} AS j
     USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
-    WHERE j.id = c.id AND j.attempts = c.attempts
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = c.id AND j.attempts = c.attempts
       AND j.status = 'running' AND j.locked_by = %(worker)s
     RETURNING j.*
 )
@@ -153,7 +153,7 @@ SET status = CASE WHEN f.retry_in IS NULL OR j.attempts >= j.max_attempts THEN '
     last_error = f.error,
     locked_until = NULL
 FROM f
-WHERE j.id = f.id AND j.attempts = f.attempts
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = f.id AND j.attempts = f.attempts
   AND j.status = 'running' AND j.locked_by = %(worker)s
 RETURNING j.id, j.status;
 
@@ -166,7 +166,7 @@ SET status = CASE WHEN s.delay > 0 THEN 'scheduled' ELSE 'pending' END,
     max_attempts = j.max_attempts + 1,
     locked_until = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(delays)s::float8[]) AS s(id, attempts, delay)
-WHERE j.id = s.id AND j.attempts = s.attempts
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = s.id AND j.attempts = s.attempts
   AND j.status = 'running' AND j.locked_by = %(worker)s
 RETURNING j.id;
 
@@ -176,7 +176,7 @@ RETURNING j.id;
 UPDATE {jobs} AS j
 SET locked_until = now() + make_interval(secs => %(lease_seconds)s)
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
-WHERE j.id = c.id AND j.attempts = c.attempts
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = c.id AND j.attempts = c.attempts
   AND j.status = 'running' AND j.locked_by = %(worker)s
 RETURNING j.id, j.cancel_requested;
 
@@ -259,6 +259,6 @@ UPDATE {jobs} AS j
 SET status = 'cancelled', finished_at = now(), locked_until = NULL,
     last_error = 'cancelled while running'
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
-WHERE j.id = c.id AND j.attempts = c.attempts
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = c.id AND j.attempts = c.attempts
   AND j.status = 'running' AND j.locked_by = %(worker)s
 RETURNING j.id;
