@@ -50,7 +50,11 @@ class ExponentialBackoff:
             self.base
         ):
             return self.cap
-        return float(min(self.cap, self.base * self.factor**exponent))
+        growth = exponent * math.log(self.factor)
+        if growth < 700:  # factor ** exponent fits in a float: exact for the usual cases
+            return float(min(self.cap, self.base * self.factor**exponent))
+        # A tiny base times a huge power: multiply in log space, the power alone overflows.
+        return float(min(self.cap, math.exp(math.log(self.base) + growth)))
 
     def delay(self, attempts: int) -> float:
         nominal = self.nominal(attempts)

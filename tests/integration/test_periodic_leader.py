@@ -361,18 +361,23 @@ def test_killed_leader_is_replaced_and_its_expired_lease_is_reclaimed(
                 # and the job runs again (attempt 2).
                 assert await wait_for(lambda: (job_id, 2) in ran, 6.0), "job never rerun"
                 assert len(leaders(survivors)) == 1
-                return took, new
+                return (
+                    took,
+                    new,
+                    sum(w.maintenance.stats.reclaimed for w in survivors if w.maintenance),
+                )
             finally:
                 await stop(survivors, tasks)
 
-        took, new = asyncio.run(main())
+        took, new, reclaimed = asyncio.run(main())
     finally:
         if victim.poll() is None:
             victim.kill()
         _, stderr = victim.communicate(timeout=10)
     assert victim.returncode == -signal.SIGKILL
     assert took <= 1.0 + 0.34 + 1.5, f"takeover took {took:.2f}s"
-    assert new.maintenance is not None and new.maintenance.stats.reclaimed >= 1
+    # Every worker reclaims expired leases (not only the leader), so any survivor may have.
+    assert new.maintenance is not None and reclaimed >= 1
     assert ran == [(job_id, 2)]
     status, attempts = db.execute(
         f'SELECT status, attempts FROM "{app.schema}".jobs WHERE id = %s', (job_id,)
