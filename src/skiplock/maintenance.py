@@ -9,7 +9,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,7 +34,6 @@ class MaintenanceStats:
     periodic_enqueued: int = 0
     runs: int = 0
     errors: int = 0
-    last_reclaim: dict[int, str] = field(default_factory=dict)
 
 
 class Maintenance:
@@ -117,7 +116,6 @@ class Maintenance:
         reclaimed = await self.store.job_reclaim_expired(conn)
         if reclaimed:
             self.stats.reclaimed += len(reclaimed)
-            self.stats.last_reclaim = reclaimed
             log.warning("reclaimed %d jobs whose lease expired: %s", len(reclaimed), reclaimed)
             self.on_work()
 
