@@ -319,7 +319,8 @@ def test_migrated_schema_has_the_documented_tables_and_indexes(app: App, db: Any
     }
     claim = indexes["jobs_claim_idx"]
     assert "(queue, priority, run_at, id)" in claim and "'pending'" in claim
-    assert "UNIQUE" in indexes["jobs_one_running_per_entity_key"]
+    entity_key = indexes["jobs_one_running_per_entity_key"]
+    assert "UNIQUE" in entity_key and "entity_key IS NOT NULL" in entity_key  # 0003
     assert "UNIQUE" in indexes["jobs_unfinished_idempotency_key"]
 
 
