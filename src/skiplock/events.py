@@ -64,6 +64,17 @@ class WorkerStats:
         return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
 
 
+def finished_level(outcome: str) -> int:
+    """A job that did what was asked is routine (DEBUG); a retry, a cancellation or a job given
+    back at shutdown is worth a line (INFO); a job that failed for good or whose outcome did not
+    count is a WARNING."""
+    if outcome in ("failed", "lost"):
+        return logging.WARNING
+    if outcome in ("retry", "cancelled", "release"):
+        return logging.INFO
+    return logging.DEBUG
+
+
 def log_event(event: JobEvent) -> None:
     job = event.job
     if event.kind == "started":
@@ -72,7 +83,7 @@ def log_event(event: JobEvent) -> None:
             job.id, job.task, job.queue, job.attempts, job.max_attempts, event.worker_id,
         )  # fmt: skip
         return
-    level = logging.WARNING if event.outcome in ("failed", "lost") else logging.INFO
+    level = finished_level(event.outcome or "done")
     error = f" error={event.error.splitlines()[0]!r}" if event.error else ""
     log.log(
         level,

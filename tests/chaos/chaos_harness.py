@@ -199,6 +199,7 @@ class ChaosRun:
             sys.executable, "-m", "skiplock", "worker", "chaos_app:app",
             "--dsn", self.worker_dsn, "--concurrency", str(concurrency), "--lease", str(lease),
             "--poll-interval", str(poll), "--shutdown-grace", str(grace),
+            "--log-level", "debug",  # the checks read every job's event=finished line
         ]  # fmt: skip
         command += ["--model", model] if model else []
         command += ["--queues", queues] if queues else []

@@ -183,7 +183,9 @@ def worker(
     """``python -m skiplock worker runtimemod:app --dsn ...`` in its own process group, which
     is killed on the way out whatever happens (a supervisor's children with it)."""
     log = workdir / f"{name}.stderr"
-    command = [sys.executable, "-m", "skiplock", "worker", "runtimemod:app", "--dsn", app.dsn]
+    # debug: the tests read the per-job event lines, which are DEBUG for jobs that went well
+    command = [sys.executable, "-m", "skiplock", "worker", "runtimemod:app", "--dsn", app.dsn,
+               "--log-level", "debug"]  # fmt: skip
     with log.open("wb") as err:
         popen = subprocess.Popen(
             [*command, *args],

@@ -145,7 +145,7 @@ def job_state(db: Any, app: App, job_id: int) -> tuple[str, int, str | None]:
 
 def test_burst_runs_every_due_job_and_exits_0(workdir: Path, app: App, db: Any) -> None:
     ids = [e.id for e in app.enqueue_many("quick", [{"n": n} for n in range(50)])]
-    with worker_process(workdir, app, "--burst", "--concurrency", "4") as w:
+    with worker_process(workdir, app, "--burst", "--concurrency", "4", "--log-level", "debug") as w:
         assert w.proc.wait(timeout=60) == 0, w.stderr
     job_lines = [
         line for line in w.stderr.splitlines() if re.search(r"event=finished job_id=\d+\b", line)
