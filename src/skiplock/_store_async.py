@@ -68,7 +68,8 @@ class AsyncStore:
     async def _jobs(
         self, conn: AsyncConnection[Any], name: str, params: dict[str, Any]
     ) -> list[Job]:
-        return [Job.from_row(row) for row in await self._fetch(conn, name, params, dict_row)]
+        """Rows whose columns are :class:`Job`'s fields, in its order."""
+        return [Job.from_tuple(row) for row in await self._fetch(conn, name, params)]
 
     # -- enqueue -------------------------------------------------------------------------
 

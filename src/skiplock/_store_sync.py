@@ -65,7 +65,8 @@ class SyncStore:
         return self._fetch(conn, name, params)
 
     def _jobs(self, conn: Connection[Any], name: str, params: dict[str, Any]) -> list[Job]:
-        return [Job.from_row(row) for row in self._fetch(conn, name, params, dict_row)]
+        """Rows whose columns are :class:`Job`'s fields, in its order."""
+        return [Job.from_tuple(row) for row in self._fetch(conn, name, params)]
 
     # -- enqueue -------------------------------------------------------------------------
 

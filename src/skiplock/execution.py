@@ -7,7 +7,7 @@ import functools
 import json
 import threading
 import traceback
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -99,21 +99,26 @@ async def run_job(
     executor: Executor,
     conn: AsyncConnection[Any] | None = None,
     unknown: UnknownTask | None = None,
-    cancel_flag: threading.Event | None = None,
+    cancel_flag: Callable[[], threading.Event] | None = None,
 ) -> Outcome:
     """Call the job's task within its timeout; exceptions and timeouts become outcomes,
     cancellation from outside propagates."""
     if task is None:
         assert unknown is not None
         return failure(job, unknown, _UNKNOWN_TASK_RETRY)
-    flag = cancel_flag or threading.Event()
+    # The flag reaches the task only through its context (ctx.cancelled).
+    flag = None
+    if task.settings.pass_context:
+        flag = cancel_flag() if cancel_flag is not None else threading.Event()
     timeout = task.settings.timeout
+    if timeout is None:
+        return await _call(job, task, worker_id, executor, conn, flag)
     try:
         async with asyncio.timeout(timeout):
             return await _call(job, task, worker_id, executor, conn, flag)
     except TimeoutError:
-        assert timeout is not None
-        flag.set()  # a sync task cannot be interrupted: it is told instead
+        if flag is not None:
+            flag.set()  # a sync task cannot be interrupted: it is told instead
         outcome = failure(job, JobTimeout(timeout), task.settings.retry, task.settings.secret)
         return replace(outcome, timed_out=True)
 
@@ -124,10 +129,10 @@ async def _call(
     worker_id: str,
     executor: Executor,
     conn: AsyncConnection[Any] | None,
-    cancel_flag: threading.Event,
+    cancel_flag: threading.Event | None,
 ) -> Outcome:
     args: tuple[Any, ...] = ()
-    if task.settings.pass_context:
+    if cancel_flag is not None:
         args = (JobContext(job, worker_id, conn if task.is_async else None, cancel_flag),)
     try:
         if not isinstance(job.payload, dict):

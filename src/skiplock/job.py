@@ -54,6 +54,11 @@ class Job:
     def from_row(cls, row: dict[str, Any]) -> Job:
         return cls(**{**row, "status": JobStatus(row["status"])})
 
+    @classmethod
+    def from_tuple(cls, row: tuple[Any, ...]) -> Job:
+        """A row whose columns are the fields in order (id ... created_at, optionally more)."""
+        return cls(row[0], row[1], row[2], row[3], JobStatus(row[4]), *row[5:])
+
     @property
     def claim(self) -> Claim:
         if self.locked_by is None:

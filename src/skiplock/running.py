@@ -22,13 +22,22 @@ class RunningJob:
         self.started = time.monotonic()
         self.task: asyncio.Task[None] | None = None
         self.stop_reason: StopReason | None = None
-        # Set when the job is cancelled or times out: sync tasks cannot be interrupted, so they
-        # get this flag (ctx.cancelled) to check.
-        self.cancel_flag = threading.Event()
+        self._cancel_flag: threading.Event | None = None
+
+    @property
+    def cancel_flag(self) -> threading.Event:
+        """Set when the job is cancelled or times out: sync tasks cannot be interrupted, so they
+        get this flag (ctx.cancelled) to check.  Made on first use (most jobs never need it)."""
+        if self._cancel_flag is None:
+            self._cancel_flag = threading.Event()
+            if self.stop_reason is not None:
+                self._cancel_flag.set()
+        return self._cancel_flag
 
     def stop(self, reason: StopReason) -> None:
         """Cancel the job's asyncio task (async tasks stop at their next await)."""
         self.stop_reason = self.stop_reason or reason
-        self.cancel_flag.set()
+        if self._cancel_flag is not None:
+            self._cancel_flag.set()
         if self.task is not None:
             self.task.cancel()
