@@ -7,7 +7,9 @@ from typing import Any
 
 from .systems import Setting
 
-SK_DEFAULT = Setting("skiplock", "default", notes="CLI defaults: concurrency 10, INFO log")
+SK_DEFAULT = Setting(
+    "skiplock", "default", notes="CLI defaults: concurrency 10, prefetch 500, INFO log"
+)
 SK_C100 = Setting(
     "skiplock", "c100", concurrency=100, log_level="WARNING", notes="concurrency 100, log WARNING"
 )

@@ -1,10 +1,11 @@
 """Batched recording of job outcomes: one statement per kind of outcome per flush.
 
-Finished jobs wait in a buffer for at most ``flush_interval`` seconds (a few milliseconds), then
-all completions are written with one ``job_*_many`` statement, all failures with another, and so
-on.  Each statement still checks every claim's ownership; the ids it returns are the outcomes
-that counted, the rest belonged to claims that had lost their job.  A crash loses at most the
-buffered outcomes, whose jobs then run again once their leases expire (at-least-once).
+Finished jobs wait in a buffer for at most ``flush_interval`` seconds (a few milliseconds), or
+not at all once no job that could join the batch is still running; then all completions are
+written with one ``job_*_many`` statement, all failures with another, and so on.  Each statement
+still checks every claim's ownership; the ids it returns are the outcomes that counted, the rest
+belonged to claims that had lost their job.  A crash loses at most the buffered outcomes, whose
+jobs then run again once their leases expire (at-least-once).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class Completer:
         pool: AsyncConnectionPool,
         completion: str,
         *,
-        on_recorded: Callable[[Recorded], None],
+        on_recorded: Callable[[list[Recorded]], None],
+        still_running: Callable[[], int] = lambda: 0,
         flush_interval: float = 0.002,
         max_batch: int = 1000,
     ) -> None:
@@ -53,10 +55,12 @@ class Completer:
         self.pool = pool
         self.completion = completion
         self.on_recorded = on_recorded
+        self.still_running = still_running
         self.flush_interval = flush_interval
         self.max_batch = max_batch
         self._buffer: list[Entry] = []
         self._ready = asyncio.Event()
+        self._complete = asyncio.Event()  # set when no running job can join the batch any more
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -67,6 +71,8 @@ class Completer:
     def submit(self, job: Job, outcome: Outcome, started: float) -> None:
         self._buffer.append((job, outcome, started))
         self._ready.set()
+        if not self.still_running():
+            self._complete.set()
 
     def start(self) -> asyncio.Task[None]:
         self._task = asyncio.create_task(self._run())
@@ -88,9 +94,13 @@ class Completer:
     async def _run(self) -> None:
         while not self._stopping:
             await self._ready.wait()
-            if not self._stopping:
-                await asyncio.sleep(self.flush_interval)  # let a batch gather
+            if not self._stopping and self.still_running():
+                # Let a batch gather, but write at once when nothing else could join it: the
+                # worker's slots may all be waiting for this write.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._complete.wait(), self.flush_interval)
             self._ready.clear()
+            self._complete.clear()
             while self._buffer:
                 if await self.flush():
                     continue
@@ -110,8 +120,7 @@ class Completer:
             log.warning("could not record %d job outcomes, retrying: %s", len(batch), exc)
             return False
         del self._buffer[: len(batch)]
-        for job, outcome, started in batch:
-            self.on_recorded(Recorded(job, outcome, job.id in owned, started))
+        self.on_recorded([Recorded(job, outcome, job.id in owned, s) for job, outcome, s in batch])
         return True
 
     async def write(self, conn: AsyncConnection[Any], batch: Sequence[Entry]) -> set[int]:

@@ -54,6 +54,6 @@ class Heartbeat:
                     r.job.id,
                     r.job.attempts,
                 )
-            elif kept[r.job.id] and r.stop_reason is None and r.task is not None:
+            elif kept[r.job.id] and r.stop_reason is None:  # started, or waiting for a slot
                 log.info("job %s: cancellation requested, cancelling it", r.job.id)
                 r.stop("cancelled")

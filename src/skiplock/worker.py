@@ -1,9 +1,11 @@
 """The worker: claims jobs into its free slots, runs them, records how they ended.
 
 Lease model (default): the claim commits at once with ``locked_until``; one heartbeat statement
-per tick extends the leases of all running jobs; outcomes are written in batches by the
+per tick extends the leases of all claimed jobs; outcomes are written in batches by the
 :class:`~skiplock.completer.Completer`, each naming its claim (worker id + attempt) so a worker
-whose lease was reclaimed changes nothing.  Held model: claim, task and finish share one
+whose lease was reclaimed changes nothing.  A claim may take more jobs than there are free
+slots; :class:`~skiplock.capacity.Capacity` decides how many, and the extra ones wait in the
+worker, leased, until a slot frees.  Held model: claim, task and finish share one
 transaction that keeps the row locked; a crash rolls it back and the job is claimable at once.
 
 Shutdown (:meth:`Worker.stop`): stop claiming, give running jobs ``shutdown_grace`` seconds,
@@ -13,10 +15,10 @@ cancel the rest and give them back without spending their attempt, flush, resign
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,9 +30,10 @@ from psycopg_pool import AsyncConnectionPool
 from ._client_async import open_pool
 from ._store_async import AsyncStore
 from .app import App
+from .capacity import Capacity
 from .completer import Completer, Recorded
 from .errors import SkiplockError, UnknownTask
-from .events import JobEvent, WorkerStats, log_event, new_worker_id
+from .events import JobEvent, WorkerStats, finished_level, log_event, new_worker_id
 from .execution import Outcome, rolled_back, run_job
 from .heartbeat import Heartbeat
 from .job import Job
@@ -56,6 +59,7 @@ class Worker:
         *,
         queues: list[str] | None = None,
         concurrency: int = 10,
+        prefetch: int = 500,
         model: WorkerModel | None = None,
         lease_seconds: float = 30.0,
         poll_interval: float = 1.0,
@@ -66,8 +70,8 @@ class Worker:
         on_event: Callable[[JobEvent], None] | None = None,
         leader_ttl: float = 10.0,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency must be >= 1")
+        if concurrency < 1 or prefetch < 0:
+            raise ValueError("concurrency must be >= 1 and prefetch >= 0")
         if lease_seconds <= 0 or poll_interval <= 0 or shutdown_grace < 0:
             raise ValueError("lease_seconds and poll_interval must be > 0, shutdown_grace >= 0")
         if model not in (None, "lease", "held"):
@@ -75,6 +79,7 @@ class Worker:
         self.app = app
         self.queues = [check_queue_name(q) for q in queues] if queues else None
         self.concurrency = concurrency
+        self.capacity = Capacity(concurrency, prefetch)
         self.model = model
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
@@ -89,8 +94,13 @@ class Worker:
         self.listener: Listener | None = None
         self.elector: LeaderElector | None = None
         self.maintenance: Maintenance | None = None
-        self._running: dict[int, RunningJob] = {}
+        self._running: dict[int, RunningJob] = {}  # every claimed job, reserved or started
+        self._reserved: deque[RunningJob] = deque()  # claimed, waiting for a slot
         self._tasks: set[asyncio.Task[None]] = set()
+        self._handlers = 0  # jobs whose task is running now (their outcomes are still to come)
+        self._drained = False  # the last claim found less than it asked for
+        self._held = False
+        self._refill_below = 1  # set by each claim round from the capacity
         self.settings: QueueSettings | None = None
         self._stopping = False
         self._wake: asyncio.Event | None = None
@@ -114,13 +124,17 @@ class Worker:
         if not queues:
             raise SkiplockError("the worker has no queue: register a task or pass --queues")
         dsn = self.app.dsn
-        held = self._claims_held(queues)
+        held = self._held = self._claims_held(queues)
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-task")
         pool_size = 6 + (self.concurrency if held else 0)
         self._pool = await open_pool(dsn, min_size=2, max_size=pool_size)
         self._completer = Completer(
-            self.store, self._pool, self.app.completion, on_recorded=self._recorded
+            self.store,
+            self._pool,
+            self.app.completion,
+            on_recorded=self._recorded,
+            still_running=lambda: self._handlers,
         )
         self.elector = LeaderElector(self.store, self._pool, self.worker_id, ttl=self.leader_ttl)
         self.maintenance = Maintenance(
@@ -130,7 +144,7 @@ class Worker:
             self.elector,
             interval=self.poll_interval,
             reclaim_interval=min(self.lease_seconds / 2, 5.0),
-            on_work=self._nudge,
+            on_work=self._new_work,
         )
         log.info(
             "worker %s started: queues=%s concurrency=%d model=%s",
@@ -146,7 +160,7 @@ class Worker:
             lambda: list(self._running.values()),
         )
         self.settings = QueueSettings(
-            self.store, self._pool, queues, self.poll_interval, on_resume=self._nudge
+            self.store, self._pool, queues, self.poll_interval, on_resume=self._new_work
         )
         self._completer.start()  # stopped apart from the others, below: it must not be cut short
         services = [asyncio.create_task(heartbeat.run())]
@@ -155,7 +169,7 @@ class Worker:
             services.append(asyncio.create_task(self.elector.run()))
             services.append(asyncio.create_task(self.maintenance.run()))
         if self.listen:
-            self.listener = Listener(dsn, self.store, set(queues), self._nudge)
+            self.listener = Listener(dsn, self.store, set(queues), self._new_work)
             services.append(asyncio.create_task(self.listener.run()))
         try:
             await self.settings.refresh()
@@ -181,6 +195,30 @@ class Worker:
         if self._wake is not None:
             self._wake.set()
 
+    def _new_work(self) -> None:
+        """Jobs may have become claimable (a NOTIFY, a promotion, a resumed queue)."""
+        self._drained = False
+        self._nudge()
+
+    def _want(self, held: bool) -> int:
+        """How many jobs to claim now."""
+        assert self._completer is not None
+        unwritten = self._completer.pending
+        if held:  # one transaction per slot; a finished job keeps its slot until written
+            return self.concurrency - len(self._tasks) - unwritten
+        return self.capacity.to_claim(len(self._tasks), len(self._reserved), unwritten)
+
+    def _capacity_freed(self) -> None:
+        """A job finished or its outcome was written: start what is reserved, claim if due."""
+        if self._stopping:
+            return
+        self._start_reserved()
+        claimed = len(self._tasks) + len(self._reserved)
+        if not self._drained and (not self._reserved or claimed < self._refill_below):
+            self._nudge()
+        elif self.burst:
+            self._nudge()  # the burst may be over
+
     def _claims_held(self, queues: list[str]) -> bool:
         if self.model is not None:
             return self.model == "held"
@@ -203,28 +241,32 @@ class Worker:
             # Cleared every round: a wake-up that came while nothing could be claimed (all slots
             # busy, queues paused) must not make the wait below return at once, forever.
             self._wake.clear()
-            # A finished job keeps its slot until its outcome is written: otherwise a worker
-            # outrunning its writes piles up running rows (and the jobs a crash would rerun).
-            free = self.concurrency - len(self._tasks) - self._completer.pending
+            want = self._want(held)
+            self._refill_below = self.capacity.refill_below()
             active = [q for q in queues if q not in settings.paused]
             claimed = 0
-            if free > 0 and active:
+            if want > 0 and active and not self._drained:
                 try:
                     claim = self._claim_held if held else self._claim_leased
-                    claimed = await claim(active, free)
+                    claimed = await claim(active, want)
                 except (psycopg.Error, SkiplockError) as exc:
                     log.warning("claim failed, retrying after the poll interval: %s", exc)
+                # Until new work is announced (or the poll interval passes), a slot that frees
+                # does not send the worker back to an empty queue.
+                self._drained = claimed < want
                 empty_claims = 0 if claimed else empty_claims + 1
             if claimed:
                 idle_rounds = 0
                 continue
-            if self.burst and not self._tasks and not self._completer.pending:
+            in_flight = self._tasks or self._reserved or self._completer.pending
+            if self.burst and not in_flight:
                 # Nothing claimable, nothing running: run maintenance once more, then finish.
                 idle_rounds += 1
                 if idle_rounds > 1:
                     return
                 assert self.maintenance is not None
                 await self.maintenance.run_once(force=True)
+                self._drained = False  # it may have promoted or enqueued jobs: look once more
                 continue
             # Claims keep coming back empty: let wake-ups that arrive in the next moment collapse
             # into one, so a flood of NOTIFYs (anyone may send them) cannot drive claims.  The
@@ -232,15 +274,20 @@ class Worker:
             if empty_claims > 1:
                 await asyncio.sleep(EMPTY_CLAIM_COOLDOWN)
             # Jittered, so that workers started together do not poll in step.
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(
                     self._wake.wait(), self.poll_interval * random.uniform(0.8, 1.2)
                 )
+            except TimeoutError:
+                self._drained = False  # the poll: look again whatever was (not) announced
 
     async def _claim_leased(self, queues: list[str], limit: int) -> int:
         assert self._pool is not None and self.settings is not None
         limits = self.settings.limits
         unlimited = [q for q in queues if q not in limits]
+        # A queue with a concurrency limit gets no more than the slots can start now: a job
+        # waiting here would count against its limit while other workers' slots sit idle.
+        limit_startable = min(limit, self.concurrency - len(self._tasks) - len(self._reserved))
         jobs: list[Job] = []
         async with self._pool.connection() as conn:
             if unlimited:
@@ -248,20 +295,37 @@ class Worker:
                     conn, unlimited, limit, self.worker_id, self.lease_seconds
                 )
             for queue in (q for q in queues if q in limits):
-                if len(jobs) >= limit:
+                if len(jobs) >= limit_startable:
                     break
                 jobs += await self.store.job_claim_limited(
                     conn,
                     queue,
-                    limit - len(jobs),
+                    limit_startable - len(jobs),
                     limits[queue],
                     self.worker_id,
                     self.lease_seconds,
                 )
         for job in jobs:
-            running = self._track(job, "lease")
-            running.task = self._spawn(self._run_leased(running))
+            self._reserved.append(self._track(job, "lease"))
+        self._start_reserved()
         return len(jobs)
+
+    def _start_reserved(self) -> None:
+        assert self._completer is not None and self.settings is not None
+        startable = self.capacity.startable(len(self._tasks), self._completer.pending)
+        while startable > 0 and self._reserved and not self._stopping:
+            running = self._reserved.popleft()
+            if running.stop_reason is not None or running.job.queue in self.settings.paused:
+                # Cancelled by an admin, or its queue paused, while it waited for a slot.
+                self._untrack(running)
+                cancelled = running.stop_reason == "cancelled"
+                outcome = Outcome("cancelled") if cancelled else Outcome("release")
+                self._completer.submit(running.job, outcome, running.started)
+                continue
+            running.started = time.monotonic()
+            self._emit_started(running.job)
+            running.task = self._spawn(self._run_leased(running))
+            startable -= 1
 
     async def _claim_held(self, queues: list[str], limit: int) -> int:
         claimed = 0
@@ -298,10 +362,12 @@ class Worker:
                     return
                 if self._model_of(job) == "held":
                     running = self._track(job, "held")
+                    self._emit_started(job)
                     await self._run_held(running, conn)
                     return
             # A lease task claimed by a held-capable worker: the claim has committed.
             running = self._track(job, "lease")
+            self._emit_started(job)
             running.task = asyncio.current_task()
             await self._run_leased(running)
         except Exception as exc:
@@ -334,14 +400,17 @@ class Worker:
 
     def _slot_freed(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._nudge()
+        self._capacity_freed()
 
     def _track(self, job: Job, model: WorkerModel) -> RunningJob:
         self.stats.claimed += 1
         running = RunningJob(job, model)
         self._running[job.id] = running
-        self._emit(JobEvent("started", job, self.worker_id))
         return running
+
+    def _emit_started(self, job: Job) -> None:
+        if self.on_event is not None or log.isEnabledFor(logging.DEBUG):
+            self._emit(JobEvent("started", job, self.worker_id))
 
     def _untrack(self, running: RunningJob) -> None:
         self._running.pop(running.job.id, None)
@@ -355,13 +424,14 @@ class Worker:
         assert self._executor is not None
         outcome = await run_job(
             job, task, worker_id=self.worker_id, executor=self._executor, conn=conn,
-            unknown=unknown, cancel_flag=running.cancel_flag,
+            unknown=unknown, cancel_flag=lambda: running.cancel_flag,
         )  # fmt: skip
         self.stats.timed_out += outcome.timed_out
         return outcome
 
     async def _run_leased(self, running: RunningJob) -> None:
         assert self._completer is not None
+        self._handlers += 1
         try:
             outcome = await self._outcome(running, None)
         except asyncio.CancelledError:
@@ -373,6 +443,7 @@ class Worker:
                 current.uncancel()
             outcome = Outcome("cancelled" if reason == "cancelled" else "release")
         finally:
+            self._handlers -= 1
             self._untrack(running)
         self._completer.submit(running.job, outcome, running.started)
 
@@ -382,15 +453,21 @@ class Worker:
         outcome = await self._outcome(running, conn)
         entry = (running.job, outcome, running.started)
         owned = running.job.id in await self._completer.write(conn, [entry])
-        self._recorded(Recorded(*entry[:2], owned, running.started))
+        self._recorded([Recorded(*entry[:2], owned, running.started)])
 
-    def _recorded(self, recorded: Recorded) -> None:
-        job, outcome = recorded.job, recorded.outcome
-        kind = outcome.kind if recorded.owned else "lost"
-        self.stats.count(kind)
-        self._nudge()  # its slot is free now (and a burst may be over)
-        duration = time.monotonic() - recorded.started
-        self._emit(JobEvent("finished", job, self.worker_id, kind, duration, outcome.error))
+    def _recorded(self, batch: list[Recorded]) -> None:
+        """Outcomes were written (or found lost): count and report them, refill the slots."""
+        now = time.monotonic()
+        for recorded in batch:
+            job, outcome = recorded.job, recorded.outcome
+            kind = outcome.kind if recorded.owned else "lost"
+            self.stats.count(kind)
+            if self.on_event is not None or log.isEnabledFor(finished_level(kind)):
+                duration = now - recorded.started
+                event = JobEvent("finished", job, self.worker_id, kind, duration, outcome.error)
+                self._emit(event)
+        self.capacity.throughput.add(len(batch))
+        self._capacity_freed()
 
     def _emit(self, event: JobEvent) -> None:
         log_event(event)
@@ -403,6 +480,11 @@ class Worker:
     # -- shutdown ------------------------------------------------------------------------
 
     async def _shut_down(self) -> None:
+        assert self._completer is not None
+        while self._reserved:  # never started: back to the queue without spending an attempt
+            running = self._reserved.popleft()
+            self._untrack(running)
+            self._completer.submit(running.job, Outcome("release"), running.started)
         if self._tasks:
             log.info(
                 "waiting up to %.0fs for %d running jobs",

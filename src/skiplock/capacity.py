@@ -1,0 +1,99 @@
+"""How many jobs a leasing worker claims and starts.  Pure arithmetic, no I/O.
+
+A worker has ``concurrency`` slots.  Besides the jobs in its slots it may hold claimed jobs that
+wait for a slot (*reserved*): one claim statement then serves many jobs, which is what makes
+short jobs fast.  It reserves only what it would start within ``horizon`` seconds at the rate it
+has been finishing jobs (at most ``prefetch``), so a worker busy with long jobs reserves nothing
+and never sits on work another worker could start now.  Reserved jobs have not run: a crash
+leaves them to be reclaimed when their leases expire, it does not run them twice.
+
+Finished jobs whose outcomes are not written yet (*unwritten*) may number up to
+``max(concurrency, 100)`` before the worker stops starting and claiming: short jobs share one
+write per batch, and the next claim overlaps the last write, yet a worker that outruns its writes
+cannot pile up running rows.  Jobs a ``kill -9`` can make run twice (started or finished, not
+yet written): at most ``concurrency + max(concurrency, 100)`` per worker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+
+UNWRITTEN_FLOOR = 100  # finished jobs that may wait for their write, whatever the concurrency
+
+
+class Throughput:
+    """Jobs finished per second over the last ``window`` seconds."""
+
+    def __init__(self, window: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window = window
+        self.clock = clock
+        self._marks: deque[tuple[float, int]] = deque()
+        self._total = 0
+
+    def add(self, n: int = 1) -> None:
+        now = self.clock()
+        if self._marks and now - self._marks[-1][0] < 0.001:  # one mark per millisecond
+            at, count = self._marks.pop()
+            self._marks.append((at, count + n))
+        else:
+            self._marks.append((now, n))
+        self._total += n
+
+    def per_second(self) -> float:
+        now = self.clock()
+        while self._marks and now - self._marks[0][0] > self.window:
+            self._total -= self._marks.popleft()[1]
+        if not self._marks:
+            return 0.0
+        # Over the time the marks span, but never less than 10 ms: a first handful of jobs
+        # finished in one instant is not a rate of millions per second.
+        return self._total / max(now - self._marks[0][0], 0.01)
+
+
+class Capacity:
+    def __init__(
+        self,
+        concurrency: int,
+        prefetch: int,
+        *,
+        horizon: float = 0.1,
+        throughput: Throughput | None = None,
+    ) -> None:
+        if concurrency < 1 or prefetch < 0 or horizon < 0:
+            raise ValueError("concurrency must be >= 1, prefetch and horizon >= 0")
+        self.concurrency = concurrency
+        self.prefetch = prefetch
+        self.horizon = horizon
+        self.unwritten_max = max(concurrency, UNWRITTEN_FLOOR)
+        self.throughput = throughput or Throughput()
+
+    def ahead(self) -> int:
+        """Jobs to hold beyond the slots: what this worker starts within the horizon."""
+        return min(self.prefetch, int(self.throughput.per_second() * self.horizon))
+
+    def startable(self, active: int, unwritten: int) -> int:
+        """Reserved jobs that may start now."""
+        if unwritten > self.unwritten_max:
+            return 0  # let the writes catch up first
+        return max(0, self.concurrency - active)
+
+    def refill_below(self) -> int:
+        """Claim again once active + reserved jobs drop below this (see :meth:`to_claim`)."""
+        return max(1, (self.concurrency + self.ahead()) // 2 + 1)
+
+    def to_claim(self, active: int, reserved: int, unwritten: int) -> int:
+        """How many jobs the next claim should ask for; 0 means do not claim now.
+
+        A slot that is free with nothing reserved is filled at once, even by a claim of one;
+        otherwise the worker waits until half of its target is missing, so that claims stay
+        large while it keeps its slots busy from what it reserved.
+        """
+        target = self.concurrency + self.ahead()
+        room = target - active - reserved - max(0, unwritten - self.unwritten_max)
+        if room <= 0:
+            return 0
+        if reserved == 0 and active < self.concurrency and unwritten <= self.unwritten_max:
+            return room
+        return room if room >= max(1, target // 2) else 0

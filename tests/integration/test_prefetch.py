@@ -1,0 +1,157 @@
+"""Jobs a worker claims ahead of its free slots (reserved) with real Workers on a real server.
+
+Reserved jobs are leased like running ones: the heartbeat keeps them, shutdown gives them back
+without spending an attempt, an admin can cancel them and a paused queue releases them before
+they start.  The worker reserves as many as its recent rate says; the tests fix that number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from skiplock import App, Worker
+
+pytestmark = pytest.mark.smoke
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(step)
+    return True
+
+
+def rows(db: Any, app: App) -> dict[int, tuple[str, int]]:
+    found = db.execute(f'SELECT id, status, attempts FROM "{app.schema}".jobs').fetchall()
+    return {job_id: (status, attempts) for job_id, status, attempts in found}
+
+
+def reserving(worker: Worker, ahead: int) -> Worker:
+    """The worker claims ``ahead`` jobs beyond its slots, whatever its rate."""
+    worker.capacity.ahead = lambda: ahead  # type: ignore[method-assign]
+    return worker
+
+
+def test_jobs_claimed_ahead_wait_leased_and_run_once_each(app: App, db: Any) -> None:
+    started: list[int] = []
+    gate = asyncio.Event()
+
+    @app.task(name="gated")
+    async def gated(n: int) -> None:
+        started.append(n)
+        if n == 0:
+            await gate.wait()
+
+    ids = [gated.enqueue(n=n).id for n in range(6)]
+    worker = reserving(Worker(app, concurrency=1, lease_seconds=0.6, poll_interval=0.1), 5)
+
+    async def main() -> tuple[list[int], dict[int, tuple[str, int]]]:
+        run = asyncio.create_task(worker.run())
+        assert await wait_for(lambda: started == [0], 5.0)
+        assert await wait_for(lambda: len(worker.running_jobs) == 6, 5.0)
+        during = rows(db, app)
+        # Longer than two leases: only the heartbeat keeps the reserved jobs from being reclaimed.
+        await asyncio.sleep(1.5)
+        gate.set()
+        assert await wait_for(lambda: len(started) == 6 and not worker.running_jobs, 5.0)
+        worker.stop()
+        await run
+        return started, during
+
+    order, during = asyncio.run(main())
+    assert order == list(range(6))  # reserved jobs start in claim order
+    assert all(status == "running" for status, _ in during.values())
+    assert rows(db, app) == {job_id: ("done", 1) for job_id in ids}
+    assert worker.stats.lost == 0 and worker.stats.done == 6
+
+
+def test_shutdown_gives_reserved_jobs_back_without_spending_their_attempt(
+    app: App, db: Any
+) -> None:
+    started: list[int] = []
+
+    @app.task(name="slow")
+    async def slow(n: int) -> None:
+        started.append(n)
+        await asyncio.sleep(0.3)
+
+    ids = [slow.enqueue(n=n).id for n in range(5)]
+    worker = reserving(Worker(app, concurrency=1, shutdown_grace=2.0, poll_interval=0.1), 4)
+
+    async def main() -> None:
+        run = asyncio.create_task(worker.run())
+        assert await wait_for(lambda: len(worker.running_jobs) == 5, 5.0)
+        worker.stop()
+        await run
+
+    asyncio.run(main())
+    assert started == [0]
+    after = rows(db, app)
+    assert after[ids[0]] == ("done", 1)
+    assert {after[i] for i in ids[1:]} == {("pending", 0)}
+    assert worker.stats.released == 4
+
+
+def test_admin_cancel_of_a_reserved_job_cancels_it_before_it_starts(app: App, db: Any) -> None:
+    started: list[int] = []
+    gate = asyncio.Event()
+
+    @app.task(name="gated")
+    async def gated(n: int) -> None:
+        started.append(n)
+        await gate.wait()
+
+    ids = [gated.enqueue(n=n).id for n in range(3)]
+    worker = reserving(Worker(app, concurrency=1, lease_seconds=0.6, poll_interval=0.1), 2)
+
+    async def main() -> None:
+        run = asyncio.create_task(worker.run())
+        assert await wait_for(lambda: len(worker.running_jobs) == 3, 5.0)
+        assert await app.async_client.cancel_or_request(ids[1]) == "requested"
+        # the heartbeat (every lease/3) passes the request on; then the first job finishes
+        await asyncio.sleep(0.6)
+        gate.set()
+        assert await wait_for(lambda: not worker.running_jobs, 5.0)
+        worker.stop()
+        await run
+
+    asyncio.run(main())
+    assert started == [0, 2]
+    assert rows(db, app) == {ids[0]: ("done", 1), ids[1]: ("cancelled", 1), ids[2]: ("done", 1)}
+
+
+def test_pausing_the_queue_releases_reserved_jobs(app: App, db: Any) -> None:
+    started: list[int] = []
+    gate = asyncio.Event()
+
+    @app.task(name="gated", queue="pausable")
+    async def gated(n: int) -> None:
+        started.append(n)
+        await gate.wait()
+
+    ids = [gated.enqueue(n=n).id for n in range(4)]
+    worker = reserving(Worker(app, concurrency=1, poll_interval=0.1), 3)
+
+    async def main() -> None:
+        run = asyncio.create_task(worker.run())
+        assert await wait_for(lambda: len(worker.running_jobs) == 4, 5.0)
+        await app.async_client.set_paused("pausable", True)
+        assert worker.settings is not None
+        assert await wait_for(lambda: "pausable" in worker.settings.paused, 5.0)  # type: ignore[union-attr]
+        gate.set()
+        assert await wait_for(lambda: not worker.running_jobs, 5.0)
+        worker.stop()
+        await run
+
+    asyncio.run(main())
+    assert started == [0]
+    after = rows(db, app)
+    assert after[ids[0]] == ("done", 1)
+    assert {after[i] for i in ids[1:]} == {("pending", 0)}

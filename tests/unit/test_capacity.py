@@ -1,0 +1,89 @@
+"""How many jobs a worker claims ahead and starts: the arithmetic of skiplock.capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from skiplock.capacity import UNWRITTEN_FLOOR, Capacity, Throughput
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_throughput_counts_the_last_window_only() -> None:
+    clock = Clock()
+    meter = Throughput(window=1.0, clock=clock)
+    assert meter.per_second() == 0.0
+    for _ in range(10):
+        meter.add(50)
+        clock.now += 0.1
+    assert meter.per_second() == pytest.approx(500 / 1.0, rel=0.15)
+    clock.now += 5.0  # nothing finished for a while
+    assert meter.per_second() == 0.0
+
+
+def test_a_first_burst_is_not_an_infinite_rate() -> None:
+    clock = Clock()
+    meter = Throughput(clock=clock)
+    meter.add(10)
+    assert meter.per_second() == pytest.approx(10 / 0.01)
+
+
+def _capacity(concurrency: int, prefetch: int, rate: float) -> Capacity:
+    clock = Clock()
+    meter = Throughput(window=1.0, clock=clock)
+    if rate:
+        for _ in range(10):
+            meter.add(int(rate / 10))
+            clock.now += 0.1
+    return Capacity(concurrency, prefetch, horizon=0.1, throughput=meter)
+
+
+def test_long_jobs_reserve_nothing() -> None:
+    cap = _capacity(10, 500, rate=2.0)  # 2 jobs a second
+    assert cap.ahead() == 0
+    assert cap.to_claim(active=0, reserved=0, unwritten=0) == 10
+    # one slot frees with nothing reserved: fill it at once, with a claim of one
+    assert cap.to_claim(active=9, reserved=0, unwritten=0) == 1
+    assert cap.to_claim(active=10, reserved=0, unwritten=0) == 0
+
+
+def test_short_jobs_reserve_what_starts_within_the_horizon_capped_by_prefetch() -> None:
+    cap = _capacity(10, 500, rate=3000.0)
+    assert cap.ahead() == pytest.approx(300, abs=40)
+    assert _capacity(10, 100, rate=3000.0).ahead() == 100
+    assert _capacity(10, 0, rate=3000.0).ahead() == 0
+
+
+def test_claims_stay_large_while_reserved_jobs_keep_the_slots_busy() -> None:
+    cap = _capacity(10, 90, rate=100_000.0)  # ahead = 90, target = 100
+    assert cap.to_claim(active=0, reserved=0, unwritten=0) == 100
+    assert cap.to_claim(active=10, reserved=60, unwritten=0) == 0  # 30 missing: not yet
+    assert cap.to_claim(active=10, reserved=40, unwritten=0) == 50  # half missing: claim
+    assert cap.refill_below() == 51
+
+
+def test_unwritten_outcomes_hold_back_starts_and_claims() -> None:
+    cap = _capacity(10, 0, rate=0.0)
+    limit = max(10, UNWRITTEN_FLOOR)
+    assert cap.startable(active=3, unwritten=limit) == 7
+    assert cap.startable(active=3, unwritten=limit + 1) == 0
+    assert cap.to_claim(active=0, reserved=0, unwritten=limit + 5) == 5
+    # whatever the rate, started + unwritten jobs stay within concurrency + the unwritten limit
+    fast = _capacity(10, 500, rate=100_000.0)
+    for unwritten in range(0, 400, 7):
+        for active in range(0, 11):
+            room = fast.to_claim(active, 0, unwritten)
+            assert active + room + unwritten <= 10 + fast.ahead() + limit
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ValueError):
+        Capacity(0, 10)
+    with pytest.raises(ValueError):
+        Capacity(1, -1)
