@@ -99,6 +99,7 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._handlers = 0  # jobs whose task is running now (their outcomes are still to come)
         self._drained = False  # the last claim found less than it asked for
+        self._announced = 0  # counts announcements of new work (see _new_work)
         self._held = False
         self._refill_below = 1  # set by each claim round from the capacity
         self.settings: QueueSettings | None = None
@@ -198,6 +199,7 @@ class Worker:
     def _new_work(self) -> None:
         """Jobs may have become claimable (a NOTIFY, a promotion, a resumed queue)."""
         self._drained = False
+        self._announced += 1
         self._nudge()
 
     def _want(self, held: bool) -> int:
@@ -246,14 +248,18 @@ class Worker:
             active = [q for q in queues if q not in settings.paused]
             claimed = 0
             if want > 0 and active and not self._drained:
+                announced = self._announced
                 try:
                     claim = self._claim_held if held else self._claim_leased
                     claimed = await claim(active, want)
                 except (psycopg.Error, SkiplockError) as exc:
                     log.warning("claim failed, retrying after the poll interval: %s", exc)
                 # Until new work is announced (or the poll interval passes), a slot that frees
-                # does not send the worker back to an empty queue.
-                self._drained = claimed < want
+                # does not send the worker back to an empty queue.  Not after an announcement
+                # that came during the claim (its snapshot may have missed that job), nor when a
+                # queue's concurrency limit, not an empty queue, made the claim come up short.
+                limited = any(q in settings.limits for q in active)
+                self._drained = claimed < want and announced == self._announced and not limited
                 empty_claims = 0 if claimed else empty_claims + 1
             if claimed:
                 idle_rounds = 0

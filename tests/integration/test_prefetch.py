@@ -155,3 +155,64 @@ def test_pausing_the_queue_releases_reserved_jobs(app: App, db: Any) -> None:
     after = rows(db, app)
     assert after[ids[0]] == ("done", 1)
     assert {after[i] for i in ids[1:]} == {("pending", 0)}
+
+
+def test_a_job_announced_during_an_empty_claim_starts_without_waiting_for_the_poll(
+    app: App,
+) -> None:
+    started: list[float] = []
+
+    @app.task(name="quick")
+    async def quick() -> None:
+        started.append(time.monotonic())
+
+    worker = Worker(app, poll_interval=30.0)  # only a wake-up can start the job in time
+    claim = worker.store.job_claim
+    calls = 0
+    enqueued_at = 0.0
+
+    async def racing_claim(*args: Any, **kwargs: Any) -> Any:
+        """The first claim once the listener is up finds nothing; the job is enqueued (and
+        its NOTIFY handled) before that claim returns."""
+        nonlocal calls, enqueued_at
+        jobs = await claim(*args, **kwargs)
+        listening = worker.listener is not None and worker.listener.listening.is_set()
+        if listening:
+            calls += 1
+        if calls == 1 and not enqueued_at:
+            before = worker._announced
+            enqueued_at = time.monotonic()
+            await quick.enqueue_async()
+            assert await wait_for(lambda: worker._announced > before, 5.0)
+        return jobs
+
+    worker.store.job_claim = racing_claim  # type: ignore[method-assign]
+
+    async def main() -> None:
+        run = asyncio.create_task(worker.run())
+        assert await wait_for(lambda: bool(started), 5.0), "the job waited for the poll"
+        worker.stop()
+        await run
+
+    asyncio.run(main())
+    assert calls >= 2 and started[0] - enqueued_at < 5.0
+
+
+def test_a_claim_cut_short_by_a_queue_limit_does_not_idle_the_worker(app: App, db: Any) -> None:
+    @app.task(name="nap", queue="narrow")
+    async def nap() -> None:
+        await asyncio.sleep(0.05)
+
+    ids = [nap.enqueue().id for _ in range(6)]
+    app.sync_client.set_concurrency_limit("narrow", 1)
+    worker = Worker(app, concurrency=5, poll_interval=30.0, listen=False)
+
+    async def main() -> None:
+        run = asyncio.create_task(worker.run())
+        # one at a time, each claimed as soon as the previous one's outcome is written
+        assert await wait_for(lambda: worker.stats.done == 6, 10.0), worker.stats
+        worker.stop()
+        await run
+
+    asyncio.run(main())
+    assert rows(db, app) == {job_id: ("done", 1) for job_id in ids}
