@@ -25,7 +25,7 @@ from typing import Any
 from . import ceiling, report, scale
 from .db import BenchDatabase, default_dsn, server_info
 from .plan import Plan, make_plan, plan_from_dict
-from .systems import SYSTEMS, versions
+from .systems import SYSTEMS, Setting, versions
 from .workloads import Context, drain, enqueue, latency, long_transaction
 
 WORKLOADS = ("enqueue", "drain", "latency", "scale", "longtx", "ceiling")
@@ -54,6 +54,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="directory for RESULTS.md, results.json, charts (default: bench/)",
     )
     parser.add_argument(
+        "--settings",
+        default=None,
+        help="comma-separated system/label to run, e.g. skiplock/default,pgqueuer/b500x2 "
+        "(default: all; a focused look, not a full report)",
+    )
+    parser.add_argument(
+        "--sizes",
+        default=None,
+        help="comma-separated drain sizes instead of the plan's (e.g. 20000)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="rewrite RESULTS.md and the charts from OUT/results.json, run nothing",
@@ -65,6 +76,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"unknown workload(s) {sorted(unknown)}; choose from {WORKLOADS}")
     args.only = only
     return args
+
+
+def focus(plan: Plan, wanted: set[str]) -> Plan:
+    """The plan with only the settings named ``system/label``."""
+
+    def keep(settings: list[Setting]) -> list[Setting]:
+        return [s for s in settings if f"{s.system}/{s.label}" in wanted]
+
+    plan.drain_settings = keep(plan.drain_settings)
+    plan.big_drain_settings = keep(plan.big_drain_settings)
+    plan.latency_settings = keep(plan.latency_settings)
+    plan.longtx_settings = keep(plan.longtx_settings)
+    return plan
 
 
 class Runner:
@@ -310,6 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if any(not r.get("verified") for r in saved["results"]) else 0
     db = BenchDatabase(server, args.database)
     plan = make_plan(args.quick, args.repeat)
+    if args.settings:
+        plan = focus(plan, {w.strip() for w in args.settings.split(",") if w.strip()})
+    if args.sizes:
+        plan.drain_sizes = [int(n) for n in args.sizes.split(",")]
     log_dir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
     ctx = Context(db, log_dir, args.quick)
     runner = Runner(ctx, plan)

@@ -14,8 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import AsyncConnection
@@ -31,8 +30,7 @@ log = logging.getLogger("skiplock.worker")
 Entry = tuple[Job, Outcome, float]  # the job, how it ended, when it started (monotonic)
 
 
-@dataclass(frozen=True)
-class Recorded:
+class Recorded(NamedTuple):  # one per job: a tuple is the cheapest record
     job: Job
     outcome: Outcome
     owned: bool

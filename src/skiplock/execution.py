@@ -44,6 +44,9 @@ class Outcome:
     timed_out: bool = False
 
 
+DONE = Outcome("done")  # the outcome of almost every job: made once
+
+
 def failure(
     job: Job, exc: BaseException, policy: RetryPolicy, secret: Collection[str] = ()
 ) -> Outcome:
@@ -151,4 +154,4 @@ async def _call(
         return Outcome("snooze", delay=request.delay)
     except Exception as exc:
         return failure(job, exc, task.settings.retry, task.settings.secret)
-    return Outcome("done")
+    return DONE

@@ -467,7 +467,10 @@ class Worker:
         for recorded in batch:
             job, outcome = recorded.job, recorded.outcome
             kind = outcome.kind if recorded.owned else "lost"
-            self.stats.count(kind)
+            if kind == "done":
+                self.stats.done += 1
+            else:
+                self.stats.count(kind)
             if self.on_event is not None or log.isEnabledFor(finished_level(kind)):
                 duration = now - recorded.started
                 event = JobEvent("finished", job, self.worker_id, kind, duration, outcome.error)
