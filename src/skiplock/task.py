@@ -145,7 +145,7 @@ class TaskCall:
         self, payloads: Iterable[Mapping[str, Any]], *, conn: Connection[Any] | None = None
     ) -> list[Enqueued]:
         jobs = self.task.app.build_jobs(self.task.name, payloads, self.options)
-        return self.task.app.sync_client.enqueue_many(jobs, conn)
+        return self.task.app.sync_client.enqueue_batch(jobs, conn)
 
     async def enqueue_many_async(
         self,
@@ -154,4 +154,4 @@ class TaskCall:
         conn: AsyncConnection[Any] | None = None,
     ) -> list[Enqueued]:
         jobs = self.task.app.build_jobs(self.task.name, payloads, self.options)
-        return await self.task.app.async_client.enqueue_many(jobs, conn)
+        return await self.task.app.async_client.enqueue_batch(jobs, conn)
