@@ -33,12 +33,21 @@ class EnqueueOptions:
 
     def merged(self, other: EnqueueOptions) -> EnqueueOptions:
         """These options with every option ``other`` sets taking precedence."""
+        if other is self or other == NO_OPTIONS:
+            return self
+        # Spelled out: this runs on every enqueue, and a loop over the fields costs more.
         return EnqueueOptions(
-            **{
-                name: getattr(other, name) if getattr(other, name) is not None else value
-                for name, value in vars(self).items()
-            }
+            self.queue if other.queue is None else other.queue,
+            self.priority if other.priority is None else other.priority,
+            self.run_at if other.run_at is None else other.run_at,
+            self.delay if other.delay is None else other.delay,
+            self.max_attempts if other.max_attempts is None else other.max_attempts,
+            self.entity_key if other.entity_key is None else other.entity_key,
+            self.idempotency_key if other.idempotency_key is None else other.idempotency_key,
         )
+
+
+NO_OPTIONS = EnqueueOptions()
 
 
 @dataclass(frozen=True)
