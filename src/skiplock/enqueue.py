@@ -128,6 +128,14 @@ class NewJobs:
     count: int
     first_payload: str
 
+    @classmethod
+    def repeated(cls, job: NewJob, count: int) -> NewJobs:
+        """``count`` jobs just like ``job``."""
+        columns = {name: value for name, value in vars(job).items() if name != "payload"}
+        payloads = "[" + ",".join([job.payload] * count) + "]"
+        first = job.payload if count else ""
+        return cls(payloads=payloads, count=count, first_payload=first, **columns)
+
     def params(self, channel: str) -> dict[str, Any]:
         """Parameters of ``job_insert_batch``, and of ``job_insert_one`` for the first job."""
         return {

@@ -352,3 +352,11 @@ def test_shared_key_results_one_job_stands_for_all() -> None:
     ]
     assert shared_key_results(7, 2, inserted=False) == [Enqueued(7, deduplicated=True)] * 2
     assert shared_key_results(7, 1, inserted=True) == [Enqueued(7)]
+
+
+def test_new_jobs_repeated_is_the_batch_of_the_same_payloads() -> None:
+    one = build_job("t", {"a": [1, "é"]}, FULL, max_payload_bytes=100)
+    assert NewJobs.repeated(one, 3) == build_jobs(
+        "t", [{"a": [1, "é"]}] * 3, FULL, max_payload_bytes=100
+    )
+    assert NewJobs.repeated(one, 0) == build_jobs("t", [], FULL, max_payload_bytes=100)
