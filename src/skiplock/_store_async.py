@@ -75,7 +75,8 @@ class AsyncStore:
     async def job_insert_many(
         self, conn: AsyncConnection[Any], jobs: Sequence[NewJob]
     ) -> list[Enqueued]:
-        """Insert jobs; a job whose idempotency key an unfinished job holds resolves to that job."""
+        """Insert jobs with options of their own; a job whose idempotency key an unfinished job
+        holds resolves to that job."""
         outcome = InsertOutcome.start(jobs)
         for _ in range(3):  # the holder of a key can finish between our insert and our lookup
             todo = outcome.pending_indexes()

@@ -5,7 +5,9 @@
 -- the claim's owner (locked_by) and attempt number.
 
 -- name: job_insert_many
--- Insert jobs given as parallel arrays; skip those whose idempotency key is already unfinished.
+-- Insert jobs given as parallel arrays, each with its own options (a mixed batch; one call's
+-- jobs go through job_insert_batch or job_insert_one); skip those whose idempotency key is
+-- already unfinished.
 -- Sends one NOTIFY per queue that got a due job; delivered when the caller's transaction commits.
 WITH input AS (
     SELECT i.*, coalesce(i.at, now() + make_interval(secs => coalesce(i.delay, 0))) AS due
