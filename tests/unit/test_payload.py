@@ -6,12 +6,14 @@ import json
 import math
 from datetime import UTC, datetime
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from skiplock import InvalidName, InvalidPayload, SkiplockError
+from skiplock import payload as payload_module
 from skiplock.payload import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     check_delay,
@@ -295,19 +297,24 @@ JSONABLE = st.recursive(
 
 @given(st.lists(st.dictionaries(st.text(), JSONABLE, max_size=4), max_size=6))
 def test_encode_payloads_is_the_array_of_each_payload_encoded_alone(payloads: list[Any]) -> None:
-    for max_bytes in (DEFAULT_MAX_PAYLOAD_BYTES, 40):
-        try:
-            expected: str | Exception = one_by_one(payloads, max_bytes)
-        except InvalidPayload as exc:
-            expected = exc
-        if isinstance(expected, str):
-            text = encode_payloads(payloads, max_bytes=max_bytes, task="t")
-            assert text == expected
-            assert json.loads(text) == payloads
-        else:
-            with pytest.raises(InvalidPayload) as info:
-                encode_payloads(payloads, max_bytes=max_bytes, task="t")
-            assert str(info.value) == str(expected)
+    for chunk, max_bytes in ((256, DEFAULT_MAX_PAYLOAD_BYTES), (256, 40), (2, 40)):
+        with mock.patch.object(payload_module, "_CHUNK", chunk):
+            check_encode_payloads(payloads, max_bytes)
+
+
+def check_encode_payloads(payloads: list[Any], max_bytes: int) -> None:
+    try:
+        expected: str | Exception = one_by_one(payloads, max_bytes)
+    except InvalidPayload as exc:
+        expected = exc
+    if isinstance(expected, str):
+        text = encode_payloads(payloads, max_bytes=max_bytes, task="t")
+        assert text == expected
+        assert json.loads(text) == payloads
+    else:
+        with pytest.raises(InvalidPayload) as info:
+            encode_payloads(payloads, max_bytes=max_bytes, task="t")
+        assert str(info.value) == str(expected)
 
 
 @pytest.mark.parametrize(
@@ -324,6 +331,15 @@ def test_encode_payloads_is_the_array_of_each_payload_encoded_alone(payloads: li
 def test_encode_payloads_names_the_bad_payload_among_good_ones(bad: Any, message: str) -> None:
     payloads = [{"n": 1}, bad, {"n": 2}]
     with pytest.raises(InvalidPayload, match=message):
+        encode_payloads(payloads, max_bytes=100, task="t")
+
+
+def test_encode_payloads_in_chunks_names_the_first_bad_payload() -> None:
+    payloads: list[Any] = [{"n": n, "s": "é" * (n % 7)} for n in range(1000)]
+    assert encode_payloads(payloads, max_bytes=100, task="t") == one_by_one(payloads, 100)
+    payloads[700] = {"s": "x" * 200}
+    payloads[701] = {"s": "a\x00"}
+    with pytest.raises(InvalidPayload, match="over the limit"):
         encode_payloads(payloads, max_bytes=100, task="t")
 
 
