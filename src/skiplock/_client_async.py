@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ._store_async import AsyncStore
 from .database import connect_kwargs, unavailable
-from .enqueue import NewJob
+from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
 from .migrations import all_migrations
 
@@ -75,6 +75,15 @@ class AsyncClient:
             return []
         async with self.connection(conn) as c:
             return await self.store.job_insert_many(c, jobs)
+
+    async def enqueue_batch(
+        self, jobs: NewJobs, conn: AsyncConnection[Any] | None = None
+    ) -> list[Enqueued]:
+        """Enqueue the jobs of one call (one statement, on the caller's connection if given)."""
+        if not jobs.count:
+            return []
+        async with self.connection(conn) as c:
+            return await self.store.job_insert_batch(c, jobs)
 
     async def get_job(self, job_id: int, conn: AsyncConnection[Any] | None = None) -> Job | None:
         async with self.connection(conn) as c:

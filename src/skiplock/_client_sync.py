@@ -20,7 +20,7 @@ from psycopg_pool import ConnectionPool
 
 from ._store_sync import SyncStore
 from .database import connect_kwargs, unavailable
-from .enqueue import NewJob
+from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
 from .migrations import all_migrations
 
@@ -74,6 +74,13 @@ class SyncClient:
             return []
         with self.connection(conn) as c:
             return self.store.job_insert_many(c, jobs)
+
+    def enqueue_batch(self, jobs: NewJobs, conn: Connection[Any] | None = None) -> list[Enqueued]:
+        """Enqueue the jobs of one call (one statement, on the caller's connection if given)."""
+        if not jobs.count:
+            return []
+        with self.connection(conn) as c:
+            return self.store.job_insert_batch(c, jobs)
 
     def get_job(self, job_id: int, conn: Connection[Any] | None = None) -> Job | None:
         with self.connection(conn) as c:

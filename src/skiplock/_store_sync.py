@@ -19,7 +19,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 
 from .database import translate
-from .enqueue import InsertOutcome, NewJob, insert_params
+from .enqueue import InsertOutcome, NewJob, NewJobs, insert_params, shared_key_results
 from .errors import SchemaNotMigrated
 from .job import Claim, Enqueued, Job
 from .sql import Queries
@@ -71,7 +71,8 @@ class SyncStore:
     # -- enqueue -------------------------------------------------------------------------
 
     def job_insert_many(self, conn: Connection[Any], jobs: Sequence[NewJob]) -> list[Enqueued]:
-        """Insert jobs; a job whose idempotency key an unfinished job holds resolves to that job."""
+        """Insert jobs with options of their own; a job whose idempotency key an unfinished job
+        holds resolves to that job."""
         outcome = InsertOutcome.start(jobs)
         for _ in range(3):  # the holder of a key can finish between our insert and our lookup
             todo = outcome.pending_indexes()
@@ -91,6 +92,29 @@ class SyncStore:
                 )
                 outcome.add_existing(existing)
         return outcome.done()
+
+    def job_insert_batch(self, conn: Connection[Any], jobs: NewJobs) -> list[Enqueued]:
+        """Insert the jobs of one call; with an idempotency key, they stand for one job."""
+        if jobs.count == 0:
+            return []
+        params = jobs.params(self.queries.channel)
+        if jobs.idempotency_key is None and jobs.count > 1:
+            ((ids,),) = self._rows(conn, "job_insert_batch", params)
+            if len(ids) != jobs.count:
+                raise RuntimeError(f"inserted {len(ids)} jobs of {jobs.count}")
+            return [Enqueued(job_id) for job_id in ids]
+        for _ in range(3):  # the holder of a key can finish between our insert and our lookup
+            rows = self._rows(conn, "job_insert_one", params)
+            if rows:
+                return shared_key_results(rows[0][0], jobs.count, inserted=True)
+            existing = self._rows(
+                conn, "job_find_unfinished_by_idempotency_keys", {"keys": [jobs.idempotency_key]}
+            )
+            if existing:
+                return shared_key_results(existing[0][0], jobs.count, inserted=False)
+        raise RuntimeError(
+            f"idempotency key {jobs.idempotency_key!r} kept changing hands; enqueue again"
+        )
 
     # -- claim ---------------------------------------------------------------------------
 
@@ -284,14 +308,14 @@ class SyncStore:
         self._rows(conn, "leader_resign", {"role": role, "holder": holder})
 
     def periodic_enqueue_tick(
-        self, conn: Connection[Any], name: str, tick: Any, job: NewJob
+        self, conn: Connection[Any], name: str, tick: Any, job: NewJobs
     ) -> int | None:
         """Enqueue the job of one tick unless it was already; returns the new job's id."""
         key = {"name": name, "tick": tick}
         with conn.transaction():
             if not self._rows(conn, "periodic_claim_tick", key):
                 return None
-            (enqueued,) = self.job_insert_many(conn, [job])
+            (enqueued,) = self.job_insert_batch(conn, job)
             self._rows(conn, "periodic_record_tick_job", {**key, "enqueued_id": enqueued.id})
         return enqueued.id
 

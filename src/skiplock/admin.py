@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .app import DEFAULT_RETENTION, App
-from .enqueue import EnqueueOptions, build_job
+from .enqueue import EnqueueOptions, NewJobs, build_job
 from .job import Job, JobStatus
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name
 
@@ -230,7 +230,7 @@ def enqueue(
         enqueued = 0
         while enqueued < count:
             batch = min(10_000, count - enqueued)
-            app.sync_client.enqueue_many([job] * batch)
+            app.sync_client.enqueue_batch(NewJobs.repeated(job, batch))
             enqueued += batch
     click.echo(f"enqueued {count} job(s) of {task} on queue {queue}")
 

@@ -12,7 +12,7 @@ from ._client_sync import SyncClient
 from ._store_async import AsyncStore
 from ._store_sync import SyncStore
 from .database import check_dsn, resolve_dsn
-from .enqueue import EnqueueOptions, NewJob, build_job
+from .enqueue import EnqueueOptions, NewJob, NewJobs, build_job, build_jobs
 from .errors import ConfigurationError, UnknownTask
 from .job import Enqueued, Job
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name, check_schema_name, check_task_name
@@ -197,14 +197,19 @@ class App:
 
     def build_jobs(
         self, task_name: str, payloads: Iterable[Mapping[str, Any]], options: EnqueueOptions
-    ) -> list[NewJob]:
+    ) -> NewJobs:
         """Validate jobs of a registered task; nothing is written if any one is invalid."""
         task = self.get_task(task_name)
         merged = task.settings.options.merged(options)
-        return [
-            build_job(task_name, payload, merged, max_payload_bytes=self.max_payload_bytes)
-            for payload in payloads
-        ]
+        return build_jobs(task_name, payloads, merged, max_payload_bytes=self.max_payload_bytes)
+
+    def build_job(
+        self, task_name: str, payload: Mapping[str, Any], options: EnqueueOptions
+    ) -> NewJob:
+        """Validate one job of a registered task, as a row of its own (for mixed batches)."""
+        task = self.get_task(task_name)
+        merged = task.settings.options.merged(options)
+        return build_job(task_name, payload, merged, max_payload_bytes=self.max_payload_bytes)
 
     # -- enqueue by task name ------------------------------------------------------------
 
@@ -239,7 +244,7 @@ class App:
     ) -> list[Enqueued]:
         """Enqueue one job per payload in one statement (thousands per round trip)."""
         jobs = self.build_jobs(task_name, payloads, EnqueueOptions(**options))
-        return self.sync_client.enqueue_many(jobs, conn)
+        return self.sync_client.enqueue_batch(jobs, conn)
 
     async def enqueue_many_async(
         self,
@@ -250,7 +255,7 @@ class App:
         **options: Any,
     ) -> list[Enqueued]:
         jobs = self.build_jobs(task_name, payloads, EnqueueOptions(**options))
-        return await self.async_client.enqueue_many(jobs, conn)
+        return await self.async_client.enqueue_batch(jobs, conn)
 
     # -- administration ------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,6 +15,7 @@ from .payload import (
     check_queue_name,
     check_task_name,
     encode_payload,
+    encode_payloads,
 )
 
 
@@ -32,12 +33,21 @@ class EnqueueOptions:
 
     def merged(self, other: EnqueueOptions) -> EnqueueOptions:
         """These options with every option ``other`` sets taking precedence."""
+        if other is self or other == NO_OPTIONS:
+            return self
+        # Spelled out: this runs on every enqueue, and a loop over the fields costs more.
         return EnqueueOptions(
-            **{
-                name: getattr(other, name) if getattr(other, name) is not None else value
-                for name, value in vars(self).items()
-            }
+            self.queue if other.queue is None else other.queue,
+            self.priority if other.priority is None else other.priority,
+            self.run_at if other.run_at is None else other.run_at,
+            self.delay if other.delay is None else other.delay,
+            self.max_attempts if other.max_attempts is None else other.max_attempts,
+            self.entity_key if other.entity_key is None else other.entity_key,
+            self.idempotency_key if other.idempotency_key is None else other.idempotency_key,
         )
+
+
+NO_OPTIONS = EnqueueOptions()
 
 
 @dataclass(frozen=True)
@@ -55,14 +65,9 @@ class NewJob:
     idempotency_key: str | None
 
 
-def build_job(
-    task: str,
-    payload: Mapping[str, Any],
-    options: EnqueueOptions,
-    *,
-    max_payload_bytes: int,
-) -> NewJob:
-    """Validate one job; options must be complete (queue, priority and max_attempts set)."""
+def check_options(task: str, options: EnqueueOptions) -> dict[str, Any]:
+    """The row's columns but the payload, validated; options must be complete (queue, priority
+    and max_attempts set)."""
     if options.run_at is not None and options.delay is not None:
         raise ValueError("give either run_at or delay, not both")
     if options.run_at is not None and options.run_at.tzinfo is None:
@@ -78,17 +83,101 @@ def build_job(
             raise ValueError(f"{label} must be a non-empty string, got {key!r}")
     assert options.queue is not None and options.priority is not None
     assert options.max_attempts is not None
-    return NewJob(
-        queue=check_queue_name(options.queue),
-        task=check_task_name(task),
-        payload=encode_payload(payload, max_bytes=max_payload_bytes, task=task),
-        priority=check_priority(options.priority),
-        run_at=options.run_at,
-        delay=check_delay(delay),
-        max_attempts=check_max_attempts(options.max_attempts),
-        entity_key=options.entity_key,
-        idempotency_key=options.idempotency_key,
-    )
+    return {
+        "queue": check_queue_name(options.queue),
+        "task": check_task_name(task),
+        "priority": check_priority(options.priority),
+        "run_at": options.run_at,
+        "delay": check_delay(delay),
+        "max_attempts": check_max_attempts(options.max_attempts),
+        "entity_key": options.entity_key,
+        "idempotency_key": options.idempotency_key,
+    }
+
+
+def build_job(
+    task: str,
+    payload: Mapping[str, Any],
+    options: EnqueueOptions,
+    *,
+    max_payload_bytes: int,
+) -> NewJob:
+    """Validate one job; options must be complete (queue, priority and max_attempts set)."""
+    columns = check_options(task, options)
+    text = encode_payload(payload, max_bytes=max_payload_bytes, task=task)
+    return NewJob(payload=text, **columns)
+
+
+@dataclass(frozen=True)
+class NewJobs:
+    """The jobs of one enqueue call, validated: every column shared but the payload.
+
+    ``payloads`` is a JSON array with one element per job, in order; ``first_payload`` the
+    first element on its own ("" when there are no jobs).
+    """
+
+    queue: str
+    task: str
+    priority: int
+    run_at: datetime | None
+    delay: float | None
+    max_attempts: int
+    entity_key: str | None
+    idempotency_key: str | None
+    payloads: str
+    count: int
+    first_payload: str
+
+    @classmethod
+    def repeated(cls, job: NewJob, count: int) -> NewJobs:
+        """``count`` jobs just like ``job``."""
+        columns = {name: value for name, value in vars(job).items() if name != "payload"}
+        payloads = "[" + ",".join([job.payload] * count) + "]"
+        first = job.payload if count else ""
+        return cls(payloads=payloads, count=count, first_payload=first, **columns)
+
+    def params(self, channel: str) -> dict[str, Any]:
+        """Parameters of ``job_insert_batch``, and of ``job_insert_one`` for the first job."""
+        return {
+            "queue": self.queue,
+            "task": self.task,
+            "priority": self.priority,
+            "run_at": self.run_at,
+            "delay": self.delay,
+            "max_attempts": self.max_attempts,
+            "entity_key": self.entity_key,
+            "idempotency_key": self.idempotency_key,
+            "payloads": self.payloads,
+            "payload": self.first_payload,
+            "channel": channel,
+        }
+
+
+def build_jobs(
+    task: str,
+    payloads: Iterable[Mapping[str, Any]],
+    options: EnqueueOptions,
+    *,
+    max_payload_bytes: int,
+) -> NewJobs:
+    """Validate the jobs of one call: the options once, then every payload."""
+    columns = check_options(task, options)
+    listed = payloads if isinstance(payloads, list) else list(payloads)
+    if len(listed) == 1:
+        first = encode_payload(listed[0], max_bytes=max_payload_bytes, task=task)
+        text = f"[{first}]"
+    else:
+        text = encode_payloads(listed, max_bytes=max_payload_bytes, task=task)
+        # Encoded once more on its own: a batch sharing an idempotency key inserts only it.
+        first = encode_payload(listed[0], max_bytes=max_payload_bytes, task=task) if listed else ""
+    return NewJobs(payloads=text, count=len(listed), first_payload=first, **columns)
+
+
+def shared_key_results(job_id: int, count: int, *, inserted: bool) -> list[Enqueued]:
+    """The results of jobs sharing one idempotency key: one job stands for all of them, made
+    by the first (``inserted``) or already there (every one deduplicated)."""
+    duplicate = Enqueued(job_id, deduplicated=True)
+    return [Enqueued(job_id) if inserted else duplicate, *[duplicate] * (count - 1)]
 
 
 def insert_params(jobs: Sequence[NewJob], channel: str) -> dict[str, Any]:

@@ -125,7 +125,7 @@ class Maintenance:
         now = datetime.now(UTC)
         for periodic in self.app.periodic_tasks.values():
             for tick in periodic.schedule.ticks_due(now):
-                job = self.app.build_jobs(periodic.task, [periodic.payload], EnqueueOptions())[0]
+                job = self.app.build_jobs(periodic.task, [periodic.payload], EnqueueOptions())
                 job_id = await self.store.periodic_enqueue_tick(conn, periodic.name, tick, job)
                 if job_id is not None:
                     self.stats.periodic_enqueued += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import InvalidName, InvalidPayload
@@ -15,6 +15,12 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$")
 _TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
+
+# What json.dumps(..., allow_nan=False, separators=(",", ":"), ensure_ascii=False) would build
+# on every call; made once.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+# Payloads encoded per call of the encoder by encode_payloads.
+_CHUNK = 256
 
 
 def check_queue_name(name: str) -> str:
@@ -49,7 +55,7 @@ def encode_payload(payload: Mapping[str, Any], *, max_bytes: int, task: str) -> 
     if not isinstance(payload, Mapping):
         raise InvalidPayload(f"payload of task {task!r} must be a mapping of keyword arguments")
     try:
-        text = json.dumps(payload, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        text = _ENCODER.encode(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(
             f"payload of task {task!r} is not JSON-serialisable ({exc}); pass only str, int, "
@@ -71,6 +77,49 @@ def encode_payload(payload: Mapping[str, Any], *, max_bytes: int, task: str) -> 
             "store large data elsewhere and pass a reference (or raise App(max_payload_bytes=...))"
         )
     return text
+
+
+def encode_payloads(payloads: Sequence[Mapping[str, Any]], *, max_bytes: int, task: str) -> str:
+    """The payloads as one JSON array, element i being what :func:`encode_payload` gives for
+    payload i; :class:`InvalidPayload` names the first one that is wrong.
+
+    Plain dicts are encoded a chunk per call: the checks on the chunk's text hold for each of
+    its elements (no NUL escape, valid Unicode, the total within the limit bounds each
+    payload).  When they do not, each half is encoded the same way, down to single payloads,
+    which get the precise check and message (left first, so the first bad payload is named).
+    """
+    if len(payloads) > _CHUNK:
+        # In chunks: one that fails its checks is encoded again, not the whole batch.
+        parts = [
+            encode_payloads(payloads[i : i + _CHUNK], max_bytes=max_bytes, task=task)[1:-1]
+            for i in range(0, len(payloads), _CHUNK)
+        ]
+        return "[" + ",".join(parts) + "]"
+    if len(payloads) > 1 and all(type(payload) is dict for payload in payloads):
+        text = _encode_if_clean(payloads, max_bytes)
+        if text is not None:
+            return text
+        middle = len(payloads) // 2
+        left = encode_payloads(payloads[:middle], max_bytes=max_bytes, task=task)
+        right = encode_payloads(payloads[middle:], max_bytes=max_bytes, task=task)
+        return f"[{left[1:-1]},{right[1:-1]}]"
+    texts = [encode_payload(payload, max_bytes=max_bytes, task=task) for payload in payloads]
+    return "[" + ",".join(texts) + "]"
+
+
+def _encode_if_clean(value: Any, max_bytes: int) -> str | None:
+    """``value`` as JSON if it encodes, has no NUL escape, is valid Unicode and fits."""
+    try:
+        text = _ENCODER.encode(value)
+    except (TypeError, ValueError):
+        return None
+    if "\\u0000" in text:
+        return None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
+    return text if size <= max_bytes else None
 
 
 def check_priority(priority: int) -> int:

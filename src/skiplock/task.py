@@ -99,20 +99,23 @@ class Task(Generic[P, R]):
         )
         return TaskCall(self, self.settings.options.merged(options))
 
+    def _call(self) -> TaskCall:
+        return TaskCall(self, self.settings.options)
+
     def enqueue(self, *, conn: Connection[Any] | None = None, **payload: Any) -> Enqueued:
         """Enqueue one job; with ``conn``, inside that connection's current transaction."""
-        return self.with_options().enqueue(conn=conn, **payload)
+        return self._call().enqueue(conn=conn, **payload)
 
     async def enqueue_async(
         self, *, conn: AsyncConnection[Any] | None = None, **payload: Any
     ) -> Enqueued:
-        return await self.with_options().enqueue_async(conn=conn, **payload)
+        return await self._call().enqueue_async(conn=conn, **payload)
 
     def enqueue_many(
         self, payloads: Iterable[Mapping[str, Any]], *, conn: Connection[Any] | None = None
     ) -> list[Enqueued]:
         """Enqueue one job per payload in a single statement."""
-        return self.with_options().enqueue_many(payloads, conn=conn)
+        return self._call().enqueue_many(payloads, conn=conn)
 
     async def enqueue_many_async(
         self,
@@ -120,7 +123,7 @@ class Task(Generic[P, R]):
         *,
         conn: AsyncConnection[Any] | None = None,
     ) -> list[Enqueued]:
-        return await self.with_options().enqueue_many_async(payloads, conn=conn)
+        return await self._call().enqueue_many_async(payloads, conn=conn)
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,7 @@ class TaskCall:
         self, payloads: Iterable[Mapping[str, Any]], *, conn: Connection[Any] | None = None
     ) -> list[Enqueued]:
         jobs = self.task.app.build_jobs(self.task.name, payloads, self.options)
-        return self.task.app.sync_client.enqueue_many(jobs, conn)
+        return self.task.app.sync_client.enqueue_batch(jobs, conn)
 
     async def enqueue_many_async(
         self,
@@ -154,4 +157,4 @@ class TaskCall:
         conn: AsyncConnection[Any] | None = None,
     ) -> list[Enqueued]:
         jobs = self.task.app.build_jobs(self.task.name, payloads, self.options)
-        return await self.task.app.async_client.enqueue_many(jobs, conn)
+        return await self.task.app.async_client.enqueue_batch(jobs, conn)

@@ -386,7 +386,7 @@ def test_duplicate_idempotency_keys_within_one_batch_resolve_to_the_first(
     # A mixed batch: keys A, none, A, B, none, B (one statement, per-job keys).
     keys = ["A", None, "A", "B", None, "B"]
     jobs = [
-        app.build_jobs("mail", [{"n": 10 + i}], EnqueueOptions(idempotency_key=key))[0]
+        app.build_job("mail", {"n": 10 + i}, EnqueueOptions(idempotency_key=key))
         for i, key in enumerate(keys)
     ]
     results = app.sync_client.enqueue_many(jobs)

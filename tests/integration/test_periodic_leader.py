@@ -136,7 +136,7 @@ def test_concurrent_enqueues_of_one_tick_make_one_job(app: App, db: Any) -> None
     @app.periodic(every=60.0, name="race")
     def race() -> None: ...
 
-    job = app.build_jobs("race", [{}], app.tasks["race"].settings.options)[0]
+    job = app.build_jobs("race", [{}], app.tasks["race"].settings.options)
     tick = datetime.fromisoformat("2024-01-01T12:00:00+00:00")
     store = SyncStore(app.queries)
     barrier = threading.Barrier(4)

@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 
 from skiplock import Enqueued, InvalidName, InvalidPayload
-from skiplock.enqueue import EnqueueOptions, InsertOutcome, NewJob, build_job, insert_params
+from skiplock.enqueue import (
+    EnqueueOptions,
+    InsertOutcome,
+    NewJob,
+    NewJobs,
+    build_job,
+    build_jobs,
+    insert_params,
+    shared_key_results,
+)
 
 FULL = EnqueueOptions(queue="default", priority=0, max_attempts=5)
 
@@ -270,3 +279,84 @@ def test_build_job_returns_validated_row() -> None:
         entity_key="e",
         idempotency_key="i",
     )
+
+
+# -- build_jobs: the jobs of one call ------------------------------------------------------
+
+
+def test_build_jobs_shares_the_options_and_keeps_payloads_in_order() -> None:
+    options = EnqueueOptions(
+        queue="q", priority=-3, max_attempts=9, entity_key="e", idempotency_key="i", delay=2
+    )
+    new = build_jobs("t", ({"n": n} for n in range(3)), options, max_payload_bytes=100)
+    assert new == NewJobs(
+        queue="q",
+        task="t",
+        priority=-3,
+        run_at=None,
+        delay=2,
+        max_attempts=9,
+        entity_key="e",
+        idempotency_key="i",
+        payloads='[{"n":0},{"n":1},{"n":2}]',
+        count=3,
+        first_payload='{"n":0}',
+    )
+    params = new.params("skiplock.s")
+    assert params["payloads"] == new.payloads and params["payload"] == '{"n":0}'
+    assert params["channel"] == "skiplock.s" and params["queue"] == "q"
+
+
+def test_build_jobs_of_one_and_of_none() -> None:
+    one = build_jobs("t", [{"a": "é"}], FULL, max_payload_bytes=100)
+    assert (one.payloads, one.first_payload, one.count) == ('[{"a":"é"}]', '{"a":"é"}', 1)
+    none = build_jobs("t", [], FULL, max_payload_bytes=100)
+    assert (none.payloads, none.first_payload, none.count) == ("[]", "", 0)
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"run_at": datetime.now(UTC), "delay": 5}, "either run_at or delay"),
+        ({"run_at": datetime.now()}, "timezone-aware"),  # naive on purpose
+        ({"idempotency_key": ""}, "idempotency_key"),
+        ({"entity_key": 5}, "entity_key"),
+        ({"priority": 2**31}, "priority"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"delay": -1}, "delay"),
+        ({"queue": "bad name"}, "'bad name'"),
+    ],
+)
+def test_build_jobs_checks_the_shared_options_like_build_job(
+    options: dict[str, Any], error: str
+) -> None:
+    merged = EnqueueOptions(**{**vars(FULL), **options})
+    with pytest.raises((ValueError, InvalidName), match=error):
+        build_jobs("t", [{"n": 1}, {"n": 2}], merged, max_payload_bytes=100)
+    with pytest.raises((ValueError, InvalidName), match=error):
+        build_job("t", {"n": 1}, merged, max_payload_bytes=100)
+
+
+def test_build_jobs_rejects_the_batch_for_one_bad_payload() -> None:
+    with pytest.raises(InvalidPayload, match="over the limit"):
+        build_jobs("t", [{"n": 1}, {"s": "x" * 100}], FULL, max_payload_bytes=100)
+    with pytest.raises(InvalidName, match="task name"):
+        build_jobs("no good", [{}], FULL, max_payload_bytes=100)
+
+
+def test_shared_key_results_one_job_stands_for_all() -> None:
+    assert shared_key_results(7, 3, inserted=True) == [
+        Enqueued(7),
+        Enqueued(7, deduplicated=True),
+        Enqueued(7, deduplicated=True),
+    ]
+    assert shared_key_results(7, 2, inserted=False) == [Enqueued(7, deduplicated=True)] * 2
+    assert shared_key_results(7, 1, inserted=True) == [Enqueued(7)]
+
+
+def test_new_jobs_repeated_is_the_batch_of_the_same_payloads() -> None:
+    one = build_job("t", {"a": [1, "é"]}, FULL, max_payload_bytes=100)
+    assert NewJobs.repeated(one, 3) == build_jobs(
+        "t", [{"a": [1, "é"]}] * 3, FULL, max_payload_bytes=100
+    )
+    assert NewJobs.repeated(one, 0) == build_jobs("t", [], FULL, max_payload_bytes=100)

@@ -6,12 +6,14 @@ import json
 import math
 from datetime import UTC, datetime
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from skiplock import InvalidName, InvalidPayload, SkiplockError
+from skiplock import payload as payload_module
 from skiplock.payload import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     check_delay,
@@ -21,6 +23,7 @@ from skiplock.payload import (
     check_schema_name,
     check_task_name,
     encode_payload,
+    encode_payloads,
 )
 
 INJECTION = '"; DROP TABLE x; --'
@@ -276,3 +279,84 @@ def test_bad_delay_raises_value_error(value: float) -> None:
 @pytest.mark.parametrize("value", [None, 0, 0.0, 2.5, 86400 * 365])
 def test_good_delay_is_returned(value: float | None) -> None:
     assert check_delay(value) == value
+
+
+# -- encode_payloads: one JSON array for a batch ------------------------------------------
+
+
+def one_by_one(payloads: list[Any], max_bytes: int) -> str:
+    return "[" + ",".join(encode_payload(p, max_bytes=max_bytes, task="t") for p in payloads) + "]"
+
+
+JSONABLE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(st.lists(st.dictionaries(st.text(), JSONABLE, max_size=4), max_size=6))
+def test_encode_payloads_is_the_array_of_each_payload_encoded_alone(payloads: list[Any]) -> None:
+    for chunk, max_bytes in ((256, DEFAULT_MAX_PAYLOAD_BYTES), (256, 40), (2, 40)):
+        with mock.patch.object(payload_module, "_CHUNK", chunk):
+            check_encode_payloads(payloads, max_bytes)
+
+
+def check_encode_payloads(payloads: list[Any], max_bytes: int) -> None:
+    try:
+        expected: str | Exception = one_by_one(payloads, max_bytes)
+    except InvalidPayload as exc:
+        expected = exc
+    if isinstance(expected, str):
+        text = encode_payloads(payloads, max_bytes=max_bytes, task="t")
+        assert text == expected
+        assert json.loads(text) == payloads
+    else:
+        with pytest.raises(InvalidPayload) as info:
+            encode_payloads(payloads, max_bytes=max_bytes, task="t")
+        assert str(info.value) == str(expected)
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"s": "a\x00b"}, "NUL"),
+        ({"s": "\ud800"}, "lone surrogate"),
+        ({"d": datetime.now(UTC)}, "not JSON-serialisable"),
+        ({"f": math.nan}, "not JSON-serialisable"),
+        ({"s": "x" * 200}, "over the limit"),
+        (["not", "a", "mapping"], "must be a mapping"),
+    ],
+)
+def test_encode_payloads_names_the_bad_payload_among_good_ones(bad: Any, message: str) -> None:
+    payloads = [{"n": 1}, bad, {"n": 2}]
+    with pytest.raises(InvalidPayload, match=message):
+        encode_payloads(payloads, max_bytes=100, task="t")
+
+
+def test_encode_payloads_in_chunks_names_the_first_bad_payload() -> None:
+    payloads: list[Any] = [{"n": n, "s": "é" * (n % 7)} for n in range(1000)]
+    assert encode_payloads(payloads, max_bytes=100, task="t") == one_by_one(payloads, 100)
+    payloads[700] = {"s": "x" * 200}
+    payloads[701] = {"s": "a\x00"}
+    with pytest.raises(InvalidPayload, match="over the limit"):
+        encode_payloads(payloads, max_bytes=100, task="t")
+
+
+def test_encode_payloads_limit_is_per_payload_not_per_batch() -> None:
+    payloads = [{"s": "x" * 80} for _ in range(10)]  # 88 bytes each, 890 in all
+    assert encode_payloads(payloads, max_bytes=100, task="t") == one_by_one(payloads, 100)
+
+
+def test_encode_payloads_escaped_backslash_u0000_is_not_a_nul() -> None:
+    payloads = [{"s": "\\u0000"}, {"n": 1}]
+    assert encode_payloads(payloads, max_bytes=100, task="t") == '[{"s":"\\\\u0000"},{"n":1}]'
+
+
+def test_encode_payloads_accepts_any_mapping_like_encode_payload() -> None:
+    class Frozen(dict[str, Any]):
+        pass
+
+    payloads = [Frozen(a=1), {"b": 2}]
+    assert encode_payloads(payloads, max_bytes=100, task="t") == '[{"a":1},{"b":2}]'
+    assert encode_payloads([], max_bytes=100, task="t") == "[]"

@@ -5,7 +5,9 @@
 -- the claim's owner (locked_by) and attempt number.
 
 -- name: job_insert_many
--- Insert jobs given as parallel arrays; skip those whose idempotency key is already unfinished.
+-- Insert jobs given as parallel arrays, each with its own options (a mixed batch; one call's
+-- jobs go through job_insert_batch or job_insert_one); skip those whose idempotency key is
+-- already unfinished.
 -- Sends one NOTIFY per queue that got a due job; delivered when the caller's transaction commits.
 WITH input AS (
     SELECT i.*, coalesce(i.at, now() + make_interval(secs => coalesce(i.delay, 0))) AS due
@@ -31,6 +33,50 @@ WITH input AS (
     FROM (SELECT DISTINCT queue FROM inserted WHERE status = 'pending') AS q
 )
 SELECT inserted.id, inserted.idempotency_key FROM inserted, woken ORDER BY inserted.id;
+
+-- name: job_insert_batch
+-- Insert jobs that share every column but the payload, given as one JSON array, none having an
+-- idempotency key (so no conflict to arbitrate); returns their ids in input order.  One
+-- NOTIFY for the queue if they are due; delivered when the caller's transaction commits.
+WITH input AS (
+    SELECT coalesce(%(run_at)s::timestamptz,
+                    now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS due
+), inserted AS (
+    INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts, entity_key, status)
+    SELECT %(queue)s::text, %(task)s::text, p.payload, %(priority)s::int, input.due,
+           %(max_attempts)s::int, %(entity_key)s::text,
+           CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
+    FROM input, jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(payload, ord)
+    ORDER BY p.ord
+    RETURNING id, status
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, %(queue)s::text)) AS n
+    FROM (SELECT 1 FROM inserted WHERE status = 'pending' LIMIT 1) AS due
+)
+SELECT array_agg(inserted.id ORDER BY inserted.id) FROM inserted, woken;
+
+-- name: job_insert_one
+-- Insert one job, unless an unfinished job holds its idempotency key; returns its id (no row
+-- when skipped).  NOTIFY for its queue if it is due; delivered when the transaction commits.
+WITH input AS (
+    SELECT coalesce(%(run_at)s::timestamptz,
+                    now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS due
+), inserted AS (
+    INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts,
+                        entity_key, idempotency_key, status)
+    SELECT %(queue)s::text, %(task)s::text, %(payload)s::jsonb, %(priority)s::int, input.due,
+           %(max_attempts)s::int, %(entity_key)s::text, %(idempotency_key)s::text,
+           CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
+    FROM input
+    ON CONFLICT (idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND status IN ('scheduled', 'pending', 'running')
+        DO NOTHING
+    RETURNING id, status
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, %(queue)s::text)) AS n
+    FROM inserted WHERE status = 'pending'
+)
+SELECT inserted.id FROM inserted, woken;
 
 -- name: job_find_unfinished_by_idempotency_keys
 -- The unfinished job holding each of the given idempotency keys.
