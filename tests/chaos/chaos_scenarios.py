@@ -872,8 +872,22 @@ def scenario_sigterm(dsn: str, full: bool, model: str = "lease") -> Result:
                         f"with attempts {row['attempts']}"
                     )
             logged = {(job_id, a) for p in procs for job_id, a, o in p.finished() if o == "release"}
-            if model == "lease" and logged != {(e.job_id, e.attempt) for e in cut}:
-                problems.append(f"release log lines {sorted(logged)} != stopped jobs {cut}")
+            stopped = {(e.job_id, e.attempt) for e in cut}
+            ran = {(e.job_id, e.attempt) for e in run.ledger() if e.pid in pids}
+            # Besides the stopped jobs, a lease worker gives back the jobs it had claimed ahead
+            # and not started: they must never have run, and their attempt is given back too.
+            reserved = logged - stopped
+            if model == "lease" and not stopped <= logged:
+                problems.append(f"release log lines {sorted(logged)} miss stopped jobs {cut}")
+            if model == "lease" and reserved & ran:
+                problems.append(f"jobs that ran were logged released: {sorted(reserved & ran)}")
+            for job_id, attempt in reserved:
+                row = rows[job_id]
+                if (row["status"], row["attempts"]) != ("pending", attempt - 1):
+                    problems.append(
+                        f"job {job_id} given back unstarted at attempt {attempt}: now "
+                        f"{row['status']} with attempts {row['attempts']}"
+                    )
         for _ in range(2):
             run.start_worker(**options)
         run.wait_drained(120)

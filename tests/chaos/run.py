@@ -115,8 +115,9 @@ EXPLANATIONS = {
         "status 0 within the grace (+ margin); no row left `running`; every job cut short is "
         "logged `outcome=release` and is back to `pending` with its attempt given back "
         "(attempts = that attempt - 1 right after the shutdown, and at the end attempts = "
-        "executions that returned); every job done. Recovery is SIGTERM → released job running "
-        "again (includes starting the new workers)."
+        "executions that returned); jobs claimed ahead and never started are logged "
+        "`outcome=release` too, never ran and got their attempt back; every job done. Recovery "
+        "is SIGTERM → released job running again (includes starting the new workers)."
     ),
     "sigterm-held": (
         "**SIGTERM with jobs in flight, held-lock model.** The same with `--model held`: the "
