@@ -10,20 +10,22 @@ transaction that keeps the row locked; a crash rolls it back and the job is clai
 
 Shutdown (:meth:`Worker.stop`): stop claiming, give running jobs ``shutdown_grace`` seconds,
 cancel the rest and give them back without spending their attempt, flush, resign leadership.
+
+This module has the worker's life cycle, running jobs and recording outcomes; claiming is in
+:mod:`skiplock.claiming`, the held-lock slots in :mod:`skiplock.held_slots` (both mixins of
+:class:`Worker`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
@@ -31,11 +33,13 @@ from ._client_async import open_pool
 from ._store_async import AsyncStore
 from .app import App
 from .capacity import Capacity
+from .claiming import Claiming
 from .completer import Completer, Recorded
 from .errors import SkiplockError, UnknownTask
 from .events import JobEvent, WorkerStats, finished_level, log_event, new_worker_id
-from .execution import Outcome, rolled_back, run_job
+from .execution import Outcome, run_job
 from .heartbeat import Heartbeat
+from .held_slots import HeldSlots
 from .job import Job
 from .leader import LeaderElector
 from .listener import Listener
@@ -47,12 +51,11 @@ from .task import WorkerModel
 
 log = logging.getLogger("skiplock.worker")
 
-EMPTY_CLAIM_COOLDOWN = 0.005  # seconds; caps claims per idle worker at ~200/s under a NOTIFY flood
 
 __all__ = ["JobEvent", "Worker", "WorkerStats", "new_worker_id"]
 
 
-class Worker:
+class Worker(Claiming, HeldSlots):
     def __init__(
         self,
         app: App,
@@ -196,208 +199,6 @@ class Worker:
         if self._wake is not None:
             self._wake.set()
 
-    def _new_work(self) -> None:
-        """Jobs may have become claimable (a NOTIFY, a promotion, a resumed queue)."""
-        self._drained = False
-        self._announced += 1
-        self._nudge()
-
-    def _want(self, held: bool) -> int:
-        """How many jobs to claim now."""
-        assert self._completer is not None
-        unwritten = self._completer.pending
-        if held:  # one transaction per slot; a finished job keeps its slot until written
-            return self.concurrency - len(self._tasks) - unwritten
-        return self.capacity.to_claim(len(self._tasks), len(self._reserved), unwritten)
-
-    def _capacity_freed(self) -> None:
-        """A job finished or its outcome was written: start what is reserved, claim if due."""
-        if self._stopping:
-            return
-        self._start_reserved()
-        claimed = len(self._tasks) + len(self._reserved)
-        if not self._drained and (not self._reserved or claimed < self._refill_below):
-            self._nudge()
-        elif self.burst:
-            self._nudge()  # the burst may be over
-
-    def _claims_held(self, queues: list[str]) -> bool:
-        if self.model is not None:
-            return self.model == "held"
-        return any(t.settings.model == "held" for t in self.app.tasks.values() if t.queue in queues)
-
-    def _model_of(self, job: Job) -> WorkerModel:
-        if self.model is not None:
-            return self.model
-        task = self.app.tasks.get(job.task)
-        return (task.settings.model if task else None) or "lease"
-
-    async def _claim_loop(self, queues: list[str], held: bool) -> None:
-        assert self._wake is not None and self._completer is not None
-        assert self.settings is not None
-        settings = self.settings
-        idle_rounds = 0
-        empty_claims = 0  # claims in a row that found nothing
-        while not self._stopping:
-            await asyncio.sleep(0)  # let jobs that are about to finish free their slots first
-            # Cleared every round: a wake-up that came while nothing could be claimed (all slots
-            # busy, queues paused) must not make the wait below return at once, forever.
-            self._wake.clear()
-            want = self._want(held)
-            self._refill_below = self.capacity.refill_below()
-            active = [q for q in queues if q not in settings.paused]
-            claimed = 0
-            if want > 0 and active and not self._drained:
-                announced = self._announced
-                try:
-                    claim = self._claim_held if held else self._claim_leased
-                    claimed = await claim(active, want)
-                except (psycopg.Error, SkiplockError) as exc:
-                    log.warning("claim failed, retrying after the poll interval: %s", exc)
-                # Until new work is announced (or the poll interval passes), a slot that frees
-                # does not send the worker back to an empty queue.  Not after an announcement
-                # that came during the claim (its snapshot may have missed that job), nor when a
-                # queue's concurrency limit, not an empty queue, made the claim come up short.
-                limited = any(q in settings.limits for q in active)
-                self._drained = claimed < want and announced == self._announced and not limited
-                empty_claims = 0 if claimed else empty_claims + 1
-            if claimed:
-                idle_rounds = 0
-                continue
-            in_flight = self._tasks or self._reserved or self._completer.pending
-            if self.burst and not in_flight:
-                # Nothing claimable, nothing running: run maintenance once more, then finish.
-                idle_rounds += 1
-                if idle_rounds > 1:
-                    return
-                assert self.maintenance is not None
-                await self.maintenance.run_once(force=True)
-                self._drained = False  # it may have promoted or enqueued jobs: look once more
-                continue
-            # Claims keep coming back empty: let wake-ups that arrive in the next moment collapse
-            # into one, so a flood of NOTIFYs (anyone may send them) cannot drive claims.  The
-            # first empty claim after work waits for nothing, so a new job starts at once.
-            if empty_claims > 1:
-                await asyncio.sleep(EMPTY_CLAIM_COOLDOWN)
-            # Jittered, so that workers started together do not poll in step.
-            try:
-                await asyncio.wait_for(
-                    self._wake.wait(), self.poll_interval * random.uniform(0.8, 1.2)
-                )
-            except TimeoutError:
-                self._drained = False  # the poll: look again whatever was (not) announced
-
-    async def _claim_leased(self, queues: list[str], limit: int) -> int:
-        assert self._pool is not None and self.settings is not None
-        limits = self.settings.limits
-        unlimited = [q for q in queues if q not in limits]
-        # A queue with a concurrency limit gets no more than the slots can start now: a job
-        # waiting here would count against its limit while other workers' slots sit idle.
-        limit_startable = min(limit, self.concurrency - len(self._tasks) - len(self._reserved))
-        jobs: list[Job] = []
-        async with self._pool.connection() as conn:
-            if unlimited:
-                jobs += await self.store.job_claim(
-                    conn, unlimited, limit, self.worker_id, self.lease_seconds
-                )
-            for queue in (q for q in queues if q in limits):
-                if len(jobs) >= limit_startable:
-                    break
-                jobs += await self.store.job_claim_limited(
-                    conn,
-                    queue,
-                    limit_startable - len(jobs),
-                    limits[queue],
-                    self.worker_id,
-                    self.lease_seconds,
-                )
-        for job in jobs:
-            self._reserved.append(self._track(job, "lease"))
-        self._start_reserved()
-        return len(jobs)
-
-    def _start_reserved(self) -> None:
-        assert self._completer is not None and self.settings is not None
-        startable = self.capacity.startable(len(self._tasks), self._completer.pending)
-        while startable > 0 and self._reserved and not self._stopping:
-            running = self._reserved.popleft()
-            if running.stop_reason is not None or running.job.queue in self.settings.paused:
-                # Cancelled by an admin, or its queue paused, while it waited for a slot.
-                self._untrack(running)
-                cancelled = running.stop_reason == "cancelled"
-                outcome = Outcome("cancelled") if cancelled else Outcome("release")
-                self._completer.submit(running.job, outcome, running.started)
-                continue
-            running.started = time.monotonic()
-            self._emit_started(running.job)
-            running.task = self._spawn(self._run_leased(running))
-            startable -= 1
-
-    async def _claim_held(self, queues: list[str], limit: int) -> int:
-        claimed = 0
-        for _ in range(limit):
-            got: asyncio.Future[Job | None] = asyncio.get_running_loop().create_future()
-            slot: asyncio.Task[None] = asyncio.create_task(self._held_slot(queues, got))
-            self._tasks.add(slot)
-            try:
-                job = await got
-            except BaseException:
-                job = None
-                raise
-            finally:
-                if job is None:  # an empty claim: let its transaction end before counting slots
-                    await asyncio.gather(slot, return_exceptions=True)
-                    self._tasks.discard(slot)
-            if job is None:
-                break
-            slot.add_done_callback(self._slot_freed)
-            claimed += 1
-        return claimed
-
-    async def _held_slot(self, queues: list[str], got: asyncio.Future[Job | None]) -> None:
-        assert self._pool is not None
-        running: RunningJob | None = None
-        try:
-            async with self._pool.connection() as conn, conn.transaction():
-                jobs = await self.store.job_claim(
-                    conn, queues, 1, self.worker_id, self.lease_seconds
-                )
-                job = jobs[0] if jobs else None
-                got.set_result(job)
-                if job is None:
-                    return
-                if self._model_of(job) == "held":
-                    running = self._track(job, "held")
-                    self._emit_started(job)
-                    await self._run_held(running, conn)
-                    return
-            # A lease task claimed by a held-capable worker: the claim has committed.
-            running = self._track(job, "lease")
-            self._emit_started(job)
-            running.task = asyncio.current_task()
-            await self._run_leased(running)
-        except Exception as exc:
-            if not got.done():
-                got.set_exception(exc)
-            elif running is not None and running.model == "held":
-                await self._spend_rolled_back_attempt(running.job, exc)
-        finally:
-            if running is not None and running.model == "held":
-                self._untrack(running)
-
-    async def _spend_rolled_back_attempt(self, job: Job, exc: Exception) -> None:
-        """The held transaction rolled back with its claim, so the attempt was not counted:
-        count it now, with a backoff, or a job whose outcome cannot be written would rerun in
-        a hot loop."""
-        error, retry_in = rolled_back(job, self.app.tasks.get(job.task), exc)
-        log.error("job %s: %s; attempt counted, next try in %.1fs", job.id, error, retry_in)
-        try:
-            assert self._pool is not None
-            async with self._pool.connection() as conn:
-                await self.store.job_spend_rolled_back_attempt(conn, job.claim, error, retry_in)
-        except (psycopg.Error, SkiplockError) as again:
-            log.warning("job %s: could not count the rolled-back attempt: %s", job.id, again)
-
     def _spawn(self, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.create_task(coro)
         self._tasks.add(task)
@@ -452,14 +253,6 @@ class Worker:
             self._handlers -= 1
             self._untrack(running)
         self._completer.submit(running.job, outcome, running.started)
-
-    async def _run_held(self, running: RunningJob, conn: AsyncConnection[Any]) -> None:
-        """Run and record a held-lock job in its claim's transaction (no buffering)."""
-        assert self._completer is not None
-        outcome = await self._outcome(running, conn)
-        entry = (running.job, outcome, running.started)
-        owned = running.job.id in await self._completer.write(conn, [entry])
-        self._recorded([Recorded(*entry[:2], owned, running.started)])
 
     def _recorded(self, batch: list[Recorded]) -> None:
         """Outcomes were written (or found lost): count and report them, refill the slots."""

@@ -1,0 +1,194 @@
+"""When a leasing worker claims, how many jobs, and how claimed jobs reach its slots.
+
+A mixin of :class:`~skiplock.worker.Worker`.  The claim loop asks
+:class:`~skiplock.capacity.Capacity` how many jobs to claim; one statement claims them across
+the worker's queues (a queue with a concurrency limit only for slots that can start now); the
+jobs wait in ``_reserved``, leased, until a slot frees.  After a claim that came up short the
+worker does not go back to the queues when a slot frees, only when new work is announced (a
+NOTIFY, a promotion, a resumed queue) or at the next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from ._store_async import AsyncStore
+from .capacity import Capacity
+from .completer import Completer
+from .errors import SkiplockError
+from .execution import Outcome
+from .job import Job
+from .maintenance import Maintenance
+from .queue_settings import QueueSettings
+from .running import RunningJob
+
+log = logging.getLogger("skiplock.worker")
+
+EMPTY_CLAIM_COOLDOWN = 0.005  # seconds; caps claims per idle worker at ~200/s under a NOTIFY flood
+
+
+class Claiming:
+    # Set by Worker.__init__ / Worker.run.
+    concurrency: int
+    capacity: Capacity
+    burst: bool
+    poll_interval: float
+    lease_seconds: float
+    worker_id: str
+    store: AsyncStore
+    settings: QueueSettings | None
+    maintenance: Maintenance | None
+    _pool: AsyncConnectionPool | None
+    _completer: Completer | None
+    _wake: asyncio.Event | None
+    _stopping: bool
+    _held: bool
+    _drained: bool
+    _announced: int
+    _refill_below: int
+    _reserved: deque[RunningJob]
+    _tasks: set[asyncio.Task[None]]
+
+    if TYPE_CHECKING:  # defined by Worker and HeldSlots
+
+        def _nudge(self) -> None: ...
+        def _track(self, job: Job, model: Any) -> RunningJob: ...
+        def _untrack(self, running: RunningJob) -> None: ...
+        def _emit_started(self, job: Job) -> None: ...
+        def _spawn(self, coro: Any) -> asyncio.Task[None]: ...
+        async def _run_leased(self, running: RunningJob) -> None: ...
+        async def _claim_held(self, queues: list[str], limit: int) -> int: ...
+
+    def _new_work(self) -> None:
+        """Jobs may have become claimable (a NOTIFY, a promotion, a resumed queue)."""
+        self._drained = False
+        self._announced += 1
+        self._nudge()
+
+    def _want(self, held: bool) -> int:
+        """How many jobs to claim now."""
+        assert self._completer is not None
+        unwritten = self._completer.pending
+        if held:  # one transaction per slot; a finished job keeps its slot until written
+            return self.concurrency - len(self._tasks) - unwritten
+        return self.capacity.to_claim(len(self._tasks), len(self._reserved), unwritten)
+
+    def _capacity_freed(self) -> None:
+        """A job finished or its outcome was written: start what is reserved, claim if due."""
+        if self._stopping:
+            return
+        self._start_reserved()
+        claimed = len(self._tasks) + len(self._reserved)
+        if not self._drained and (not self._reserved or claimed < self._refill_below):
+            self._nudge()
+        elif self.burst:
+            self._nudge()  # the burst may be over
+
+    async def _claim_loop(self, queues: list[str], held: bool) -> None:
+        assert self._wake is not None and self._completer is not None
+        assert self.settings is not None
+        settings = self.settings
+        idle_rounds = 0
+        empty_claims = 0  # claims in a row that found nothing
+        while not self._stopping:
+            await asyncio.sleep(0)  # let jobs that are about to finish free their slots first
+            # Cleared every round: a wake-up that came while nothing could be claimed (all slots
+            # busy, queues paused) must not make the wait below return at once, forever.
+            self._wake.clear()
+            want = self._want(held)
+            self._refill_below = self.capacity.refill_below()
+            active = [q for q in queues if q not in settings.paused]
+            claimed = 0
+            if want > 0 and active and not self._drained:
+                announced = self._announced
+                try:
+                    claim = self._claim_held if held else self._claim_leased
+                    claimed = await claim(active, want)
+                except (psycopg.Error, SkiplockError) as exc:
+                    log.warning("claim failed, retrying after the poll interval: %s", exc)
+                # Until new work is announced (or the poll interval passes), a slot that frees
+                # does not send the worker back to an empty queue.  Not after an announcement
+                # that came during the claim (its snapshot may have missed that job), nor when a
+                # queue's concurrency limit, not an empty queue, made the claim come up short.
+                limited = any(q in settings.limits for q in active)
+                self._drained = claimed < want and announced == self._announced and not limited
+                empty_claims = 0 if claimed else empty_claims + 1
+            if claimed:
+                idle_rounds = 0
+                continue
+            in_flight = self._tasks or self._reserved or self._completer.pending
+            if self.burst and not in_flight:
+                # Nothing claimable, nothing running: run maintenance once more, then finish.
+                idle_rounds += 1
+                if idle_rounds > 1:
+                    return
+                assert self.maintenance is not None
+                await self.maintenance.run_once(force=True)
+                self._drained = False  # it may have promoted or enqueued jobs: look once more
+                continue
+            # Claims keep coming back empty: let wake-ups that arrive in the next moment collapse
+            # into one, so a flood of NOTIFYs (anyone may send them) cannot drive claims.  The
+            # first empty claim after work waits for nothing, so a new job starts at once.
+            if empty_claims > 1:
+                await asyncio.sleep(EMPTY_CLAIM_COOLDOWN)
+            # Jittered, so that workers started together do not poll in step.
+            try:
+                await asyncio.wait_for(
+                    self._wake.wait(), self.poll_interval * random.uniform(0.8, 1.2)
+                )
+            except TimeoutError:
+                self._drained = False  # the poll: look again whatever was (not) announced
+
+    async def _claim_leased(self, queues: list[str], limit: int) -> int:
+        assert self._pool is not None and self.settings is not None
+        limits = self.settings.limits
+        unlimited = [q for q in queues if q not in limits]
+        # A queue with a concurrency limit gets no more than the slots can start now: a job
+        # waiting here would count against its limit while other workers' slots sit idle.
+        limit_startable = min(limit, self.concurrency - len(self._tasks) - len(self._reserved))
+        jobs: list[Job] = []
+        async with self._pool.connection() as conn:
+            if unlimited:
+                jobs += await self.store.job_claim(
+                    conn, unlimited, limit, self.worker_id, self.lease_seconds
+                )
+            for queue in (q for q in queues if q in limits):
+                if len(jobs) >= limit_startable:
+                    break
+                jobs += await self.store.job_claim_limited(
+                    conn,
+                    queue,
+                    limit_startable - len(jobs),
+                    limits[queue],
+                    self.worker_id,
+                    self.lease_seconds,
+                )
+        for job in jobs:
+            self._reserved.append(self._track(job, "lease"))
+        self._start_reserved()
+        return len(jobs)
+
+    def _start_reserved(self) -> None:
+        assert self._completer is not None and self.settings is not None
+        startable = self.capacity.startable(len(self._tasks), self._completer.pending)
+        while startable > 0 and self._reserved and not self._stopping:
+            running = self._reserved.popleft()
+            if running.stop_reason is not None or running.job.queue in self.settings.paused:
+                # Cancelled by an admin, or its queue paused, while it waited for a slot.
+                self._untrack(running)
+                cancelled = running.stop_reason == "cancelled"
+                outcome = Outcome("cancelled") if cancelled else Outcome("release")
+                self._completer.submit(running.job, outcome, running.started)
+                continue
+            running.started = time.monotonic()
+            self._emit_started(running.job)
+            running.task = self._spawn(self._run_leased(running))
+            startable -= 1

@@ -1,0 +1,136 @@
+"""Held-lock slots: each claims one job in its own transaction, which keeps the row locked
+while the task runs and commits the outcome with it.
+
+A mixin of :class:`~skiplock.worker.Worker`.  A crash rolls the transaction back, so the job is
+claimable again at once and its attempt is not counted; a transaction that rolls back for
+another reason gets its attempt counted afterwards, with a backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from ._store_async import AsyncStore
+from .app import App
+from .completer import Completer, Recorded
+from .errors import SkiplockError
+from .execution import Outcome, rolled_back
+from .job import Job
+from .running import RunningJob
+from .task import WorkerModel
+
+log = logging.getLogger("skiplock.worker")
+
+
+class HeldSlots:
+    # Set by Worker.__init__ / Worker.run.
+    app: App
+    model: WorkerModel | None
+    lease_seconds: float
+    worker_id: str
+    store: AsyncStore
+    _pool: AsyncConnectionPool | None
+    _completer: Completer | None
+    _tasks: set[asyncio.Task[None]]
+
+    if TYPE_CHECKING:  # defined by Worker
+
+        def _track(self, job: Job, model: WorkerModel) -> RunningJob: ...
+        def _untrack(self, running: RunningJob) -> None: ...
+        def _emit_started(self, job: Job) -> None: ...
+        def _slot_freed(self, task: asyncio.Task[None]) -> None: ...
+        def _recorded(self, batch: list[Recorded]) -> None: ...
+        async def _run_leased(self, running: RunningJob) -> None: ...
+        async def _outcome(
+            self, running: RunningJob, conn: AsyncConnection[Any] | None
+        ) -> Outcome: ...
+
+    def _claims_held(self, queues: list[str]) -> bool:
+        if self.model is not None:
+            return self.model == "held"
+        return any(t.settings.model == "held" for t in self.app.tasks.values() if t.queue in queues)
+
+    def _model_of(self, job: Job) -> WorkerModel:
+        if self.model is not None:
+            return self.model
+        task = self.app.tasks.get(job.task)
+        return (task.settings.model if task else None) or "lease"
+
+    async def _claim_held(self, queues: list[str], limit: int) -> int:
+        claimed = 0
+        for _ in range(limit):
+            got: asyncio.Future[Job | None] = asyncio.get_running_loop().create_future()
+            slot: asyncio.Task[None] = asyncio.create_task(self._held_slot(queues, got))
+            self._tasks.add(slot)
+            try:
+                job = await got
+            except BaseException:
+                job = None
+                raise
+            finally:
+                if job is None:  # an empty claim: let its transaction end before counting slots
+                    await asyncio.gather(slot, return_exceptions=True)
+                    self._tasks.discard(slot)
+            if job is None:
+                break
+            slot.add_done_callback(self._slot_freed)
+            claimed += 1
+        return claimed
+
+    async def _held_slot(self, queues: list[str], got: asyncio.Future[Job | None]) -> None:
+        assert self._pool is not None
+        running: RunningJob | None = None
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                jobs = await self.store.job_claim(
+                    conn, queues, 1, self.worker_id, self.lease_seconds
+                )
+                job = jobs[0] if jobs else None
+                got.set_result(job)
+                if job is None:
+                    return
+                if self._model_of(job) == "held":
+                    running = self._track(job, "held")
+                    self._emit_started(job)
+                    await self._run_held(running, conn)
+                    return
+            # A lease task claimed by a held-capable worker: the claim has committed.
+            running = self._track(job, "lease")
+            self._emit_started(job)
+            running.task = asyncio.current_task()
+            await self._run_leased(running)
+        except Exception as exc:
+            if not got.done():
+                got.set_exception(exc)
+            elif running is not None and running.model == "held":
+                await self._spend_rolled_back_attempt(running.job, exc)
+        finally:
+            if running is not None and running.model == "held":
+                self._untrack(running)
+
+    async def _spend_rolled_back_attempt(self, job: Job, exc: Exception) -> None:
+        """The held transaction rolled back with its claim, so the attempt was not counted:
+        count it now, with a backoff, or a job whose outcome cannot be written would rerun in
+        a hot loop."""
+        error, retry_in = rolled_back(job, self.app.tasks.get(job.task), exc)
+        log.error("job %s: %s; attempt counted, next try in %.1fs", job.id, error, retry_in)
+        try:
+            assert self._pool is not None
+            async with self._pool.connection() as conn:
+                await self.store.job_spend_rolled_back_attempt(conn, job.claim, error, retry_in)
+        except (psycopg.Error, SkiplockError) as again:
+            log.warning("job %s: could not count the rolled-back attempt: %s", job.id, again)
+
+    async def _run_held(self, running: RunningJob, conn: AsyncConnection[Any]) -> None:
+        """Run and record a held-lock job in its claim's transaction (no buffering)."""
+        assert self._completer is not None
+        outcome = await self._outcome(running, conn)
+        entry = (running.job, outcome, running.started)
+        owned = running.job.id in await self._completer.write(conn, [entry])
+        self._recorded([Recorded(*entry[:2], owned, running.started)])
