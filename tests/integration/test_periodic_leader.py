@@ -17,7 +17,7 @@ import textwrap
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from polling import wait_for
 from skiplock import App, JobContext, Worker
 from skiplock._store_sync import SyncStore
 
@@ -42,21 +43,6 @@ async def stop(workers: list[Worker], tasks: list[asyncio.Task[Any]]) -> None:
     for result in results:
         if isinstance(result, BaseException):
             raise result
-
-
-async def wait_for(
-    predicate: Callable[[], bool | Awaitable[bool]], timeout: float, step: float = 0.02
-) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if not isinstance(value, bool):
-            value = await value
-        if value:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(step)
 
 
 def leaders(workers: list[Worker]) -> list[Worker]:

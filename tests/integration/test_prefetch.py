@@ -9,23 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from polling import wait_for
 from skiplock import App, Worker
 
 pytestmark = pytest.mark.smoke
-
-
-async def wait_for(predicate: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(step)
-    return True
 
 
 def rows(db: Any, app: App) -> dict[int, tuple[str, int]]:

@@ -12,19 +12,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from polling import wait_for
 from skiplock import App, Worker
 from skiplock.job import Claim
 
 pytestmark = pytest.mark.smoke
-
-
-async def wait_for(predicate: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(step)
-    return True
 
 
 def statuses(db: Any, app: App, queue: str | None = None) -> dict[str, int]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from polling import wait_for
 from skiplock import App, FixedDelay, JobContext, JobStatus, Worker
 
 pytestmark = pytest.mark.smoke
@@ -24,15 +25,6 @@ def job_row(db: Any, app: App, job_id: int) -> tuple[Any, ...]:
         f'SELECT status, attempts, last_error, finished_at FROM "{app.schema}".jobs WHERE id = %s',
         (job_id,),
     ).fetchone()
-
-
-async def wait_for(predicate: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(step)
-    return True
 
 
 def status_is(app: App, job_id: int, status: JobStatus) -> Callable[[], bool]:
