@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -51,8 +51,28 @@ from .task import WorkerModel
 
 log = logging.getLogger("skiplock.worker")
 
+REQUEUED = ("retry", "snooze")  # outcomes that can make their job claimable again at once
+
 
 __all__ = ["JobEvent", "Worker", "WorkerStats", "new_worker_id"]
+
+
+async def cancel_and_wait(tasks: Collection[asyncio.Task[Any]], again_after: float = 1.0) -> None:
+    """Cancel the tasks and wait until they end, cancelling again those still running after
+    ``again_after`` seconds: on Python 3.11, ``asyncio.wait_for`` (psycopg waits with it) can
+    lose a cancellation that races with the completion of what it waits for, and a service
+    loop that lost its cancellation would keep the worker from ever stopping."""
+    tasks = list(tasks)  # the caller's set shrinks as tasks end
+    pending = set(tasks)
+    for task in pending:
+        task.cancel()
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=again_after)
+        for task in pending:
+            task.cancel()
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()  # retrieved: a service that failed was logged where it failed
 
 
 class Worker(Claiming, HeldSlots):
@@ -180,12 +200,8 @@ class Worker(Claiming, HeldSlots):
             await self._claim_loop(queues, held)
             await self._shut_down()
         finally:
-            for service in services:
-                service.cancel()
-            await asyncio.gather(*services, return_exceptions=True)
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await cancel_and_wait(services)
+            await cancel_and_wait(self._tasks)
             await self._completer.stop()
             await self.elector.resign()
             await self._pool.close(timeout=5.0)
@@ -269,6 +285,10 @@ class Worker(Claiming, HeldSlots):
                 event = JobEvent("finished", job, self.worker_id, kind, duration, outcome.error)
                 self._emit(event)
         self.capacity.throughput.add(len(batch))
+        if any(r.job.entity_key is not None or r.outcome.kind in REQUEUED for r in batch):
+            # The next job with that key, skipped by the last claim, or a job put back to run
+            # again, may be claimable now.
+            self._drained = False
         self._capacity_freed()
 
     def _emit(self, event: JobEvent) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from polling import wait_for
-from skiplock import App, Worker
+from skiplock import App, FixedDelay, JobContext, Worker
 
 pytestmark = pytest.mark.smoke
 
@@ -207,3 +207,47 @@ def test_a_claim_cut_short_by_a_queue_limit_does_not_idle_the_worker(app: App, d
 
     asyncio.run(main())
     assert rows(db, app) == {job_id: ("done", 1) for job_id in ids}
+
+
+def test_the_next_job_of_an_entity_key_starts_when_the_running_one_ends(app: App, db: Any) -> None:
+    """The claim skips jobs whose key is running, so it comes up short; the worker must still
+    claim the next one of that key as soon as the running one is recorded, not at the poll."""
+
+    @app.task(name="step", queue="keyed")
+    async def step(n: int) -> None:
+        await asyncio.sleep(0.05)
+
+    ids = [step.with_options(entity_key="k").enqueue(n=n).id for n in range(3)]
+    worker = Worker(app, concurrency=2, poll_interval=30.0, listen=False)
+
+    async def main() -> None:
+        run = asyncio.create_task(worker.run())
+        assert await wait_for(lambda: worker.stats.done == 3, 10.0), worker.stats
+        worker.stop()
+        await run
+
+    asyncio.run(main())
+    assert rows(db, app) == {job_id: ("done", 1) for job_id in ids}
+
+
+def test_a_job_retried_at_once_runs_again_without_waiting_for_the_poll(app: App, db: Any) -> None:
+    attempts: list[int] = []
+
+    @app.task(name="flaky", retry=FixedDelay(0), pass_context=True)
+    async def flaky(ctx: JobContext) -> None:
+        attempts.append(ctx.job.attempts)
+        if ctx.job.attempts == 1:
+            raise RuntimeError("first attempt fails")
+
+    job_id = flaky.enqueue().id
+    worker = Worker(app, concurrency=2, poll_interval=30.0, listen=False)
+
+    async def main() -> None:
+        run = asyncio.create_task(worker.run())
+        assert await wait_for(lambda: worker.stats.done == 1, 10.0), worker.stats
+        worker.stop()
+        await run
+
+    asyncio.run(main())
+    assert attempts == [1, 2]
+    assert rows(db, app) == {job_id: ("done", 2)}
