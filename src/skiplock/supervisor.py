@@ -63,6 +63,11 @@ class Supervisor:
         if self.signals == 1:
             log.info("stopping %d worker processes (signal again to kill them)", len(self.children))
 
+    def _stopped_cleanly(self, code: int) -> bool:
+        """0; or, after one stop request, killed by the SIGTERM it passed on (or the terminal's
+        SIGINT) before it had set up its handler: a child still starting has claimed nothing."""
+        return code == 0 or (self.signals == 1 and code in (-signal.SIGTERM, -signal.SIGINT))
+
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
@@ -96,4 +101,4 @@ class Supervisor:
             if self.signals and alive == 0:
                 codes = [child.returncode for child, _ in self.children.values()]
                 log.info("all worker processes stopped (exit statuses %s)", codes)
-                return 0 if all(c == 0 for c in codes) else 1
+                return 0 if all(self._stopped_cleanly(c) for c in codes) else 1

@@ -579,3 +579,15 @@ def test_paused_queue_is_not_claimed_until_resumed(
         code, _ = w.terminate_and_wait()
         assert code == 0, w.stderr
     assert sorted(r[0] for r in ledger(db, app)) == sorted([*held_back, other])
+
+
+def test_supervisor_stopped_while_its_children_start_exits_0(
+    workdir: Path, app: App, db: psycopg.Connection[Any]
+) -> None:
+    """A child still importing when the SIGTERM comes dies of it (its handler is not set up
+    yet); it had claimed nothing, so that is a clean stop, not a failure."""
+    with worker(workdir, app, "--processes", "2", name="sup") as sup:
+        wait_for(lambda: len(child_pids(sup.pid)) == 2 or not sup.alive(), 15, "two children")
+        code, _ = sup.terminate_and_wait()  # at once: the children are still starting
+        assert code == 0, sup.stderr
+    assert status_counts(db, app) == {}
