@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,6 +23,20 @@ pytestmark = pytest.mark.smoke
 def rows(db: Any, app: App) -> dict[int, tuple[str, int]]:
     found = db.execute(f'SELECT id, status, attempts FROM "{app.schema}".jobs').fetchall()
     return {job_id: (status, attempts) for job_id, status, attempts in found}
+
+
+def run_until(worker: Worker, done: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Run the worker until ``done()`` (failing after ``timeout`` seconds), then stop it."""
+
+    async def main() -> None:
+        run = asyncio.create_task(worker.run())
+        try:
+            assert await wait_for(done, timeout), worker.stats
+        finally:
+            worker.stop()
+            await run
+
+    asyncio.run(main())
 
 
 def reserving(worker: Worker, ahead: int) -> Worker:
@@ -198,14 +213,8 @@ def test_a_claim_cut_short_by_a_queue_limit_does_not_idle_the_worker(app: App, d
     app.sync_client.set_concurrency_limit("narrow", 1)
     worker = Worker(app, concurrency=5, poll_interval=30.0, listen=False)
 
-    async def main() -> None:
-        run = asyncio.create_task(worker.run())
-        # one at a time, each claimed as soon as the previous one's outcome is written
-        assert await wait_for(lambda: worker.stats.done == 6, 10.0), worker.stats
-        worker.stop()
-        await run
-
-    asyncio.run(main())
+    # one at a time, each claimed as soon as the previous one's outcome is written
+    run_until(worker, lambda: worker.stats.done == 6)
     assert rows(db, app) == {job_id: ("done", 1) for job_id in ids}
 
 
@@ -220,13 +229,7 @@ def test_the_next_job_of_an_entity_key_starts_when_the_running_one_ends(app: App
     ids = [step.with_options(entity_key="k").enqueue(n=n).id for n in range(3)]
     worker = Worker(app, concurrency=2, poll_interval=30.0, listen=False)
 
-    async def main() -> None:
-        run = asyncio.create_task(worker.run())
-        assert await wait_for(lambda: worker.stats.done == 3, 10.0), worker.stats
-        worker.stop()
-        await run
-
-    asyncio.run(main())
+    run_until(worker, lambda: worker.stats.done == 3)
     assert rows(db, app) == {job_id: ("done", 1) for job_id in ids}
 
 
@@ -242,12 +245,6 @@ def test_a_job_retried_at_once_runs_again_without_waiting_for_the_poll(app: App,
     job_id = flaky.enqueue().id
     worker = Worker(app, concurrency=2, poll_interval=30.0, listen=False)
 
-    async def main() -> None:
-        run = asyncio.create_task(worker.run())
-        assert await wait_for(lambda: worker.stats.done == 1, 10.0), worker.stats
-        worker.stop()
-        await run
-
-    asyncio.run(main())
+    run_until(worker, lambda: worker.stats.done == 1)
     assert attempts == [1, 2]
     assert rows(db, app) == {job_id: ("done", 2)}
