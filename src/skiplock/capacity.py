@@ -81,7 +81,12 @@ class Capacity:
 
     def refill_below(self) -> int:
         """Claim again once active + reserved jobs drop below this (see :meth:`to_claim`)."""
-        return max(1, (self.concurrency + self.ahead()) // 2 + 1)
+        return self._refill_below(self.concurrency + self.ahead())
+
+    @staticmethod
+    def _refill_below(target: int) -> int:
+        # Below this, at least half of the target (and at least one job) is missing.
+        return target - max(1, target // 2) + 1
 
     def to_claim(self, active: int, reserved: int, unwritten: int) -> int:
         """How many jobs the next claim should ask for; 0 means do not claim now.
@@ -96,4 +101,5 @@ class Capacity:
             return 0
         if reserved == 0 and active < self.concurrency and unwritten <= self.unwritten_max:
             return room
-        return room if room >= max(1, target // 2) else 0
+        taken = target - room  # active + reserved, and the unwritten beyond their limit
+        return room if taken < self._refill_below(target) else 0

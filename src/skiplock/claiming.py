@@ -73,11 +73,11 @@ class Claiming:
         self._announced += 1
         self._nudge()
 
-    def _want(self, held: bool) -> int:
+    def _want(self) -> int:
         """How many jobs to claim now."""
         assert self._completer is not None
         unwritten = self._completer.pending
-        if held:  # one transaction per slot; a finished job keeps its slot until written
+        if self._held:  # one transaction per slot; a finished job keeps its slot until written
             return self.concurrency - len(self._tasks) - unwritten
         return self.capacity.to_claim(len(self._tasks), len(self._reserved), unwritten)
 
@@ -92,7 +92,7 @@ class Claiming:
         elif self.burst:
             self._nudge()  # the burst may be over
 
-    async def _claim_loop(self, queues: list[str], held: bool) -> None:
+    async def _claim_loop(self, queues: list[str]) -> None:
         assert self._wake is not None and self._completer is not None
         assert self.settings is not None
         settings = self.settings
@@ -103,14 +103,14 @@ class Claiming:
             # Cleared every round: a wake-up that came while nothing could be claimed (all slots
             # busy, queues paused) must not make the wait below return at once, forever.
             self._wake.clear()
-            want = self._want(held)
+            want = self._want()
             self._refill_below = self.capacity.refill_below()
             active = [q for q in queues if q not in settings.paused]
             claimed = 0
             if want > 0 and active and not self._drained:
                 announced = self._announced
                 try:
-                    claim = self._claim_held if held else self._claim_leased
+                    claim = self._claim_held if self._held else self._claim_leased
                     claimed = await claim(active, want)
                 except (psycopg.Error, SkiplockError) as exc:
                     log.warning("claim failed, retrying after the poll interval: %s", exc)

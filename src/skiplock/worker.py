@@ -197,7 +197,7 @@ class Worker(Claiming, HeldSlots):
             services.append(asyncio.create_task(self.listener.run()))
         try:
             await self.settings.refresh()
-            await self._claim_loop(queues, held)
+            await self._claim_loop(queues)
             await self._shut_down()
         finally:
             await cancel_and_wait(services)
