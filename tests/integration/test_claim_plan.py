@@ -8,15 +8,15 @@ statement's generic plan, and once with ANALYZE inside a rolled-back transaction
 from __future__ import annotations
 
 import json
-import re
 import secrets
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import ClientCursor, sql
+from psycopg import ClientCursor
 
+from plans import explain, explain_generic, nodes
 from skiplock import App
 
 QUEUES = ["default", "mail", "reports"]
@@ -99,22 +99,6 @@ def from_queues_params(limit: int = 10) -> dict[str, Any]:
     return {"queues": QUEUES, "limit": limit, "worker": "w1", "lease_seconds": 30.0}
 
 
-def explain(
-    conn: psycopg.Connection[Any], statement: sql.Composable, params: dict[str, Any], options: str
-) -> dict[str, Any]:
-    query = sql.SQL("EXPLAIN ({} FORMAT JSON) {}").format(sql.SQL(options), statement)
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    return dict(plan[0])
-
-
-def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from nodes(child)
-
-
 def index_scans(plan: dict[str, Any], index: str) -> list[dict[str, Any]]:
     return [
         n
@@ -178,27 +162,7 @@ def test_claim_generic_plan_of_the_prepared_statement_uses_the_index(
     app: App, big_history: str, literal_conn: psycopg.Connection[Any]
 ) -> None:
     """psycopg prepares a statement run often; its generic plan must be as good."""
-    text = app.queries["job_claim"].as_string(literal_conn)
-    order: list[str] = []
-
-    def placeholder(match: re.Match[str]) -> str:
-        if match.group(1) not in order:
-            order.append(match.group(1))
-        return f"${order.index(match.group(1)) + 1}"
-
-    prepared = re.sub(r"%\((\w+)\)s", placeholder, text).replace("%%", "%")
-    params = claim_params()
-    literal_conn.execute(f"PREPARE claim AS {prepared}")
-    literal_conn.execute("SET plan_cache_mode = force_generic_plan")
-    try:
-        args = sql.SQL(", ").join(sql.Literal(params[name]) for name in order)
-        query = sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE claim({})").format(args)
-        row = literal_conn.execute(query).fetchone()
-        assert row is not None
-        plan = dict(row[0][0])
-    finally:
-        literal_conn.execute("DEALLOCATE claim")
-        literal_conn.execute("RESET plan_cache_mode")
+    plan = explain_generic(literal_conn, app.queries["job_claim"], claim_params(), "")
     assert_single_queue_claim_plan(plan)
 
 

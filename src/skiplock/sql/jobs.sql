@@ -3,6 +3,14 @@
 -- {migrations} are replaced by quoted, schema-qualified identifiers; %(x)s are bound
 -- parameters.  State changes always name the state they expect and, for a claimed job,
 -- the claim's owner (locked_by) and attempt number.
+--
+-- A claimed job is found by id, one primary-key lookup per claim.  Its ownership test is
+-- wrapped in coalesce(..., false), which means the same in a WHERE clause but hides it from
+-- the planner.  With statistics taken while the jobs were pending, the planner believes no row
+-- is running: it then scanned the partial index of running jobs (every worker's claims) for
+-- each write and, once prepared, compared every claim with every row.  Measured with 10,000
+-- jobs running: finishing 50 took 2.0-3.9 ms before, 0.3-0.6 ms after; finishing 1,000 took
+-- 209 ms in the prepared plan before, 10 ms after.
 
 -- name: job_insert_many
 -- Insert jobs given as parallel arrays, each with its own options (a mixed batch; one call's
@@ -153,16 +161,16 @@ RETURNING j.id, j.queue, j.task, j.payload, j.status, j.priority, j.run_at, j.at
 UPDATE {jobs} AS j
 SET status = 'done', finished_at = now(), locked_until = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = c.id AND j.attempts = c.attempts
-  AND j.status = 'running' AND j.locked_by = %(worker)s
+WHERE j.id = c.id
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
 RETURNING j.id;
 
 -- name: job_delete_many
 -- Delete claimed jobs that finished, if each claim still owns its job.
 DELETE FROM {jobs} AS j
 USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = c.id AND j.attempts = c.attempts
-  AND j.status = 'running' AND j.locked_by = %(worker)s
+WHERE j.id = c.id
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
 RETURNING j.id;
 
 -- name: job_archive_many
@@ -170,8 +178,8 @@ RETURNING j.id;
 WITH moved AS (
     DELETE FROM {jobs} AS j
     USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = c.id AND j.attempts = c.attempts
-      AND j.status = 'running' AND j.locked_by = %(worker)s
+    WHERE j.id = c.id
+      AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
     RETURNING j.*
 )
 INSERT INTO {archive} (id, queue, task, payload, status, priority, run_at, attempts,
@@ -199,8 +207,8 @@ SET status = CASE WHEN f.retry_in IS NULL OR j.attempts >= j.max_attempts THEN '
     last_error = f.error,
     locked_until = NULL
 FROM f
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = f.id AND j.attempts = f.attempts
-  AND j.status = 'running' AND j.locked_by = %(worker)s
+WHERE j.id = f.id
+  AND coalesce(j.attempts = f.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
 RETURNING j.id, j.status;
 
 -- name: job_snooze_many
@@ -212,8 +220,8 @@ SET status = CASE WHEN s.delay > 0 THEN 'scheduled' ELSE 'pending' END,
     max_attempts = j.max_attempts + 1,
     locked_until = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(delays)s::float8[]) AS s(id, attempts, delay)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = s.id AND j.attempts = s.attempts
-  AND j.status = 'running' AND j.locked_by = %(worker)s
+WHERE j.id = s.id
+  AND coalesce(j.attempts = s.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
 RETURNING j.id;
 
 -- name: job_extend_leases
@@ -222,8 +230,8 @@ RETURNING j.id;
 UPDATE {jobs} AS j
 SET locked_until = now() + make_interval(secs => %(lease_seconds)s)
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = c.id AND j.attempts = c.attempts
-  AND j.status = 'running' AND j.locked_by = %(worker)s
+WHERE j.id = c.id
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
 RETURNING j.id, j.cancel_requested;
 
 -- name: job_reclaim_expired
@@ -305,6 +313,6 @@ UPDATE {jobs} AS j
 SET status = 'cancelled', finished_at = now(), locked_until = NULL,
     last_error = 'cancelled while running'
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = c.id AND j.attempts = c.attempts
-  AND j.status = 'running' AND j.locked_by = %(worker)s
+WHERE j.id = c.id
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
 RETURNING j.id;

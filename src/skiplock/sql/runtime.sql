@@ -73,8 +73,8 @@ RETURNING id;
 UPDATE {jobs} AS j
 SET status = 'pending', attempts = j.attempts - 1, locked_until = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = c.id AND j.attempts = c.attempts
-  AND j.status = 'running' AND j.locked_by = %(worker)s
+WHERE j.id = c.id
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
 RETURNING j.id;
 
 -- name: queue_status
