@@ -8,10 +8,10 @@ and never sits on work another worker could start now.  Reserved jobs have not r
 leaves them to be reclaimed when their leases expire, it does not run them twice.
 
 Finished jobs whose outcomes are not written yet (*unwritten*) may number up to
-``max(concurrency, 100)`` before the worker stops starting and claiming: short jobs share one
+``max(concurrency, 300)`` before the worker stops starting and claiming: short jobs share one
 write per batch, and the next claim overlaps the last write, yet a worker that outruns its writes
 cannot pile up running rows.  Jobs a ``kill -9`` can make run twice (started or finished, not
-yet written): at most ``concurrency + max(concurrency, 100)`` per worker.
+yet written): at most ``concurrency + max(concurrency, 300)`` per worker.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-UNWRITTEN_FLOOR = 100  # finished jobs that may wait for their write, whatever the concurrency
+# Finished jobs that may wait for their write, whatever the concurrency.  A write costs one to
+# two milliseconds however small it is; with 100, a worker running short jobs stopped for most
+# writes (one worker, concurrency 10: 12,200 jobs/s at 100, 14,000 at 200, 14,800 at 300).
+UNWRITTEN_FLOOR = 300
 
 
 class Throughput:
