@@ -1,0 +1,42 @@
+"""Job.from_tuple: the fast way a worker builds a Job from a claimed row."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+import pytest
+
+from skiplock.job import Job, JobStatus
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+ROW = (7, "mail", "send", {"to": "a@b.c"}, "running", 2, NOW, 1, 5, "w1", NOW, "k", None, NOW)
+
+
+def test_from_tuple_equals_the_constructor() -> None:
+    made = Job(7, "mail", "send", {"to": "a@b.c"}, JobStatus.RUNNING, 2, NOW, 1, 5, "w1", NOW,
+               "k", None, NOW)  # fmt: skip
+    job = Job.from_tuple(ROW)
+    assert job == made
+    assert repr(job) == repr(made)
+    assert job.status is JobStatus.RUNNING
+    assert (job.last_error, job.finished_at) == (None, None)
+    assert dataclasses.asdict(job) == dataclasses.asdict(made)
+
+
+def test_from_tuple_takes_the_optional_fields_when_the_row_has_them() -> None:
+    job = Job.from_tuple((*ROW[:4], "failed", *ROW[5:], "boom", NOW))
+    assert job.status is JobStatus.FAILED
+    assert (job.last_error, job.finished_at) == ("boom", NOW)
+
+
+def test_a_job_from_a_row_is_still_frozen() -> None:
+    job = Job.from_tuple(ROW)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.attempts = 2  # type: ignore[misc]
+    assert dataclasses.replace(job, attempts=2).attempts == 2
+
+
+def test_an_unknown_status_is_an_error() -> None:
+    with pytest.raises(KeyError):
+        Job.from_tuple((*ROW[:4], "exploded", *ROW[5:]))
