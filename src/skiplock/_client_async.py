@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from ._store_async import AsyncStore
@@ -22,6 +23,7 @@ from .database import connect_kwargs, unavailable
 from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
 from .migrations import all_migrations
+from .payload import load_json
 
 POOL_MAX_SIZE = 4
 
@@ -35,9 +37,21 @@ async def open_pool(dsn: str, *, min_size: int, max_size: int) -> AsyncConnectio
     except psycopg.OperationalError as exc:
         raise unavailable(exc, dsn) from None
     await probe.close()
-    pool = AsyncConnectionPool(dsn, kwargs=kwargs, min_size=min_size, max_size=max_size, open=False)
+    pool = AsyncConnectionPool(
+        dsn,
+        kwargs=kwargs,
+        min_size=min_size,
+        max_size=max_size,
+        configure=_configure,
+        open=False,
+    )
     await pool.open(wait=True, timeout=15)
     return pool
+
+
+async def _configure(conn: AsyncConnection[Any]) -> None:
+    """Set up each of skiplock's own pooled connections (never a caller's)."""
+    set_json_loads(load_json, conn)
 
 
 class AsyncClient:

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 from psycopg import Connection
+from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 
 from ._store_sync import SyncStore
@@ -23,6 +24,7 @@ from .database import connect_kwargs, unavailable
 from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
 from .migrations import all_migrations
+from .payload import load_json
 
 POOL_MAX_SIZE = 4
 
@@ -36,9 +38,21 @@ def open_pool(dsn: str, *, min_size: int, max_size: int) -> ConnectionPool:
     except psycopg.OperationalError as exc:
         raise unavailable(exc, dsn) from None
     probe.close()
-    pool = ConnectionPool(dsn, kwargs=kwargs, min_size=min_size, max_size=max_size, open=False)
+    pool = ConnectionPool(
+        dsn,
+        kwargs=kwargs,
+        min_size=min_size,
+        max_size=max_size,
+        configure=_configure,
+        open=False,
+    )
     pool.open(wait=True, timeout=15)
     return pool
+
+
+def _configure(conn: Connection[Any]) -> None:
+    """Set up each of skiplock's own pooled connections (never a caller's)."""
+    set_json_loads(load_json, conn)
 
 
 class SyncClient:

@@ -1,11 +1,13 @@
-"""Checks on what callers hand to enqueue: names, payloads, options.  Pure, no I/O."""
+"""Checks on what callers hand to enqueue (names, payloads, options), payload encoding, and
+the decoding of the JSON the server sends back.  Pure, no I/O."""
 
 from __future__ import annotations
 
 import json
+import json.scanner
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .errors import InvalidName, InvalidPayload
@@ -21,6 +23,11 @@ _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 # Payloads encoded per call of the encoder by encode_payloads.
 _CHUNK = 256
+# The C scanner json.loads ends up in, without the encoding detection and whitespace checks
+# around it (see load_json).
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]  # typeshed wants a scanner; any decoder works
+)
 
 
 def check_queue_name(name: str) -> str:
@@ -149,3 +156,15 @@ def _contains_nul(value: Any) -> bool:
     if isinstance(value, list | tuple):
         return any(_contains_nul(v) for v in value)
     return False
+
+
+def load_json(data: str | bytes) -> Any:
+    """``json.loads`` for the JSON text PostgreSQL sends (jsonb's canonical form), about 3x
+    faster: a worker decodes one payload per job.  Text that does not parse to its end in one
+    go (leading whitespace, say) goes through ``json.loads``, errors and all."""
+    text = data if isinstance(data, str) else str(data, "utf-8")
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)

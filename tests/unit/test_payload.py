@@ -24,6 +24,7 @@ from skiplock.payload import (
     check_task_name,
     encode_payload,
     encode_payloads,
+    load_json,
 )
 
 INJECTION = '"; DROP TABLE x; --'
@@ -360,3 +361,39 @@ def test_encode_payloads_accepts_any_mapping_like_encode_payload() -> None:
     payloads = [Frozen(a=1), {"b": 2}]
     assert encode_payloads(payloads, max_bytes=100, task="t") == '[{"a":1},{"b":2}]'
     assert encode_payloads([], max_bytes=100, task="t") == "[]"
+
+
+# -- load_json: decoding what the server sends ---------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_load_json_reads_what_json_loads_reads(value: Any) -> None:
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
+        assert load_json(text.encode()) == json.loads(text)
+        assert load_json(text) == json.loads(text)
+
+
+def test_load_json_reads_a_memoryview_and_the_server_s_text() -> None:
+    assert load_json(memoryview(b'{"a": [1, 2.5, "\\u00e9", null]}')) == {"a": [1, 2.5, "é", None]}
+    assert load_json(b'{"big": 123456789012345678901234567890}') == {
+        "big": 123456789012345678901234567890
+    }
+
+
+@pytest.mark.parametrize("text", [' {"a": 1}', '{"a": 1} ', "\n[1]\n"])
+def test_load_json_takes_whitespace_around_the_value(text: str) -> None:
+    assert load_json(text.encode()) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ["", "{", '{"a": 1} x', "[1,]", "NaNx", "{'a': 1}"])
+def test_load_json_raises_json_loads_error_on_bad_text(text: str) -> None:
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    with pytest.raises(json.JSONDecodeError):
+        load_json(text.encode())
