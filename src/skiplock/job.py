@@ -51,10 +51,6 @@ class Job:
     finished_at: datetime | None = None
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Job:
-        return cls(**{**row, "status": JobStatus(row["status"])})
-
-    @classmethod
     def from_tuple(cls, row: tuple[Any, ...]) -> Job:
         """A row whose columns are the fields in order (id ... created_at, optionally more)."""
         # A worker makes one Job per claimed row.  The generated __init__ of a frozen dataclass
