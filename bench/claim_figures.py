@@ -61,7 +61,16 @@ def main() -> None:
             )
             conn.execute(f"VACUUM ANALYZE {table}")
             pages = conn.execute(f"SELECT relpages FROM pg_class WHERE oid = '{table}'::regclass")
-            params = {"queue": "default", "limit": 10, "worker": "w", "lease_seconds": 30}
+            params = {
+                "queue": "default",
+                "limit": 10,
+                "worker": "w",
+                "lease_seconds": 30,
+                # From the start of the index, as a worker's first claim (the costliest).
+                "after_priority": None,
+                "after_run_at": None,
+                "after_id": None,
+            }
             query = app.queries["job_claim"].as_string()
             with psycopg.ClientCursor(conn) as cur:
                 explain = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + cur.mogrify(query, params)

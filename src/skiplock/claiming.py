@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ._store_async import AsyncStore
 from .capacity import Capacity
+from .claim_cursor import ClaimCursor
 from .completer import Completer
 from .errors import SkiplockError
 from .execution import Outcome
@@ -39,6 +40,7 @@ class Claiming:
     # Set by Worker.__init__ / Worker.run.
     concurrency: int
     capacity: Capacity
+    claim_cursor: ClaimCursor
     burst: bool
     poll_interval: float
     lease_seconds: float
@@ -157,9 +159,15 @@ class Claiming:
         jobs: list[Job] = []
         async with self._pool.connection() as conn:
             if unlimited:
-                jobs += await self.store.job_claim(
-                    conn, unlimited, limit, self.worker_id, self.lease_seconds
+                jobs = await self.store.job_claim(
+                    conn,
+                    unlimited,
+                    limit,
+                    self.worker_id,
+                    self.lease_seconds,
+                    after=self.claim_cursor.start(),
                 )
+                self.claim_cursor.advance(jobs, limit)
             for queue in (q for q in queues if q in limits):
                 if len(jobs) >= limit_startable:
                     break

@@ -29,6 +29,10 @@ class JobStatus(enum.StrEnum):
         return self in (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
+ClaimKey = tuple[int, datetime, int]
+"""(priority, run_at, id): a job's place in claim order within its queue."""
+
+
 @dataclass(frozen=True)
 class Job:
     """A row of the jobs table.  For a claimed job, ``locked_by`` + ``attempts`` is the claim."""
@@ -63,6 +67,11 @@ class Job:
             for name, default in _OPTIONAL_FIELDS.items():
                 attrs.setdefault(name, default)
         return job
+
+    @property
+    def claim_key(self) -> ClaimKey:
+        """Where the job sits in claim order (the claim index's order within its queue)."""
+        return (self.priority, self.run_at, self.id)
 
     @property
     def claim(self) -> Claim:

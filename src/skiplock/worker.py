@@ -33,6 +33,7 @@ from ._client_async import open_pool
 from ._store_async import AsyncStore
 from .app import App
 from .capacity import Capacity
+from .claim_cursor import ClaimCursor
 from .claiming import Claiming
 from .completer import Completer, Recorded
 from .errors import SkiplockError, UnknownTask
@@ -125,6 +126,7 @@ class Worker(Claiming, HeldSlots):
         self._announced = 0  # counts announcements of new work (see _new_work)
         self._held = False
         self._refill_below = 1  # set by each claim round from the capacity
+        self.claim_cursor = ClaimCursor()
         self.settings: QueueSettings | None = None
         self._stopping = False
         self._wake: asyncio.Event | None = None

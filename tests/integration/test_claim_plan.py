@@ -92,11 +92,28 @@ def literal_conn(app: App) -> Iterator[psycopg.Connection[Any]]:
 
 
 def claim_params(limit: int = 10) -> dict[str, Any]:
-    return {"queue": "mail", "limit": limit, "worker": "w1", "lease_seconds": 30.0}
+    """A claim from the lowest key (the whole index), as a worker's first claim."""
+    return {
+        "queue": "mail",
+        "limit": limit,
+        "worker": "w1",
+        "lease_seconds": 30.0,
+        "after_priority": None,
+        "after_run_at": None,
+        "after_id": None,
+    }
 
 
 def from_queues_params(limit: int = 10) -> dict[str, Any]:
-    return {"queues": QUEUES, "limit": limit, "worker": "w1", "lease_seconds": 30.0}
+    return {
+        "queues": QUEUES,
+        "limit": limit,
+        "worker": "w1",
+        "lease_seconds": 30.0,
+        "after_priority": [None] * len(QUEUES),
+        "after_run_at": [None] * len(QUEUES),
+        "after_id": [None] * len(QUEUES),
+    }
 
 
 def index_scans(plan: dict[str, Any], index: str) -> list[dict[str, Any]]:
@@ -107,10 +124,14 @@ def index_scans(plan: dict[str, Any], index: str) -> list[dict[str, Any]]:
     ]
 
 
-def one_claim_index_scan(plan: dict[str, Any]) -> dict[str, Any]:
+def claim_index_scans(plan: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two reads of the claim index: better priorities than the key, then after the key."""
     scans = index_scans(plan, "jobs_claim_idx")
-    assert len(scans) == 1, f"expected one scan of jobs_claim_idx, plan: {json.dumps(plan)}"
-    return scans[0]
+    assert len(scans) == 2, f"expected two scans of jobs_claim_idx, plan: {json.dumps(plan)}"
+    better, after = scans
+    assert "priority <" in better["Index Cond"]
+    assert "ROW(priority, run_at, id) >" in after["Index Cond"]
+    return better, after
 
 
 def buffers(node: dict[str, Any]) -> int:
@@ -121,10 +142,13 @@ def seq_scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return [n for n in nodes(plan) if n["Node Type"] == "Seq Scan"]
 
 
-def locked_cte(plan: dict[str, Any]) -> dict[str, Any]:
-    """The subplan that picks and locks rows: everything that reads the jobs table for work."""
-    (cte,) = [n for n in nodes(plan) if n.get("Subplan Name") == "CTE locked"]
-    return cte
+def cte(plan: dict[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [n for n in nodes(plan) if n.get("Subplan Name") == f"CTE {name}"]
+    return found
+
+
+def locking_buffers(plan: dict[str, Any]) -> int:
+    return sum(buffers(cte(plan, name)) for name in ("better", "after"))
 
 
 def sort_inputs(plan: dict[str, Any]) -> list[str]:
@@ -137,14 +161,14 @@ def sort_inputs(plan: dict[str, Any]) -> list[str]:
 def assert_single_queue_claim_plan(plan: dict[str, Any]) -> None:
     root = plan["Plan"]
     assert seq_scans(root) == [], "the claim scans a table sequentially"
-    claim_scan = one_claim_index_scan(root)
-    assert claim_scan["Relation Name"] == "jobs"
-    cte = locked_cte(root)
-    assert claim_scan in list(nodes(cte))
-    # The index supplies the claim order: nothing in the locking subplan sorts.
-    assert [n for n in nodes(cte) if n["Node Type"] in ("Sort", "Incremental Sort")] == []
-    # Nor does anything else: the entity-key filter over the locked rows is an anti-join.
-    assert sort_inputs(root) == []
+    for scan, name in zip(claim_index_scans(root), ("better", "after"), strict=True):
+        assert scan["Relation Name"] == "jobs"
+        # The index supplies the claim order: nothing that reads it sorts.
+        assert scan in list(nodes(cte(root, name)))
+        assert [n for n in nodes(cte(root, name)) if "Sort" in n["Node Type"]] == []
+    # The one sort puts the two reads' locked rows (at most twice the limit) together; the
+    # entity-key filter over the locked rows is an anti-join, not a sort.
+    assert sort_inputs(root) == ["Append"]
 
 
 def test_claim_reads_the_partial_index_without_seq_scan_or_sort(
@@ -177,11 +201,11 @@ def test_claim_touches_few_buffers_compared_to_the_table(
         plan = explain(literal_conn, app.queries["job_claim"], claim_params(), "ANALYZE, BUFFERS,")
     root = plan["Plan"]
     assert root["Actual Rows"] == 10  # it did claim (then rolled back)
-    claim_scan = one_claim_index_scan(root)
-    assert claim_scan["Actual Rows"] >= 10
+    better, after = claim_index_scans(root)
+    assert (better["Actual Rows"], after["Actual Rows"]) == (0, 10)  # no key: all are "after"
     # Finding and locking the 10 jobs reads a handful of index and heap pages; the whole
     # statement (with the updates of 10 rows and their index entries) stays far below a scan.
-    found = buffers(locked_cte(root))
+    found = locking_buffers(root)
     assert found < pages / 20, f"finding 10 jobs touched {found} of {pages} pages"
     assert buffers(root) < pages / 5, f"claiming 10 jobs touched {buffers(root)} of {pages} pages"
     # Rolled back: nothing was claimed.
@@ -197,9 +221,9 @@ def test_claim_from_several_queues_reads_the_index_once_per_queue(
     plan = explain(literal_conn, app.queries["job_claim_from_queues"], from_queues_params(), "")
     root = plan["Plan"]
     assert seq_scans(root) == []
-    claim_scan = one_claim_index_scan(root)
-    # The scan is parameterized by the queue name (nested loop over the queues).
-    assert "queue" in claim_scan.get("Index Cond", "")
+    # The scans are parameterized by the queue name and key (nested loop over the queues).
+    for claim_scan in claim_index_scans(root):
+        assert "(queue = q.name)" in claim_scan["Index Cond"]
 
     with literal_conn.transaction(force_rollback=True):
         analyzed = explain(
@@ -210,8 +234,8 @@ def test_claim_from_several_queues_reads_the_index_once_per_queue(
         )
     root = analyzed["Plan"]
     assert seq_scans(root) == []
-    claim_scan = one_claim_index_scan(root)
-    assert claim_scan["Actual Loops"] == len(QUEUES)
+    for claim_scan in claim_index_scans(root):
+        assert claim_scan["Actual Loops"] == len(QUEUES)
     # Each queue's scan stops after its best rows; sorts see at most limit * queues rows.
     for node in nodes(root):
         if node["Node Type"] == "Sort":
@@ -219,6 +243,6 @@ def test_claim_from_several_queues_reads_the_index_once_per_queue(
     (pages,) = db.execute(
         "SELECT relpages FROM pg_class WHERE oid = %s::regclass", (big_history,)
     ).fetchone()
-    found = buffers(locked_cte(root))
+    found = buffers(cte(root, "locked"))
     assert found < pages / 20, f"finding jobs in {len(QUEUES)} queues touched {found} pages"
     assert buffers(root) < pages / 5

@@ -96,15 +96,42 @@ WHERE idempotency_key = ANY(%(keys)s::text[])
 -- Claim up to %(limit)s pending jobs of one queue, best priority then oldest run_at first.
 -- Rows other workers hold are skipped, not waited on; jobs whose entity key already has a
 -- running job are left alone, and at most one job per entity key is taken.
-WITH locked AS (
+-- The claim index is read from the worker's last claimed key (after_priority, after_run_at,
+-- after_id; NULLs read the whole index): every job of a better priority, then the jobs after
+-- that key.  Skipped are the same priority's entries before the key: mostly jobs already
+-- claimed, whose entries stay in the index until vacuum may remove them (which a long
+-- transaction holds off: they pile up, and a claim from the lowest key walks all of them),
+-- plus the few jobs that became due since with an older run_at (promoted, released).  The
+-- worker claims from the lowest key again at least every second and after a short claim.
+WITH better AS (
     SELECT id, entity_key, priority, run_at
     FROM {jobs} AS c
     WHERE c.status = 'pending' AND c.queue = %(queue)s
+      AND c.priority < coalesce(%(after_priority)s::int, -2147483648)
       AND (c.entity_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM {jobs} AS r WHERE r.status = 'running' AND r.entity_key = c.entity_key))
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), after AS (
+    SELECT id, entity_key, priority, run_at
+    FROM {jobs} AS c
+    WHERE c.status = 'pending' AND c.queue = %(queue)s
+      AND (c.priority, c.run_at, c.id)
+          > (coalesce(%(after_priority)s::int, -2147483648),
+             coalesce(%(after_run_at)s::timestamptz, '-infinity'),
+             coalesce(%(after_id)s::bigint, 0))
+      AND (c.entity_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {jobs} AS r WHERE r.status = 'running' AND r.entity_key = c.entity_key))
+    ORDER BY c.priority, c.run_at, c.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), locked AS (
+    -- All the better jobs and the first of the others; rows locked but not taken here are
+    -- unlocked when the claim commits.
+    SELECT * FROM better UNION ALL SELECT * FROM after
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
 ), picked AS (
     -- Of locked jobs sharing an entity key, only the first in claim order.
     SELECT l.id FROM locked AS l
@@ -123,19 +150,41 @@ RETURNING j.id, j.queue, j.task, j.payload, j.status, j.priority, j.run_at, j.at
           j.created_at;
 
 -- name: job_claim_from_queues
--- The same claim across several queues: the best jobs of each queue, then the best of those.
+-- The same claim across several queues, each read from its own starting key (the arrays
+-- after_priority, after_run_at, after_id, in the order of %(queues)s): the best jobs of each
+-- queue, then the best of those.
 WITH locked AS (
     SELECT c.*
-    FROM unnest(%(queues)s::text[]) AS q(name)
+    FROM unnest(%(queues)s::text[], %(after_priority)s::int[], %(after_run_at)s::timestamptz[],
+                %(after_id)s::bigint[]) AS q(name, after_priority, after_run_at, after_id)
     CROSS JOIN LATERAL (
-        SELECT id, entity_key, priority, run_at
-        FROM {jobs} AS c
-        WHERE c.status = 'pending' AND c.queue = q.name
-          AND (c.entity_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM {jobs} AS r WHERE r.status = 'running' AND r.entity_key = c.entity_key))
-        ORDER BY c.priority, c.run_at, c.id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
+        SELECT * FROM (
+            SELECT id, entity_key, priority, run_at
+            FROM {jobs} AS c
+            WHERE c.status = 'pending' AND c.queue = q.name
+              AND c.priority < coalesce(q.after_priority, -2147483648)
+              AND (c.entity_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM {jobs} AS r
+                    WHERE r.status = 'running' AND r.entity_key = c.entity_key))
+            ORDER BY c.priority, c.run_at, c.id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS better
+        UNION ALL
+        SELECT * FROM (
+            SELECT id, entity_key, priority, run_at
+            FROM {jobs} AS c
+            WHERE c.status = 'pending' AND c.queue = q.name
+              AND (c.priority, c.run_at, c.id) > (coalesce(q.after_priority, -2147483648),
+                                                   coalesce(q.after_run_at, '-infinity'),
+                                                   coalesce(q.after_id, 0))
+              AND (c.entity_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM {jobs} AS r
+                    WHERE r.status = 'running' AND r.entity_key = c.entity_key))
+            ORDER BY c.priority, c.run_at, c.id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS after
     ) AS c
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
