@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from .apps.record import load
+from .apps.record import load, started_so_far
 from .db import BenchDatabase, backend_pids, connect, descendants, proc_cpu_seconds
 from .systems import REPO, Setting, System, subprocess_env
 
@@ -78,6 +78,10 @@ class Workers:
 
     def records(self) -> tuple[list[int], list[float]]:
         return load(self.record_dir)
+
+    def started_so_far(self) -> int:
+        """Jobs the handlers have started so far (live, from the processes' count pages)."""
+        return started_so_far(self.record_dir)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.record_dir, ignore_errors=True)

@@ -72,7 +72,6 @@ class System:
     table: ClassVar[str]  # the hot table (dead tuples are read from it)
     unfinished_sql: ClassVar[str]  # returns 1 row: is anything left unfinished?
     inflight_sql: ClassVar[str]  # returns 1 row: how many jobs are claimed and not recorded
-    pending_sql: ClassVar[str]  # %(limit)s: claimable jobs, counted up to a limit
     versions: dict[str, str] = field(default_factory=dict)
 
     def install(self, db: BenchDatabase) -> None:
@@ -132,10 +131,6 @@ class Skiplock(System):
         " OR EXISTS (SELECT 1 FROM skiplock.jobs WHERE status = 'running')"
     )
     inflight_sql: ClassVar[str] = "SELECT count(*) FROM skiplock.jobs WHERE status = 'running'"
-    pending_sql: ClassVar[str] = (
-        "SELECT count(*) FROM (SELECT 1 FROM skiplock.jobs WHERE status = 'pending'"
-        " LIMIT %(limit)s) AS p"
-    )
 
     def install(self, db: BenchDatabase) -> None:
         from skiplock import App
@@ -207,9 +202,6 @@ class PgQueuer(System):
         " OR EXISTS (SELECT 1 FROM pgqueuer WHERE status = 'picked')"
     )
     inflight_sql: ClassVar[str] = "SELECT count(*) FROM pgqueuer WHERE status = 'picked'"
-    pending_sql: ClassVar[str] = (
-        "SELECT count(*) FROM (SELECT 1 FROM pgqueuer WHERE status = 'queued' LIMIT %(limit)s) AS p"
-    )
 
     def install(self, db: BenchDatabase) -> None:
         env = subprocess_env(db)
@@ -280,10 +272,6 @@ class Procrastinate(System):
         " OR EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status = 'doing')"
     )
     inflight_sql: ClassVar[str] = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'"
-    pending_sql: ClassVar[str] = (
-        "SELECT count(*) FROM (SELECT 1 FROM procrastinate_jobs WHERE status = 'todo'"
-        " LIMIT %(limit)s) AS p"
-    )
     app_path: ClassVar[str] = "bench.apps.procrastinate_app.app"
 
     def install(self, db: BenchDatabase) -> None:

@@ -12,11 +12,10 @@ import statistics
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import psycopg
 
 from .db import COUNTER_XACTS, BenchDatabase, Counters, connect, read_counters
 from .runner import CpuTracker, Monitor, Workers
@@ -318,21 +317,25 @@ async def _sustain(
     stop_at: float,
     backlog: int,
     batch: int,
-    pending_conn: psycopg.AsyncConnection[Any],
+    started: Callable[[], int],
 ) -> int:
-    """Keep about ``backlog`` claimable jobs queued until ``stop_at``; returns jobs enqueued."""
+    """Keep about ``backlog`` jobs not yet started until ``stop_at``; returns jobs enqueued.
+
+    Progress comes from the handlers' own counts (``started``), not from the table: counting
+    a queue's pending rows walks the index entries of every job claimed since the held
+    snapshot began, and polled every 50 ms that count kept one server process busy most of the
+    time during the hold, taking CPU from the system under test.
+    """
     producer = await system.producer(db)
     n = 0
     try:
         while time.time() < stop_at:
-            cur = await pending_conn.execute(system.pending_sql, {"limit": backlog})
-            row = await cur.fetchone()
-            pending = row[0] if row else 0
-            if pending < backlog:
-                while pending < backlog:
+            waiting = n - started()
+            if waiting < backlog:
+                while waiting < backlog:
                     await producer.many(range(n, n + batch))
                     n += batch
-                    pending += batch
+                    waiting += batch
             else:
                 await asyncio.sleep(0.05)
         return n
@@ -365,33 +368,30 @@ def long_transaction(
         t_hold, t_release, t_stop = t0 + before, t0 + before + during, t0 + before + during + after
 
         async def run() -> int:
-            async with await psycopg.AsyncConnection.connect(
-                ctx.db.dsn, autocommit=True
-            ) as pending_conn:
-                producer = asyncio.create_task(
-                    _sustain(system, ctx.db, t_stop, backlog, batch, pending_conn)
-                )
-                held = False
-                while not producer.done():
-                    now = time.time()
-                    if not held and now >= t_hold:
-                        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                        holder.execute(f"SELECT count(*) FROM {system.table}")
-                        held = True
-                    if held and now >= t_release and holder.info.transaction_status:
-                        holder.execute("COMMIT")
-                    stats.execute("SELECT pg_stat_clear_snapshot()")
-                    row = stats.execute(
-                        "SELECT n_dead_tup, n_live_tup, pg_total_relation_size(relid)"
-                        " FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s",
-                        (schema or "public", table),
-                    ).fetchone()
-                    if row:
-                        timeline.append(
-                            {"t": now - t0, "dead": row[0], "live": row[1], "bytes": row[2]}
-                        )
-                    await asyncio.sleep(1.0)
-                return await producer
+            producer = asyncio.create_task(
+                _sustain(system, ctx.db, t_stop, backlog, batch, workers.started_so_far)
+            )
+            held = False
+            while not producer.done():
+                now = time.time()
+                if not held and now >= t_hold:
+                    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                    holder.execute(f"SELECT count(*) FROM {system.table}")
+                    held = True
+                if held and now >= t_release and holder.info.transaction_status:
+                    holder.execute("COMMIT")
+                stats.execute("SELECT pg_stat_clear_snapshot()")
+                row = stats.execute(
+                    "SELECT n_dead_tup, n_live_tup, pg_total_relation_size(relid)"
+                    " FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s",
+                    (schema or "public", table),
+                ).fetchone()
+                if row:
+                    timeline.append(
+                        {"t": now - t0, "dead": row[0], "live": row[1], "bytes": row[2]}
+                    )
+                await asyncio.sleep(1.0)
+            return await producer
 
         enqueued = asyncio.run(run())
         if holder.info.transaction_status:
