@@ -96,8 +96,17 @@ class AsyncClient:
         """Enqueue the jobs of one call (one statement, on the caller's connection if given)."""
         if not jobs.count:
             return []
-        async with self.connection(conn) as c:
-            return await self.store.job_insert_batch(c, jobs)
+        if conn is not None:
+            return await self.store.job_insert_batch(conn, jobs)
+        # The pool's connections are in autocommit: no transaction to end, so the connection is
+        # taken and given back directly, without the context managers' overhead (about 30 us of
+        # a single enqueue's CPU here).
+        pool = self._pool or await self._open_pool()
+        pooled = await pool.getconn()
+        try:
+            return await self.store.job_insert_batch(pooled, jobs)
+        finally:
+            await pool.putconn(pooled)
 
     async def get_job(self, job_id: int, conn: AsyncConnection[Any] | None = None) -> Job | None:
         async with self.connection(conn) as c:

@@ -93,8 +93,17 @@ class SyncClient:
         """Enqueue the jobs of one call (one statement, on the caller's connection if given)."""
         if not jobs.count:
             return []
-        with self.connection(conn) as c:
-            return self.store.job_insert_batch(c, jobs)
+        if conn is not None:
+            return self.store.job_insert_batch(conn, jobs)
+        # The pool's connections are in autocommit: no transaction to end, so the connection is
+        # taken and given back directly, without the context managers' overhead (about 30 us of
+        # a single enqueue's CPU here).
+        pool = self._pool or self._open_pool()
+        pooled = pool.getconn()
+        try:
+            return self.store.job_insert_batch(pooled, jobs)
+        finally:
+            pool.putconn(pooled)
 
     def get_job(self, job_id: int, conn: Connection[Any] | None = None) -> Job | None:
         with self.connection(conn) as c:

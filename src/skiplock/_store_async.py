@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 
 from .database import translate
@@ -24,6 +24,7 @@ from .job import Claim, ClaimKey, Enqueued, Job
 from .sql import Queries
 
 ENTITY_KEY_RETRIES = 5
+TUPLES_OK = ExecStatus.TUPLES_OK
 _NO_KEY = (None, None, None)  # read the claim index from its start
 
 
@@ -52,9 +53,11 @@ class AsyncStore:
     ) -> list[Any]:
         """Run one named statement; its rows (none for a statement without result)."""
         try:
-            async with conn.cursor(row_factory=row_factory) as cur:
-                await cur.execute(self.queries[name], params)
-                return await cur.fetchall() if cur.description else []
+            cur = conn.cursor(row_factory=row_factory)
+            await cur.execute(self.queries[name], params)
+            result = cur.pgresult
+            # Read the result's status, not cur.description: that builds a Column per column.
+            return await cur.fetchall() if result and result.status == TUPLES_OK else []
         except psycopg.Error as exc:
             error = translate(exc, self.schema)
             if error is exc:

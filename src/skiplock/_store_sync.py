@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 from psycopg import Connection
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 
 from .database import translate
@@ -25,6 +25,7 @@ from .job import Claim, ClaimKey, Enqueued, Job
 from .sql import Queries
 
 ENTITY_KEY_RETRIES = 5
+TUPLES_OK = ExecStatus.TUPLES_OK
 _NO_KEY = (None, None, None)  # read the claim index from its start
 
 
@@ -53,9 +54,11 @@ class SyncStore:
     ) -> list[Any]:
         """Run one named statement; its rows (none for a statement without result)."""
         try:
-            with conn.cursor(row_factory=row_factory) as cur:
-                cur.execute(self.queries[name], params)
-                return cur.fetchall() if cur.description else []
+            cur = conn.cursor(row_factory=row_factory)
+            cur.execute(self.queries[name], params)
+            result = cur.pgresult
+            # Read the result's status, not cur.description: that builds a Column per column.
+            return cur.fetchall() if result and result.status == TUPLES_OK else []
         except psycopg.Error as exc:
             error = translate(exc, self.schema)
             if error is exc:
