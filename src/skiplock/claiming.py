@@ -100,8 +100,11 @@ class Claiming:
         settings = self.settings
         idle_rounds = 0
         empty_claims = 0  # claims in a row that found nothing
+        woken_by_news = False  # the wait below ended with an announcement of new work
         while not self._stopping:
-            await asyncio.sleep(0)  # let jobs that are about to finish free their slots first
+            if not woken_by_news:
+                await asyncio.sleep(0)  # let jobs that are about to finish free their slots first
+            woken_by_news = False
             # Cleared every round: a wake-up that came while nothing could be claimed (all slots
             # busy, queues paused) must not make the wait below return at once, forever.
             self._wake.clear()
@@ -141,13 +144,17 @@ class Claiming:
             # first empty claim after work waits for nothing, so a new job starts at once.
             if empty_claims > 1:
                 await asyncio.sleep(EMPTY_CLAIM_COOLDOWN)
-            # Jittered, so that workers started together do not poll in step.
+            # Jittered, so that workers started together do not poll in step.  asyncio.timeout,
+            # not wait_for: a wake-up resumes this loop directly, not through a task of its own.
+            announced = self._announced
             try:
-                await asyncio.wait_for(
-                    self._wake.wait(), self.poll_interval * random.uniform(0.8, 1.2)
-                )
+                async with asyncio.timeout(self.poll_interval * random.uniform(0.8, 1.2)):
+                    await self._wake.wait()
             except TimeoutError:
                 self._drained = False  # the poll: look again whatever was (not) announced
+            # Told of new work (a NOTIFY), claim at once: a job is waiting, and this is its
+            # latency.  The yield above only gathers slots that free together.
+            woken_by_news = self._announced != announced
 
     async def _claim_leased(self, queues: list[str], limit: int) -> int:
         assert self._pool is not None and self.settings is not None

@@ -80,6 +80,9 @@ class Listener:
                     self.works = True
                 elif notify.payload in self.queues:
                     self.on_wake()
+                    # Let the woken claim loop send its claim before this task goes back to
+                    # waiting for notifications (which takes it a while, in the driver).
+                    await asyncio.sleep(0)
         finally:
             if probe_task is not None:
                 probe_task.cancel()
