@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from fake_clock import FakeClock
 from skiplock.capacity import UNWRITTEN_FLOOR, Capacity, Throughput
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_throughput_counts_the_last_window_only() -> None:
-    clock = Clock()
+    clock = FakeClock()
     meter = Throughput(window=1.0, clock=clock)
     assert meter.per_second() == 0.0
     for _ in range(10):
@@ -28,14 +21,14 @@ def test_throughput_counts_the_last_window_only() -> None:
 
 
 def test_a_first_burst_is_not_an_infinite_rate() -> None:
-    clock = Clock()
+    clock = FakeClock()
     meter = Throughput(clock=clock)
     meter.add(10)
     assert meter.per_second() == pytest.approx(10 / 0.01)
 
 
 def _capacity(concurrency: int, prefetch: int, rate: float) -> Capacity:
-    clock = Clock()
+    clock = FakeClock()
     meter = Throughput(window=1.0, clock=clock)
     if rate:
         for _ in range(10):

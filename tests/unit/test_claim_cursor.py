@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from fake_clock import FakeClock
 from skiplock.claim_cursor import ClaimCursor
 from skiplock.job import Job, JobStatus
 
@@ -29,20 +30,12 @@ def job(job_id: int, queue: str = "q", priority: int = 0, seconds: int = 0) -> J
     )
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_first_claim_reads_every_queue_from_its_start() -> None:
-    assert ClaimCursor(clock=Clock()).start() == {}
+    assert ClaimCursor(clock=FakeClock()).start() == {}
 
 
 def test_a_full_claim_moves_each_queue_to_its_last_claimed_key() -> None:
-    cursor = ClaimCursor(clock=Clock())
+    cursor = ClaimCursor(clock=FakeClock())
     claimed = [job(1, "a", seconds=1), job(7, "b", seconds=2), job(3, "a", seconds=5)]
     cursor.advance(claimed, asked=3)
     assert cursor.start() == {
@@ -52,7 +45,7 @@ def test_a_full_claim_moves_each_queue_to_its_last_claimed_key() -> None:
 
 
 def test_a_short_claim_sends_every_queue_back_to_its_start() -> None:
-    cursor = ClaimCursor(clock=Clock())
+    cursor = ClaimCursor(clock=FakeClock())
     cursor.advance([job(1), job(2)], asked=2)
     assert cursor.start() != {}
     cursor.advance([job(3)], asked=2)  # came up short: nothing more after the key
@@ -60,7 +53,7 @@ def test_a_short_claim_sends_every_queue_back_to_its_start() -> None:
 
 
 def test_every_queue_is_read_from_its_start_again_after_the_rescan_interval() -> None:
-    clock = Clock()
+    clock = FakeClock()
     cursor = ClaimCursor(rescan_interval=1.0, clock=clock)
     cursor.advance([job(1)], asked=1)
     clock.now += 0.9
@@ -73,7 +66,7 @@ def test_every_queue_is_read_from_its_start_again_after_the_rescan_interval() ->
 
 
 def test_start_returns_a_copy() -> None:
-    cursor = ClaimCursor(clock=Clock())
+    cursor = ClaimCursor(clock=FakeClock())
     cursor.advance([job(1)], asked=1)
     keys = cursor.start()
     cursor.advance([job(2)], asked=1)
