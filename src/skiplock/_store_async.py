@@ -39,6 +39,27 @@ def _claim_arrays(claims: Sequence[Claim]) -> dict[str, Any]:
     }
 
 
+def _claim_statement(
+    queues: Sequence[str],
+    limit: int,
+    worker: str,
+    lease_seconds: float,
+    after: Mapping[str, ClaimKey] | None,
+) -> tuple[str, dict[str, Any]]:
+    """The claim statement for ``queues`` and its parameters."""
+    params: dict[str, Any] = {"limit": limit, "worker": worker, "lease_seconds": lease_seconds}
+    keys = [(after or {}).get(q, _NO_KEY) for q in queues]
+    if len(queues) == 1:
+        params["queue"] = queues[0]
+        params["after_priority"], params["after_run_at"], params["after_id"] = keys[0]
+        return "job_claim", params
+    params["queues"] = list(queues)
+    params["after_priority"] = [k[0] for k in keys]
+    params["after_run_at"] = [k[1] for k in keys]
+    params["after_id"] = [k[2] for k in keys]
+    return "job_claim_from_queues", params
+
+
 class AsyncStore:
     def __init__(self, queries: Queries) -> None:
         self.queries = queries
@@ -144,16 +165,7 @@ class AsyncStore:
         """
         if limit <= 0 or not queues:
             return []
-        params: dict[str, Any] = {"limit": limit, "worker": worker, "lease_seconds": lease_seconds}
-        keys = [(after or {}).get(q, _NO_KEY) for q in queues]
-        if len(queues) == 1:
-            name, params["queue"] = "job_claim", queues[0]
-            params["after_priority"], params["after_run_at"], params["after_id"] = keys[0]
-        else:
-            name, params["queues"] = "job_claim_from_queues", list(queues)
-            params["after_priority"] = [k[0] for k in keys]
-            params["after_run_at"] = [k[1] for k in keys]
-            params["after_id"] = [k[2] for k in keys]
+        name, params = _claim_statement(queues, limit, worker, lease_seconds, after)
         in_transaction = conn.info.transaction_status != TransactionStatus.IDLE
         for _ in range(ENTITY_KEY_RETRIES):
             try:
@@ -169,6 +181,45 @@ class AsyncStore:
                 # the next statement's snapshot sees it and leaves that key alone.
                 continue
         return []
+
+    async def job_claim_held(
+        self, conn: AsyncConnection[Any], queues: Sequence[str], worker: str, lease_seconds: float
+    ) -> Job | None:
+        """Begin a transaction on ``conn`` (idle) and claim one job in it, for the held-lock
+        model: the job's row stays locked until the caller commits or rolls back.
+
+        No commit, so no WAL flush, before the job can start.  With no job to claim, the
+        transaction is ended and ``conn`` left idle.
+        """
+        if not queues:
+            return None
+        name, params = _claim_statement(queues, 1, worker, lease_seconds, None)
+        for _ in range(ENTITY_KEY_RETRIES):
+            try:
+                await conn.execute(self.queries["transaction_begin"])
+                cur = conn.cursor()
+                await cur.execute(self.queries[name], params)
+                rows = await cur.fetchall()
+            except psycopg.errors.UniqueViolation:
+                # Lost an entity-key race (see job_claim): the next snapshot sees the winner.
+                await conn.rollback()
+                continue
+            except psycopg.Error as exc:
+                if not conn.closed:
+                    await conn.rollback()
+                error = translate(exc, self.schema)
+                if error is exc:
+                    raise
+                raise error from exc
+            if rows:
+                return Job.from_tuple(rows[0])
+            # Nothing claimed, nothing written: COMMIT costs no WAL flush, and unlike ROLLBACK it
+            # keeps the connection's prepared statements (psycopg deallocates them all after a
+            # rollback, so the next claim would be planned again).
+            await conn.commit()
+            return None
+        await conn.rollback()
+        return None
 
     # -- finish --------------------------------------------------------------------------
 

@@ -141,8 +141,10 @@ async def _call(
         if not isinstance(job.payload, dict):
             raise TypeError(f"payload of job {job.id} is not a JSON object")
         if task.is_async:
-            if conn is not None:
-                # A savepoint: the task's writes roll back if it fails; the job row stays locked.
+            if conn is not None and cancel_flag is not None:
+                # The task has the held-lock transaction (ctx.conn): a savepoint, so its writes
+                # roll back if it fails while the job row stays locked.  A task without the
+                # context cannot write there, and skips the savepoint's two round trips.
                 async with conn.transaction():
                     await task.fn(*args, **job.payload)
             else:

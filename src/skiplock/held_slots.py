@@ -87,20 +87,25 @@ class HeldSlots:
         assert self._pool is not None
         running: RunningJob | None = None
         try:
-            async with self._pool.connection() as conn, conn.transaction():
-                jobs = await self.store.job_claim(
-                    conn, queues, 1, self.worker_id, self.lease_seconds
+            async with self._pool.connection() as conn:
+                job = await self.store.job_claim_held(
+                    conn, queues, self.worker_id, self.lease_seconds
                 )
-                job = jobs[0] if jobs else None
                 got.set_result(job)
                 if job is None:
-                    return
-                if self._model_of(job) == "held":
-                    running = self._track(job, "held")
-                    self._emit_started(job)
-                    await self._run_held(running, conn)
-                    return
-            # A lease task claimed by a held-capable worker: the claim has committed.
+                    return  # the store ended the transaction
+                try:
+                    if self._model_of(job) == "held":
+                        running = self._track(job, "held")
+                        self._emit_started(job)
+                        await self._run_held(running, conn)
+                        return
+                    await conn.commit()  # a lease task: its claim commits, with its lease
+                except BaseException:
+                    if not conn.closed:
+                        await conn.rollback()
+                    raise
+            # A lease task claimed by a held-capable worker.
             running = self._track(job, "lease")
             self._emit_started(job)
             running.task = asyncio.current_task()
@@ -128,9 +133,11 @@ class HeldSlots:
             log.warning("job %s: could not count the rolled-back attempt: %s", job.id, again)
 
     async def _run_held(self, running: RunningJob, conn: AsyncConnection[Any]) -> None:
-        """Run and record a held-lock job in its claim's transaction (no buffering)."""
+        """Run a held-lock job in its claim's transaction, write its outcome there and commit
+        (no buffering)."""
         assert self._completer is not None
         outcome = await self._outcome(running, conn)
         entry = (running.job, outcome, running.started)
         owned = running.job.id in await self._completer.write(conn, [entry])
+        await conn.commit()
         self._recorded([Recorded(*entry[:2], owned, running.started)])

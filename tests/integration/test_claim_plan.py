@@ -18,6 +18,7 @@ from psycopg import ClientCursor
 
 from plans import explain, explain_generic, nodes
 from skiplock import App
+from skiplock._store_sync import SyncStore
 
 QUEUES = ["default", "mail", "reports"]
 DONE_ROWS = 100_000
@@ -246,3 +247,41 @@ def test_claim_from_several_queues_reads_the_index_once_per_queue(
     found = buffers(cte(root, "locked"))
     assert found < pages / 20, f"finding jobs in {len(QUEUES)} queues touched {found} pages"
     assert buffers(root) < pages / 5
+
+
+def test_from_several_queues_generic_plan_reads_the_index_per_queue(
+    app: App, big_history: str, literal_conn: psycopg.Connection[Any]
+) -> None:
+    plan = explain_generic(
+        literal_conn, app.queries["job_claim_from_queues"], from_queues_params(), ""
+    )
+    root = plan["Plan"]
+    assert seq_scans(root) == []
+    for claim_scan in claim_index_scans(root):
+        assert "(queue = q.name)" in claim_scan["Index Cond"]
+
+
+def test_a_connection_stops_planning_each_claim(app: App, big_history: str) -> None:
+    """From the sixth claim on a connection PostgreSQL runs the prepared statement's generic
+    plan (checked above) instead of planning every claim anew, which cost a claim more than it
+    took to run.  A LIMIT or queue array the planner could see made it plan every time."""
+    store = SyncStore(app.queries)
+    conn = psycopg.connect(app.dsn, autocommit=True)
+    # Read while the transaction is open: psycopg deallocates them all after a rollback.
+    with conn, conn.transaction(force_rollback=True):
+        # psycopg prepares a statement at its 6th run; PostgreSQL plans the first 5 runs of
+        # a prepared statement for their parameters, then compares.
+        for limit in [1, 5, 10, 2, 1, 7, 3, 1, 10, 4, 1, 2, 3, 1, 9, 1]:
+            store.job_claim(conn, ["mail"], limit, "w-plans", 30.0)
+            store.job_claim(conn, QUEUES, limit, "w-plans", 30.0)
+        rows = conn.execute(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+        ).fetchall()
+    plans = {
+        "job_claim" if "WITH better AS" in statement else "job_claim_from_queues": (generic, custom)
+        for statement, generic, custom in rows
+        if "FOR UPDATE SKIP LOCKED" in statement
+    }
+    assert set(plans) == {"job_claim", "job_claim_from_queues"}, rows
+    for name, (generic, custom) in plans.items():
+        assert (generic, custom) == (6, 5), f"{name}: {generic} generic, {custom} custom plans"

@@ -311,14 +311,14 @@ def test_idle_held_worker_waits_between_claims(app: App) -> None:
     async def main() -> int:
         worker = Worker(app, poll_interval=0.5)
         calls = 0
-        claim = worker.store.job_claim
+        claim = worker.store.job_claim_held
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
             nonlocal calls
             calls += 1
             return await claim(*args, **kwargs)
 
-        worker.store.job_claim = counted  # type: ignore[method-assign]
+        worker.store.job_claim_held = counted  # type: ignore[method-assign]
         running = asyncio.create_task(worker.run())
         await asyncio.sleep(2.0)
         worker.stop()
