@@ -15,7 +15,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from types import FrameType
 
 log = logging.getLogger("skiplock.supervisor")
@@ -25,11 +26,27 @@ QUICK_DEATH = 5.0  # a worker that dies sooner than this after starting backs of
 MAX_BACKOFF = 30.0
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM (a graceful stop) if the supervisor dies, even by SIGKILL."""
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+def _prepare_child() -> None:
+    """In the child, before it runs the worker: take stop signals again (the supervisor holds
+    them while it starts a child), and get SIGTERM (a graceful stop) if the supervisor dies,
+    even by SIGKILL."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """Hold SIGTERM/SIGINT until the block ends; one that came meanwhile is handled then."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class Supervisor:
@@ -50,9 +67,14 @@ class Supervisor:
         self._failures: dict[int, int] = {}  # slot -> consecutive quick deaths
 
     def _start(self, slot: int) -> None:
-        # Own process group: a Ctrl-C reaches the supervisor only, which forwards one SIGTERM.
-        child = subprocess.Popen(self.command, process_group=0, preexec_fn=_die_with_parent)
-        self.children[slot] = (child, time.monotonic())
+        # A stop request that comes while a child starts waits until the child is in
+        # self.children, so that the handler passes it on; none starts after one.
+        with _stop_signals_held():
+            if self.signals:
+                return
+            # Own process group: a Ctrl-C reaches the supervisor only, which forwards SIGTERM.
+            child = subprocess.Popen(self.command, process_group=0, preexec_fn=_prepare_child)
+            self.children[slot] = (child, time.monotonic())
         log.info("worker process %d started (pid %d)", slot, child.pid)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:

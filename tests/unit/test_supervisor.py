@@ -1,0 +1,60 @@
+"""The supervisor's stop request against a child that is being started (real processes; the
+children are short Python scripts standing in for workers)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from skiplock import supervisor
+from skiplock.supervisor import Supervisor
+
+# Exits 0 on SIGTERM, like a worker that shuts down cleanly; otherwise waits 20 s.
+CHILD = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(20)\n"
+    "sys.exit(3)\n"
+)
+
+
+def test_a_stop_request_while_a_child_starts_reaches_it_and_starts_no_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SIGTERM arrived between the fork of the first child and its registration: it used to
+    reach no child (the handler did not know it yet) while the second child started anyway,
+    and the supervisor waited for them forever."""
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        child = real_popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, **kwargs)
+        assert child.stdout is not None
+        child.stdout.readline()  # its handler is set up
+        started.append(child)
+        if len(started) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # the stop request, while this one starts
+        return child
+
+    monkeypatch.setattr(supervisor.subprocess, "Popen", popen)
+    previous = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        code = Supervisor(["app:app"], processes=2).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+        for child in started:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
+    assert code == 0
+    assert len(started) == 1  # nothing started after the stop request
+    assert started[0].returncode == 0  # it got the SIGTERM and stopped cleanly
