@@ -91,10 +91,11 @@ class HeldSlots:
                 job = await self.store.job_claim_held(
                     conn, queues, self.worker_id, self.lease_seconds
                 )
-                got.set_result(job)
-                if job is None:
-                    return  # the store ended the transaction
+                if job is None:  # the store ended the transaction
+                    got.set_result(None)
+                    return
                 try:
+                    got.set_result(job)
                     if self._model_of(job) == "held":
                         running = self._track(job, "held")
                         self._emit_started(job)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg.pq import TransactionStatus
 
 from skiplock import App, JobStatus
+from skiplock._store_async import AsyncStore
 from skiplock._store_sync import SyncStore
 
 
@@ -53,3 +56,33 @@ def test_an_empty_claim_ends_its_transaction_and_keeps_prepared_statements(app: 
         job = store.job_claim_held(conn, ["q"], "w-held", 30.0)
         assert job is not None
         conn.commit()
+
+
+def test_a_claim_cancelled_while_it_waits_leaves_the_connection_idle(app: App, db: Any) -> None:
+    """Worker shutdown cancels a held slot mid-claim: its transaction must not go back to the
+    pool open (the pool would roll it back itself, with a warning)."""
+
+    @app.task(name="t", queue="q")
+    def t(n: int) -> None: ...
+
+    t.enqueue(n=1)
+
+    async def scenario() -> TransactionStatus:
+        store = AsyncStore(app.queries)
+        conn = await psycopg.AsyncConnection.connect(app.dsn, autocommit=True)
+        async with conn:
+            # A table lock is waited on, not skipped: the claim blocks until it is cancelled.
+            with db.transaction():
+                db.execute(f'LOCK TABLE "{app.schema}".jobs IN ACCESS EXCLUSIVE MODE')
+                claim = asyncio.create_task(store.job_claim_held(conn, ["q"], "w-held", 30.0))
+                await asyncio.sleep(0.3)
+                claim.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await asyncio.wait_for(claim, 10)
+            status = conn.info.transaction_status
+            await conn.execute("SELECT 1")  # and it is usable
+            return status
+
+    status = asyncio.run(scenario())
+    assert status == TransactionStatus.IDLE
+    assert db.execute(f'SELECT status FROM "{app.schema}".jobs').fetchall() == [("pending",)]
