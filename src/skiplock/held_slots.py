@@ -9,6 +9,7 @@ another reason gets its attempt counted afterwards, with a backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -103,8 +104,9 @@ class HeldSlots:
                         return
                     await conn.commit()  # a lease task: its claim commits, with its lease
                 except BaseException:
-                    if not conn.closed:
-                        await conn.rollback()
+                    if not conn.closed:  # and report what failed, not the rollback
+                        with contextlib.suppress(psycopg.Error):
+                            await conn.rollback()
                     raise
             # A lease task claimed by a held-capable worker.
             running = self._track(job, "lease")
