@@ -204,25 +204,17 @@ class AsyncStore:
         name, params = _claim_statement(queues, 1, worker, lease_seconds, None)
         for _ in range(ENTITY_KEY_RETRIES):
             try:
-                await conn.execute(self.queries["transaction_begin"])
-                cur = conn.cursor()
-                await cur.execute(self.queries[name], params)
-                rows = await cur.fetchall()
+                await self._rows(conn, "transaction_begin", {})
+                jobs = await self._jobs(conn, name, params)
             except psycopg.errors.UniqueViolation:
                 # Lost an entity-key race (see job_claim): the next snapshot sees the winner.
                 await conn.rollback()
                 continue
-            except psycopg.Error as exc:
-                await _roll_back_quietly(conn)
-                error = translate(exc, self.schema)
-                if error is exc:
-                    raise
-                raise error from exc
-            except BaseException:  # cancelled while claiming: leave the connection idle
+            except BaseException:  # failed or cancelled: leave the connection idle
                 await _roll_back_quietly(conn)
                 raise
-            if rows:
-                return Job.from_tuple(rows[0])
+            if jobs:
+                return jobs[0]
             # Nothing claimed, nothing written: COMMIT costs no WAL flush, and unlike ROLLBACK it
             # keeps the connection's prepared statements (psycopg deallocates them all after a
             # rollback, so the next claim would be planned again).
