@@ -78,6 +78,13 @@ def login_users(
 def roles(pg_dsn: str, schema: str, db: psycopg.Connection[Any]) -> Iterator[Roles]:
     names = RoleNames.for_schema(schema)
     users: list[str] = []
+    # A hardened server, where functions are not everyone's to execute: the roles get what
+    # they need explicitly (the worker's claims call the entity-key check).
+    db.execute(
+        sql.SQL("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {} FROM PUBLIC").format(
+            sql.Identifier(schema)
+        )
+    )
     try:
         result = run_cli("roles", "--dsn", pg_dsn, "--schema", schema)
         assert result.returncode == 0, result.stderr

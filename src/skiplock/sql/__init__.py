@@ -75,6 +75,7 @@ class Queries:
             "leaders": sql.Identifier(schema, "leaders"),
             "ticks": sql.Identifier(schema, "periodic_ticks"),
             "channel": sql.Identifier(self.channel),
+            "entity_key_running": sql.Identifier(schema, "entity_key_running"),
         }
         # Rendered once: composing identifiers on every execute costs more than the round trip
         # saves on a fast claim, and the driver caches the conversion of plain SQL text.

@@ -101,7 +101,9 @@ WHERE idempotency_key = ANY(%(keys)s::text[])
 -- name: job_claim
 -- Claim up to %(limit)s pending jobs of one queue, best priority then oldest run_at first.
 -- Rows other workers hold are skipped, not waited on; jobs whose entity key already has a
--- running job are left alone, and at most one job per entity key is taken.
+-- running job are left alone (one index probe each: see migration 0004), and at most one job
+-- per entity key is taken (the first in claim order; a sort of the locked jobs by key, not a
+-- comparison of each with all the others).
 -- The claim index is read from the worker's last claimed key (after_priority, after_run_at,
 -- after_id; NULLs read the whole index): every job of a better priority, then the jobs after
 -- that key.  Skipped are the same priority's entries before the key: mostly jobs already
@@ -114,8 +116,7 @@ WITH better AS (
     FROM {jobs} AS c
     WHERE c.status = 'pending' AND c.queue = %(queue)s
       AND c.priority < coalesce(%(after_priority)s::int, -2147483648)
-      AND (c.entity_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM {jobs} AS r WHERE r.status = 'running' AND r.entity_key = c.entity_key))
+      AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -127,8 +128,7 @@ WITH better AS (
           > (coalesce(%(after_priority)s::int, -2147483648),
              coalesce(%(after_run_at)s::timestamptz, '-infinity'),
              coalesce(%(after_id)s::bigint, 0))
-      AND (c.entity_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM {jobs} AS r WHERE r.status = 'running' AND r.entity_key = c.entity_key))
+      AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -140,11 +140,12 @@ WITH better AS (
     LIMIT %(limit)s
 ), picked AS (
     -- Of locked jobs sharing an entity key, only the first in claim order.
-    SELECT l.id FROM locked AS l
-    WHERE l.entity_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM locked AS e
-        WHERE e.entity_key = l.entity_key
-          AND (e.priority, e.run_at, e.id) < (l.priority, l.run_at, l.id))
+    SELECT w.id FROM (
+        SELECT l.id, l.entity_key, row_number() OVER (
+            PARTITION BY l.entity_key ORDER BY l.priority, l.run_at, l.id) AS place
+        FROM locked AS l
+    ) AS w
+    WHERE w.entity_key IS NULL OR w.place = 1
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
@@ -173,9 +174,7 @@ WITH locked AS (
             FROM {jobs} AS c
             WHERE c.status = 'pending' AND c.queue = q.name
               AND c.priority < coalesce(q.after_priority, -2147483648)
-              AND (c.entity_key IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM {jobs} AS r
-                    WHERE r.status = 'running' AND r.entity_key = c.entity_key))
+              AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
             ORDER BY c.priority, c.run_at, c.id
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
@@ -188,9 +187,7 @@ WITH locked AS (
               AND (c.priority, c.run_at, c.id) > (coalesce(q.after_priority, -2147483648),
                                                    coalesce(q.after_run_at, '-infinity'),
                                                    coalesce(q.after_id, 0))
-              AND (c.entity_key IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM {jobs} AS r
-                    WHERE r.status = 'running' AND r.entity_key = c.entity_key))
+              AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
             ORDER BY c.priority, c.run_at, c.id
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
@@ -200,11 +197,12 @@ WITH locked AS (
     LIMIT %(limit)s
 ), picked AS (
     -- Of locked jobs sharing an entity key, only the first in claim order.
-    SELECT l.id FROM locked AS l
-    WHERE l.entity_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM locked AS e
-        WHERE e.entity_key = l.entity_key
-          AND (e.priority, e.run_at, e.id) < (l.priority, l.run_at, l.id))
+    SELECT w.id FROM (
+        SELECT l.id, l.entity_key, row_number() OVER (
+            PARTITION BY l.entity_key ORDER BY l.priority, l.run_at, l.id) AS place
+        FROM locked AS l
+    ) AS w
+    WHERE w.entity_key IS NULL OR w.place = 1
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),

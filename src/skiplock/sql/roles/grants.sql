@@ -25,6 +25,7 @@ CREATE ROLE {role} NOLOGIN;
 -- Start from nothing, so re-running the grants leaves exactly what they list (revoking a
 -- table's privileges revokes its column privileges too).
 REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {enqueuer}, {worker}, {admin};
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {schema} FROM {enqueuer}, {worker}, {admin};
 REVOKE ALL ON SCHEMA {schema} FROM {enqueuer}, {worker}, {admin};
 
 -- name: role_grant_enqueuer
@@ -38,8 +39,10 @@ GRANT SELECT (id, queue, status, idempotency_key) ON {jobs} TO {enqueuer};
 -- name: role_grant_worker
 -- Worker: claim, heartbeat, finish, fail, reclaim, promote, prune and periodic ticks on jobs;
 -- archive finished jobs; read queue settings; hold the maintenance leadership.  No DDL, no
--- CREATE on the schema, no TRUNCATE, and queue settings are read-only.
+-- CREATE on the schema, no TRUNCATE, and queue settings are read-only.  The claims call the
+-- entity-key check (PostgreSQL lets everyone execute functions unless a DBA revoked that).
 GRANT USAGE ON SCHEMA {schema} TO {worker};
+GRANT EXECUTE ON FUNCTION {schema}.entity_key_running(text) TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {jobs} TO {worker};
 GRANT SELECT, INSERT ON {archive} TO {worker};
 GRANT SELECT ON {queues} TO {worker};
