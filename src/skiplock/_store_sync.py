@@ -23,7 +23,7 @@ from .database import translate
 from .enqueue import InsertOutcome, NewJob, NewJobs, insert_params, shared_key_results
 from .errors import SchemaNotMigrated
 from .job import Claim, ClaimKey, Enqueued, Job
-from .sql import Queries
+from .sql import SMALL_CLAIM, Queries, literal_limit_name
 
 ENTITY_KEY_RETRIES = 5
 TUPLES_OK = ExecStatus.TUPLES_OK
@@ -48,18 +48,24 @@ def _claim_statement(
     lease_seconds: float,
     after: Mapping[str, ClaimKey] | None,
 ) -> tuple[str, dict[str, Any]]:
-    """The claim statement for ``queues`` and its parameters."""
-    params: dict[str, Any] = {"limit": limit, "worker": worker, "lease_seconds": lease_seconds}
+    """The claim statement for ``queues`` and its parameters; a small claim's LIMIT is written
+    into its statement (see SMALL_CLAIM)."""
+    params: dict[str, Any] = {"worker": worker, "lease_seconds": lease_seconds}
     keys = [(after or {}).get(q, _NO_KEY) for q in queues]
     if len(queues) == 1:
+        name = "job_claim"
         params["queue"] = queues[0]
         params["after_priority"], params["after_run_at"], params["after_id"] = keys[0]
-        return "job_claim", params
-    params["queues"] = list(queues)
-    params["after_priority"] = [k[0] for k in keys]
-    params["after_run_at"] = [k[1] for k in keys]
-    params["after_id"] = [k[2] for k in keys]
-    return "job_claim_from_queues", params
+    else:
+        name = "job_claim_from_queues"
+        params["queues"] = list(queues)
+        params["after_priority"] = [k[0] for k in keys]
+        params["after_run_at"] = [k[1] for k in keys]
+        params["after_id"] = [k[2] for k in keys]
+    if limit <= SMALL_CLAIM:
+        return literal_limit_name(name, limit), params
+    params["limit"] = limit
+    return name, params
 
 
 def _roll_back_quietly(conn: Connection[Any]) -> None:

@@ -18,6 +18,8 @@ from psycopg import ClientCursor
 
 from plans import explain, explain_generic, nodes
 from skiplock import App
+from skiplock._store_sync import SyncStore
+from skiplock.sql import SMALL_CLAIM
 
 QUEUES = ["default", "mail", "reports"]
 DONE_ROWS = 100_000
@@ -183,11 +185,12 @@ def test_claim_reads_the_partial_index_without_seq_scan_or_sort(
     ).fetchone() == (3,)
 
 
+@pytest.mark.parametrize("statement", ["job_claim", "job_claim_limit_10"])
 def test_claim_generic_plan_of_the_prepared_statement_uses_the_index(
-    app: App, big_history: str, literal_conn: psycopg.Connection[Any]
+    app: App, big_history: str, literal_conn: psycopg.Connection[Any], statement: str
 ) -> None:
     """psycopg prepares a statement run often; its generic plan must be as good."""
-    plan = explain_generic(literal_conn, app.queries["job_claim"], claim_params(), "")
+    plan = explain_generic(literal_conn, app.queries[statement], claim_params(), "")
     assert_single_queue_claim_plan(plan)
 
 
@@ -272,14 +275,25 @@ def due_only(pg_dsn: str) -> Iterator[App]:
 
 # The claims always run custom plans (see the header of jobs.sql); the generic plan of the claim
 # from one queue is checked as well, as the tests above do.
+# The small claims, whose LIMIT is written into the statement, do run their generic plans.
 @pytest.mark.parametrize(
     ("statement", "plan_kind"),
-    [("job_claim", "literal"), ("job_claim", "generic"), ("job_claim_from_queues", "literal")],
+    [
+        ("job_claim", "literal"),
+        ("job_claim", "generic"),
+        ("job_claim_from_queues", "literal"),
+        ("job_claim_limit_1", "generic"),
+        ("job_claim_limit_10", "generic"),
+        ("job_claim_from_queues_limit_1", "generic"),
+        ("job_claim_from_queues_limit_10", "generic"),
+    ],
 )
 def test_claimed_rows_are_updated_by_primary_key_however_many_are_due(
     due_only: App, statement: str, plan_kind: str
 ) -> None:
-    params = claim_params() if statement == "job_claim" else from_queues_params()
+    params = claim_params() if statement.startswith("job_claim_limit") else from_queues_params()
+    if statement == "job_claim":
+        params = claim_params()
     with psycopg.connect(due_only.dsn, autocommit=True, cursor_factory=ClientCursor) as conn:
         how = explain if plan_kind == "literal" else explain_generic
         root = how(conn, due_only.queries[statement], params, "")["Plan"]
@@ -287,7 +301,7 @@ def test_claimed_rows_are_updated_by_primary_key_however_many_are_due(
     assert root["Node Type"] == "ModifyTable"
     (target,) = [n for n in root["Plans"] if n.get("Parent Relationship") != "InitPlan"]
     assert index_scans(target, "jobs_pkey"), json.dumps(root)
-    if statement == "job_claim":
+    if not statement.startswith("job_claim_from_queues"):
         assert_single_queue_claim_plan({"Plan": root})
 
 
@@ -382,3 +396,25 @@ def test_keyed_claim_keeps_the_first_job_of_each_key_in_claim_order(keyed: App) 
             seen.add(key(n))
             expected.append((n, key(n)))
     assert claimed == expected
+
+
+def test_small_claims_reuse_one_plan_and_big_ones_are_planned_each_time(due_only: App) -> None:
+    """A claim of at most SMALL_CLAIM jobs runs a statement with its LIMIT written in, whose
+    generic plan the server reuses once psycopg has prepared it; a bigger claim is planned for
+    its parameters every time (see skiplock.sql.SMALL_CLAIM)."""
+    store = SyncStore(due_only.queries)
+    with psycopg.connect(due_only.dsn) as conn:  # one transaction, rolled back at the end
+        for _ in range(15):
+            assert len(store.job_claim(conn, ["mail"], 2, "w1", 30.0)) == 2
+            big = SMALL_CLAIM + 1
+            assert len(store.job_claim(conn, ["mail"], big, "w1", 30.0)) == big
+        plans = conn.execute(
+            "SELECT substring(statement from 'LIMIT (\\S+)'), generic_plans, custom_plans "
+            "FROM pg_prepared_statements WHERE statement LIKE '%%FOR UPDATE SKIP LOCKED%%' "
+            "ORDER BY 1"
+        ).fetchall()
+        conn.rollback()
+    (small,) = [p for p in plans if p[0] == "2"]
+    (planned,) = [p for p in plans if p[0].startswith("$")]
+    assert small[1] > 0, plans  # generic plans ran
+    assert planned[1] == 0, plans  # always custom

@@ -83,12 +83,32 @@ class Queries:
             name: sql.SQL(sql.SQL(statement.text).format(**names).as_string())
             for name, statement in statements().items()
         }
+        for name in LITERAL_LIMIT_STATEMENTS:
+            text = self._composed[name].as_string()
+            for limit in range(1, SMALL_CLAIM + 1):
+                literal = text.replace("%(limit)s", str(limit))
+                self._composed[literal_limit_name(name, limit)] = sql.SQL(literal)
 
     def __getitem__(self, name: str) -> sql.SQL:
         try:
             return self._composed[name]
         except KeyError:
             raise KeyError(f"no SQL statement named {name!r}") from None
+
+
+# The claims, whose LIMIT decides their plan: PostgreSQL plans them for their parameters at
+# every run (a generic plan cannot know the LIMIT; see the header of jobs.sql), about 0.5 ms,
+# which is most of a small claim's cost (an idle worker's, a held-lock slot's).  For a claim of
+# at most SMALL_CLAIM jobs the number is written into the statement instead, one statement per
+# number: its generic plan then knows the LIMIT, costs as little as a custom one, and the
+# server reuses it.  A bigger claim spreads its planning over its jobs.
+LITERAL_LIMIT_STATEMENTS = ("job_claim", "job_claim_from_queues")
+SMALL_CLAIM = 16
+
+
+def literal_limit_name(name: str, limit: int) -> str:
+    """The name of ``name`` with its ``%(limit)s`` written in as ``limit`` (1..SMALL_CLAIM)."""
+    return f"{name}_limit_{limit}"
 
 
 def notify_channel(schema: str) -> str:

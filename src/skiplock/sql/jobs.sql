@@ -17,6 +17,9 @@
 -- 0.5 ms here.  Hiding the LIMIT in a subquery gets the generic plan, but then the planner
 -- expects a tenth of the due jobs claimed: with a million due it sorted them all (760 ms a
 -- claim) and with ten thousand it joined them back by a sequential scan.  Keep it visible.
+-- A claim of a few jobs (at most SMALL_CLAIM, in skiplock/sql/__init__.py) runs a copy of its
+-- statement with the number written in for %(limit)s: that generic plan knows the LIMIT, and
+-- the server reuses it (an idle worker's claim of one: 0.68 -> 0.39 ms).
 
 -- name: job_insert_many
 -- Insert jobs given as parallel arrays, each with its own options (a mixed batch; one call's
