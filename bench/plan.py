@@ -22,6 +22,16 @@ SK_C100X2 = Setting(
     notes="concurrency 100, --processes 2, log WARNING",
 )
 
+SK_C100X2_DELETE = Setting(
+    "skiplock",
+    "c100x2-delete",
+    concurrency=100,
+    processes=2,
+    log_level="WARNING",
+    completion="delete",
+    notes="concurrency 100, --processes 2, log WARNING, completion delete",
+)
+
 
 def pgq(batch: int, processes: int) -> Setting:
     return Setting(
@@ -74,7 +84,14 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             enqueue_bulk=2000,
             bulk_batch=500,
             drain_sizes=[2000],
-            drain_settings=[SK_DEFAULT, SK_C100X2, pgq(10, 1), pgq(100, 2), PR_DEFAULT],
+            drain_settings=[
+                SK_DEFAULT,
+                SK_C100X2,
+                SK_C100X2_DELETE,
+                pgq(10, 1),
+                pgq(100, 2),
+                PR_DEFAULT,
+            ],
             big_drain_settings=[],
             big_drain_repeat=1,
             procrastinate_drain=200,
@@ -101,11 +118,20 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         enqueue_bulk=50_000,
         bulk_batch=1000,
         drain_sizes=[20_000, 100_000],
-        drain_settings=[SK_DEFAULT, SK_C100, SK_C100X2, *pgq_all, PR_DEFAULT, PR_C10],
+        drain_settings=[
+            SK_DEFAULT,
+            SK_C100,
+            SK_C100X2,
+            SK_C100X2_DELETE,
+            *pgq_all,
+            PR_DEFAULT,
+            PR_C10,
+        ],
         big_drain_settings=[
             SK_DEFAULT,
             SK_C100,
             SK_C100X2,
+            SK_C100X2_DELETE,
             pgq(100, 1),
             pgq(100, 2),
             pgq(500, 1),

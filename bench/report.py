@@ -174,7 +174,10 @@ def targets(results: list[dict[str, Any]], plan: Plan) -> list[list[str]]:
                     verdict(r >= 1.3 and exp_sk <= exp_pq),
                 ]
             )
-        for label in ("default", "c100", "c100x2"):
+        for setting in (s for s in plan.drain_settings if s.system == "skiplock"):
+            label = setting.label
+            # A setting that deletes finished jobs is held to the ceiling that deletes them.
+            mode = "delete" if setting.completion == "delete" else "done"
             sk_rate = med(
                 select(results, workload="drain", system="skiplock", setting=label, size=size),
                 "jobs_per_s",
@@ -188,7 +191,7 @@ def targets(results: list[dict[str, Any]], plan: Plan) -> list[list[str]]:
             )
             per_pair = 2 / xacts if xacts and not math.isnan(xacts) else 10.0
             batch = nearest_batch(results, per_pair)
-            ceil = ceiling_best(results, batch)
+            ceil = ceiling_best(results, batch, mode)
             tried = select(results, workload="drain", system="skiplock", setting=label, size=size)
             if tried and math.isnan(sk_rate):
                 out.append(
@@ -206,7 +209,7 @@ def targets(results: list[dict[str, Any]], plan: Plan) -> list[list[str]]:
                 [
                     f"Drain {size:,}: skiplock {label} within 1.5× of the SQL ceiling "
                     f"(batch {batch}, the nearest to skiplock's {per_pair:.0f} jobs per claim + "
-                    "write; mark done, best of 1–8 clients)",
+                    f"write; {'mark done' if mode == 'done' else 'delete'}, best of 1–8 clients)",
                     f"ceiling {fmt(ceil)} / skiplock {fmt(sk_rate)} = {r:.2f}×",
                     verdict(r <= 1.5),
                 ]

@@ -79,6 +79,8 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     drains = [r for r in results if r["workload"] == "drain"]
     assert {r["system"] for r in drains} == {"skiplock", "pgqueuer", "procrastinate"}
     assert all(r["jobs_per_s"] > 0 and r["jobs"] > 0 for r in drains)
+    # The tuned setting that deletes finished jobs ran, and is held to the ceiling that deletes.
+    assert "c100x2-delete" in {r["setting"] for r in drains}
     latencies = [r for r in results if r["workload"] == "latency"]
     assert all(len(r["samples_ms"]) == r["jobs"] > 0 for r in latencies)
 
@@ -94,6 +96,10 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     ):
         assert heading in report
     assert "NOT VERIFIED" not in report
+    (delete_target,) = [
+        line for line in report.splitlines() if "skiplock c100x2-delete within 1.5" in line
+    ]
+    assert "; delete, best of" in delete_target
     for chart in ("drain.png", "latency.png", "scale.png", "longtx.png"):
         assert (out / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", chart
     # The bench dropped its database when it finished.
