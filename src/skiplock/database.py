@@ -71,6 +71,9 @@ def translate(exc: psycopg.Error, schema: str) -> Exception:
     """Turn a driver error into the skiplock error that explains it, or return it unchanged."""
     if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
         return SchemaNotMigrated(schema)
+    if isinstance(exc, psycopg.errors.UndefinedFunction | psycopg.errors.UndefinedColumn):
+        # skiplock's statements name only what its migrations create: the schema is older.
+        return SchemaNotMigrated(schema, detail=_first_line(exc))
     if isinstance(exc, psycopg.OperationalError) and not isinstance(
         exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable
     ):

@@ -6,6 +6,8 @@ whose message names the problem and the fix.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class SkiplockError(Exception):
     """Base class of every error skiplock raises."""
@@ -20,14 +22,21 @@ class DatabaseUnavailable(SkiplockError):
 
 
 class SchemaNotMigrated(SkiplockError):
-    """The skiplock tables do not exist in this schema yet."""
+    """The skiplock tables do not exist in this schema yet, or lack migrations that this
+    version of skiplock needs (``missing``, or what the server said was missing)."""
 
-    def __init__(self, schema: str) -> None:
-        super().__init__(
-            f"skiplock's tables are missing from schema {schema!r}: "
-            f"run `skiplock migrate --schema {schema}` (or App.migrate()) first"
-        )
+    def __init__(self, schema: str, missing: Sequence[int] = (), detail: str = "") -> None:
+        if missing:
+            versions = ", ".join(f"{v:04d}" for v in missing)
+            what = f"schema {schema!r} lacks skiplock migrations this version needs ({versions})"
+        elif detail:
+            what = f"schema {schema!r} lacks a skiplock migration this version needs ({detail})"
+        else:
+            what = f"skiplock's tables are missing from schema {schema!r}"
+        fix = f"run `skiplock migrate --schema {schema}` (or App.migrate()) first"
+        super().__init__(f"{what}: {fix}")
         self.schema = schema
+        self.missing = list(missing)
 
 
 class UnknownTask(SkiplockError):

@@ -36,7 +36,7 @@ from .capacity import Capacity
 from .claim_cursor import ClaimCursor
 from .claiming import Claiming
 from .completer import Completer, Recorded
-from .errors import SkiplockError, UnknownTask
+from .errors import SchemaNotMigrated, SkiplockError, UnknownTask
 from .events import JobEvent, WorkerStats, finished_level, log_event, new_worker_id
 from .execution import Outcome, run_job
 from .heartbeat import Heartbeat
@@ -45,6 +45,7 @@ from .job import Job
 from .leader import LeaderElector
 from .listener import Listener
 from .maintenance import Maintenance
+from .migrations import all_migrations
 from .payload import check_queue_name
 from .queue_settings import QueueSettings
 from .running import RunningJob
@@ -155,6 +156,12 @@ class Worker(Claiming, HeldSlots):
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-task")
         pool_size = 6 + (self.concurrency if held else 0)
         self._pool = await open_pool(dsn, min_size=2, max_size=pool_size)
+        try:
+            await self._check_schema()
+        except BaseException:
+            await self._pool.close()
+            self._executor.shutdown(wait=False)
+            raise
         self._completer = Completer(
             self.store,
             self._pool,
@@ -210,6 +217,16 @@ class Worker(Claiming, HeldSlots):
             self._executor.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped: %s", self.worker_id, self.stats)
         return self.stats
+
+    async def _check_schema(self) -> None:
+        """Refuse to start on a schema without the migrations this version's statements need
+        (an upgrade deployed before `skiplock migrate` ran): say so once, not at every claim."""
+        assert self._pool is not None
+        versions = [m.version for m in all_migrations()]
+        async with self._pool.connection() as conn:
+            missing = await self.store.migration_pending(conn, versions)
+        if missing:
+            raise SchemaNotMigrated(self.app.schema, [] if missing == versions else missing)
 
     # -- claiming ------------------------------------------------------------------------
 

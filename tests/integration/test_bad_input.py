@@ -27,7 +27,9 @@ from skiplock import (
     SchemaNotMigrated,
     SkiplockError,
     UnknownTask,
+    Worker,
 )
+from skiplock._store_sync import SyncStore
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/test"
 INJECTIONS = [
@@ -430,3 +432,37 @@ def test_cli_worker_with_an_attribute_that_is_not_an_app(tmp_path: Path, pg_dsn:
         assert result.returncode != 0, spec
         assert "Traceback" not in result.stderr
         assert spec in result.stderr or "module:attribute" in result.stderr
+
+
+def test_worker_refuses_a_schema_missing_a_migration_and_says_which(pg_dsn: str, db: Any) -> None:
+    """An upgrade deployed before `skiplock migrate` ran: the worker says so and does not start;
+    a statement that needs the missing migration says the same; enqueue (which needs nothing
+    new) still works, and the job runs once the schema is migrated."""
+    app = App(pg_dsn, f"behind_{secrets.token_hex(4)}")
+    app.migrate()
+    schema = sql.Identifier(app.schema)
+    try:
+        db.execute(sql.SQL("DROP FUNCTION {}.entity_key_running(text)").format(schema))
+        db.execute(sql.SQL("DELETE FROM {}.migrations WHERE version = 4").format(schema))
+
+        @app.task(name="t")
+        def t() -> None: ...
+
+        t.enqueue()
+        with pytest.raises(SchemaNotMigrated) as refused:
+            asyncio.run(Worker(app, burst=True).run())
+        assert "lacks skiplock migrations this version needs (0004)" in str(refused.value)
+        assert f"run `skiplock migrate --schema {app.schema}`" in str(refused.value)
+        with (
+            psycopg.connect(app.dsn, autocommit=True) as conn,
+            pytest.raises(SchemaNotMigrated) as claim_failed,
+        ):
+            SyncStore(app.queries).job_claim(conn, [t.queue], 1, "w1", 30.0)
+        assert "entity_key_running" in str(claim_failed.value)
+        assert "skiplock migrate" in str(claim_failed.value)
+
+        assert app.migrate() == [4]
+        assert asyncio.run(Worker(app, burst=True).run()).done == 1
+    finally:
+        app.sync_client.drop_schema()
+        app.close()

@@ -40,9 +40,11 @@ GRANT SELECT (id, queue, status, idempotency_key) ON {jobs} TO {enqueuer};
 -- Worker: claim, heartbeat, finish, fail, reclaim, promote, prune and periodic ticks on jobs;
 -- archive finished jobs; read queue settings; hold the maintenance leadership.  No DDL, no
 -- CREATE on the schema, no TRUNCATE, and queue settings are read-only.  The claims call the
--- entity-key check (PostgreSQL lets everyone execute functions unless a DBA revoked that).
+-- entity-key check (PostgreSQL lets everyone execute functions unless a DBA revoked that); a
+-- worker reads the migration record at start, to refuse a schema older than itself.
 GRANT USAGE ON SCHEMA {schema} TO {worker};
 GRANT EXECUTE ON FUNCTION {schema}.entity_key_running(text) TO {worker};
+GRANT SELECT ON {migrations} TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {jobs} TO {worker};
 GRANT SELECT, INSERT ON {archive} TO {worker};
 GRANT SELECT ON {queues} TO {worker};
