@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -59,19 +60,29 @@ def fill_history(conn: psycopg.Connection[Any], jobs: str) -> None:
     conn.execute(f"ANALYZE {jobs}")
 
 
-@pytest.fixture(scope="module")
-def app(pg_dsn: str) -> Iterator[App]:
-    """One schema with the big history for the whole module (the tests only EXPLAIN, or
-    EXPLAIN ANALYZE in a rolled-back transaction, so they leave it as it was)."""
-    application = App(pg_dsn, f"plan_{secrets.token_hex(5)}")
+@contextmanager
+def filled_schema(
+    pg_dsn: str, prefix: str, fill: Callable[[psycopg.Connection[Any], str], None]
+) -> Iterator[App]:
+    """An app on a new migrated schema whose jobs table ``fill`` filled (given a connection and
+    the table's quoted name); the schema is dropped afterwards."""
+    application = App(pg_dsn, f"{prefix}_{secrets.token_hex(5)}")
     application.migrate()
     try:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            fill_history(conn, f'"{application.schema}".jobs')
+            fill(conn, f'"{application.schema}".jobs')
         yield application
     finally:
         application.sync_client.drop_schema()
         application.close()
+
+
+@pytest.fixture(scope="module")
+def app(pg_dsn: str) -> Iterator[App]:
+    """One schema with the big history for the whole module (the tests only EXPLAIN, or
+    EXPLAIN ANALYZE in a rolled-back transaction, so they leave it as it was)."""
+    with filled_schema(pg_dsn, "plan", fill_history) as application:
+        yield application
 
 
 @pytest.fixture
@@ -252,25 +263,21 @@ def test_claim_from_several_queues_reads_the_index_once_per_queue(
     assert buffers(root) < pages / 5
 
 
+def fill_due_only(conn: psycopg.Connection[Any], jobs: str) -> None:
+    conn.execute(
+        f"INSERT INTO {jobs} (queue, task, payload) "
+        "SELECT 'mail', 'task', jsonb_build_object('n', g) FROM generate_series(1, 10000) g"
+    )
+    conn.execute(f"VACUUM ANALYZE {jobs}")
+
+
 @pytest.fixture(scope="module")
 def due_only(pg_dsn: str) -> Iterator[App]:
     """10,000 due jobs in one queue and nothing else (the benchmark's 'due jobs only' table).
     A limit the planner cannot see made it expect a tenth of them claimed, and join those to
     the table by a sequential scan: 3.3 ms a claim instead of 0.3."""
-    application = App(pg_dsn, f"plan_due_{secrets.token_hex(5)}")
-    application.migrate()
-    try:
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            jobs = f'"{application.schema}".jobs'
-            conn.execute(
-                f"INSERT INTO {jobs} (queue, task, payload) "
-                "SELECT 'mail', 'task', jsonb_build_object('n', g) FROM generate_series(1, 10000) g"
-            )
-            conn.execute(f"VACUUM ANALYZE {jobs}")
+    with filled_schema(pg_dsn, "plan_due", fill_due_only) as application:
         yield application
-    finally:
-        application.sync_client.drop_schema()
-        application.close()
 
 
 # The claims always run custom plans (see the header of jobs.sql); the generic plan of the claim
@@ -308,39 +315,35 @@ def test_claimed_rows_are_updated_by_primary_key_however_many_are_due(
 RUNNING_KEYED = 5_000
 
 
+def fill_keyed(conn: psycopg.Connection[Any], jobs: str) -> None:
+    conn.execute(
+        f"INSERT INTO {jobs} (queue, task, payload, entity_key) "
+        "SELECT 'other', 'task', '{}', 'busy-' || g "
+        f"FROM generate_series(1, {RUNNING_KEYED}) AS g"
+    )
+    conn.execute(
+        f"INSERT INTO {jobs} (queue, task, payload, run_at, entity_key) "
+        "SELECT 'mail', 'task', jsonb_build_object('n', g), "
+        "       now() - interval '1 hour' + make_interval(secs => g), "
+        "       CASE g % 3 WHEN 0 THEN 'busy-' || g WHEN 1 THEN 'pair-' || g / 6 "
+        "                  ELSE 'own-' || g END "
+        "FROM generate_series(1, 1500) AS g"
+    )
+    conn.execute(f"VACUUM ANALYZE {jobs}")
+    conn.execute(
+        f"UPDATE {jobs} SET status = 'running', attempts = 1, locked_by = 'w0', "
+        "locked_until = now() + interval '1 hour' WHERE queue = 'other'"
+    )
+
+
 @pytest.fixture(scope="module")
 def keyed(pg_dsn: str) -> Iterator[App]:
     """1,500 pending keyed jobs in claim order (a third whose key is running, a third sharing
     their key in pairs, a third with keys of their own) and 5,000 running jobs, each with its
     own key, that statistics last saw pending (as after a burst of claims: the planner then
     expects hardly any running job)."""
-    application = App(pg_dsn, f"plan_keyed_{secrets.token_hex(5)}")
-    application.migrate()
-    try:
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            jobs = f'"{application.schema}".jobs'
-            conn.execute(
-                f"INSERT INTO {jobs} (queue, task, payload, entity_key) "
-                "SELECT 'other', 'task', '{}', 'busy-' || g "
-                f"FROM generate_series(1, {RUNNING_KEYED}) AS g"
-            )
-            conn.execute(
-                f"INSERT INTO {jobs} (queue, task, payload, run_at, entity_key) "
-                "SELECT 'mail', 'task', jsonb_build_object('n', g), "
-                "       now() - interval '1 hour' + make_interval(secs => g), "
-                "       CASE g % 3 WHEN 0 THEN 'busy-' || g WHEN 1 THEN 'pair-' || g / 6 "
-                "                  ELSE 'own-' || g END "
-                "FROM generate_series(1, 1500) AS g"
-            )
-            conn.execute(f"VACUUM ANALYZE {jobs}")
-            conn.execute(
-                f"UPDATE {jobs} SET status = 'running', attempts = 1, locked_by = 'w0', "
-                "locked_until = now() + interval '1 hour' WHERE queue = 'other'"
-            )
+    with filled_schema(pg_dsn, "plan_keyed", fill_keyed) as application:
         yield application
-    finally:
-        application.sync_client.drop_schema()
-        application.close()
 
 
 def rows_read(plan: dict[str, Any]) -> int:
