@@ -280,9 +280,9 @@ def due_only(pg_dsn: str) -> Iterator[App]:
         yield application
 
 
-# The claims always run custom plans (see the header of jobs.sql); the generic plan of the claim
-# from one queue is checked as well, as the tests above do.
-# The small claims, whose LIMIT is written into the statement, do run their generic plans.
+# Claims with the LIMIT as a parameter run custom plans (see the header of jobs.sql); the generic
+# plan of the claim from one queue is checked as well, as the tests above do.  The small claims,
+# whose LIMIT is written into the statement, do run their generic plans: those are checked too.
 @pytest.mark.parametrize(
     ("statement", "plan_kind"),
     [
@@ -298,9 +298,8 @@ def due_only(pg_dsn: str) -> Iterator[App]:
 def test_claimed_rows_are_updated_by_primary_key_however_many_are_due(
     due_only: App, statement: str, plan_kind: str
 ) -> None:
-    params = claim_params() if statement.startswith("job_claim_limit") else from_queues_params()
-    if statement == "job_claim":
-        params = claim_params()
+    from_queues = statement.startswith("job_claim_from_queues")
+    params = from_queues_params() if from_queues else claim_params()
     with psycopg.connect(due_only.dsn, autocommit=True, cursor_factory=ClientCursor) as conn:
         how = explain if plan_kind == "literal" else explain_generic
         root = how(conn, due_only.queries[statement], params, "")["Plan"]
@@ -308,7 +307,7 @@ def test_claimed_rows_are_updated_by_primary_key_however_many_are_due(
     assert root["Node Type"] == "ModifyTable"
     (target,) = [n for n in root["Plans"] if n.get("Parent Relationship") != "InitPlan"]
     assert index_scans(target, "jobs_pkey"), json.dumps(root)
-    if not statement.startswith("job_claim_from_queues"):
+    if not from_queues:
         assert_single_queue_claim_plan({"Plan": root})
 
 
