@@ -67,7 +67,7 @@ def _claim_statement(
     return name, params
 
 
-async def _roll_back_quietly(conn: AsyncConnection[Any]) -> None:
+async def roll_back_quietly(conn: AsyncConnection[Any]) -> None:
     """End a failed or interrupted transaction; the error that ended it is the one to report."""
     if not conn.closed:
         with contextlib.suppress(psycopg.Error):
@@ -217,7 +217,7 @@ class AsyncStore:
                 await conn.rollback()
                 continue
             except BaseException:  # failed or cancelled: leave the connection idle
-                await _roll_back_quietly(conn)
+                await roll_back_quietly(conn)
                 raise
             if jobs:
                 return jobs[0]

@@ -68,7 +68,7 @@ def _claim_statement(
     return name, params
 
 
-def _roll_back_quietly(conn: Connection[Any]) -> None:
+def roll_back_quietly(conn: Connection[Any]) -> None:
     """End a failed or interrupted transaction; the error that ended it is the one to report."""
     if not conn.closed:
         with contextlib.suppress(psycopg.Error):
@@ -212,7 +212,7 @@ class SyncStore:
                 conn.rollback()
                 continue
             except BaseException:  # failed or cancelled: leave the connection idle
-                _roll_back_quietly(conn)
+                roll_back_quietly(conn)
                 raise
             if jobs:
                 return jobs[0]

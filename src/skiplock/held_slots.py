@@ -9,7 +9,6 @@ another reason gets its attempt counted afterwards, with a backoff.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from ._store_async import AsyncStore
+from ._store_async import AsyncStore, roll_back_quietly
 from .app import App
 from .completer import Completer, Recorded
 from .errors import SkiplockError
@@ -104,9 +103,7 @@ class HeldSlots:
                         return
                     await conn.commit()  # a lease task: its claim commits, with its lease
                 except BaseException:
-                    if not conn.closed:  # and report what failed, not the rollback
-                        with contextlib.suppress(psycopg.Error):
-                            await conn.rollback()
+                    await roll_back_quietly(conn)  # and report what failed, not the rollback
                     raise
             # A lease task claimed by a held-capable worker.
             running = self._track(job, "lease")
