@@ -132,6 +132,7 @@ class Worker(Claiming, HeldSlots):
         self._stopping = False
         self._wake: asyncio.Event | None = None
         self._pool: AsyncConnectionPool | None = None
+        self._claim_conn: AsyncConnection[Any] | None = None  # see claiming.py
         self._completer: Completer | None = None
         self._executor: ThreadPoolExecutor | None = None
 
@@ -211,6 +212,7 @@ class Worker(Claiming, HeldSlots):
         finally:
             await cancel_and_wait(services)
             await cancel_and_wait(self._tasks)
+            await self._release_claim_connection()
             await self._completer.stop()
             await self.elector.resign()
             await self._pool.close(timeout=5.0)

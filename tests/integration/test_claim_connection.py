@@ -1,0 +1,56 @@
+"""The leasing worker's claim loop keeps one pooled connection for its claims.
+
+It claims on the same connection while that works; a claim that fails on it (here: its server
+session terminated) gives it back to the pool, and the next claim runs on a fresh one; at
+shutdown it goes back to the pool, which closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from polling import wait_for
+from skiplock import App, Worker
+
+pytestmark = pytest.mark.smoke
+
+
+def test_claims_share_a_connection_and_a_broken_one_is_replaced(app: App, db: Any) -> None:
+    ran: list[int] = []
+
+    @app.task(name="note")
+    async def note(n: int) -> None:
+        ran.append(n)
+
+    worker = Worker(app, concurrency=2, poll_interval=0.2)
+
+    def claim_pid() -> int | None:
+        conn = worker._claim_conn
+        return None if conn is None or conn.closed else conn.info.backend_pid
+
+    async def main() -> tuple[list[int | None], Any]:
+        run = asyncio.create_task(worker.run())
+        pids = []
+        try:
+            for n in (1, 2):
+                note.enqueue(n=n)
+                assert await wait_for(lambda n=n: n in ran, 5.0), ran
+                pids.append(claim_pid())
+            db.execute("SELECT pg_terminate_backend(%s)", [pids[0]])
+            note.enqueue(n=3)  # its NOTIFY wakes a claim on the dead session
+            assert await wait_for(lambda: 3 in ran, 5.0), (ran, worker.stats)
+            pids.append(claim_pid())
+            last = worker._claim_conn
+        finally:
+            worker.stop()
+            await run
+        return pids, last
+
+    pids, last = asyncio.run(main())
+    assert pids[0] is not None and pids[0] == pids[1]  # kept from one claim to the next
+    assert pids[2] is not None and pids[2] != pids[0]  # replaced after the failed claim
+    assert sorted(ran) == [1, 2, 3]
+    assert worker._claim_conn is None and last is not None and last.closed  # given back, closed
