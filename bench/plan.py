@@ -45,6 +45,11 @@ def pgq(batch: int, processes: int) -> Setting:
 
 PR_DEFAULT = Setting("procrastinate", "default", notes="CLI defaults: concurrency 1")
 PR_C10 = Setting("procrastinate", "c10", concurrency=10, notes="--concurrency 10")
+SQL_FLOOR = Setting(
+    "sql-floor",
+    "listen-claim",
+    notes="raw SQL on psycopg: INSERT+NOTIFY, LISTEN, claim of up to 10 committed, mark done",
+)
 
 
 @dataclass
@@ -97,7 +102,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             procrastinate_drain=200,
             latency_rate=50.0,
             latency_seconds=2.0,
-            latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT],
+            latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT, SQL_FLOOR],
             scale_background=20_000,
             scale_due=2000,
             scale_claims=20,
@@ -141,7 +146,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         procrastinate_drain=2000,
         latency_rate=50.0,
         latency_seconds=10.0,
-        latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT],
+        latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT, SQL_FLOOR],
         scale_background=1_000_000,
         scale_due=10_000,
         scale_claims=300,

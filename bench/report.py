@@ -22,6 +22,7 @@ COLORS = {
     "pgqueuer": "#ff7f0e",
     "procrastinate": "#2ca02c",
     "sql-ceiling": "#7f7f7f",
+    "sql-floor": "#7f7f7f",
 }
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from .db import BenchDatabase
 
@@ -323,7 +324,66 @@ class Procrastinate(System):
         return problems
 
 
-SYSTEMS: dict[str, System] = {s.name: s for s in (Skiplock(), PgQueuer(), Procrastinate())}
+# -- the latency floor ----------------------------------------------------------------------
+
+
+class _SqlFloorProducer(Producer):
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.conn = conn
+
+    async def one(self, n: int) -> None:
+        await self.conn.execute(SQL_FLOOR_ENQUEUE, {"payload": Jsonb({"n": n})}, prepare=True)
+
+    async def many(self, numbers: Sequence[int]) -> None:
+        raise NotImplementedError("the floor runs the latency workload only")
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
+# The seed's enqueue: insert the row and NOTIFY in the same transaction (one statement).
+SQL_FLOOR_ENQUEUE = (
+    "WITH j AS (INSERT INTO ceiling_jobs (payload) VALUES (%(payload)s) RETURNING id)"
+    " SELECT pg_notify('sql_floor', '') FROM j"
+)
+
+
+@dataclass
+class SqlFloor(System):
+    """The latency floor: the seed's enqueue, LISTEN and claim in raw SQL on psycopg, no
+    library (bench/apps/sql_floor_worker.py).  Not a peer: what every queue built this way pays."""
+
+    name: ClassVar[str] = "sql-floor"
+    table: ClassVar[str] = "public.ceiling_jobs"
+    unfinished_sql: ClassVar[str] = (
+        "SELECT EXISTS (SELECT 1 FROM ceiling_jobs WHERE status IN ('pending', 'running'))"
+    )
+    inflight_sql: ClassVar[str] = "SELECT count(*) FROM ceiling_jobs WHERE status = 'running'"
+
+    def install(self, db: BenchDatabase) -> None:
+        from .ceiling import TABLE
+
+        with psycopg.connect(db.dsn, autocommit=True) as conn:
+            conn.execute(TABLE)
+
+    async def producer(self, db: BenchDatabase) -> Producer:
+        return _SqlFloorProducer(await psycopg.AsyncConnection.connect(db.dsn, autocommit=True))
+
+    def worker_commands(self, db: BenchDatabase, setting: Setting) -> list[list[str]]:
+        return [[PY, "-m", "bench.apps.sql_floor_worker"] for _ in range(setting.processes)]
+
+    def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
+        problems: list[str] = []
+        rows = dict(conn.execute("SELECT status, count(*) FROM ceiling_jobs GROUP BY 1").fetchall())
+        _check(problems, "ceiling_jobs by status", rows, {"done": expected} if expected else {})
+        row = conn.execute("SELECT count(*) FROM ceiling_jobs WHERE attempts <> 1").fetchone()
+        _check(problems, "jobs attempted other than exactly once", row[0] if row else None, 0)
+        return problems
+
+
+SYSTEMS: dict[str, System] = {
+    s.name: s for s in (Skiplock(), PgQueuer(), Procrastinate(), SqlFloor())
+}
 
 
 def versions() -> dict[str, str]:
