@@ -25,7 +25,7 @@ from typing import Any
 from . import ceiling, report, scale
 from .db import BenchDatabase, default_dsn, server_info
 from .plan import Plan, make_plan, plan_from_dict
-from .systems import SYSTEMS, Setting, versions
+from .systems import QUEUES, SYSTEMS, Setting, versions
 from .workloads import Context, drain, enqueue, latency, long_transaction
 
 WORKLOADS = ("enqueue", "drain", "latency", "scale", "longtx", "ceiling")
@@ -158,7 +158,7 @@ class Runner:
     def enqueue(self) -> None:
         p = self.plan
         for rep in range(p.repeat):
-            for system in SYSTEMS.values():
+            for system in QUEUES:
                 for mode, n, bulk in (
                     (
                         "single",

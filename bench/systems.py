@@ -381,9 +381,8 @@ class SqlFloor(System):
         return problems
 
 
-SYSTEMS: dict[str, System] = {
-    s.name: s for s in (Skiplock(), PgQueuer(), Procrastinate(), SqlFloor())
-}
+QUEUES: tuple[System, ...] = (Skiplock(), PgQueuer(), Procrastinate())
+SYSTEMS: dict[str, System] = {s.name: s for s in (*QUEUES, SqlFloor())}
 
 
 def versions() -> dict[str, str]:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOADS = {"enqueue", "drain", "latency", "scale", "longtx", "ceiling"}
-SYSTEMS = {"skiplock", "pgqueuer", "procrastinate", "sql-ceiling"}
+SYSTEMS = {"skiplock", "pgqueuer", "procrastinate", "sql-ceiling", "sql-floor"}
 
 
 @pytest.fixture
@@ -83,6 +83,7 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     assert "c100x2-delete" in {r["setting"] for r in drains}
     latencies = [r for r in results if r["workload"] == "latency"]
     assert all(len(r["samples_ms"]) == r["jobs"] > 0 for r in latencies)
+    assert "sql-floor" in {r["system"] for r in latencies}  # the floor ran, and was verified
 
     report = (out / "RESULTS.md").read_text()
     for heading in (
