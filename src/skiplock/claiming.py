@@ -81,6 +81,12 @@ class Claiming:
         self._announced += 1
         self._nudge()
 
+    def _work_behind_cursor(self) -> None:
+        """Jobs may have become claimable with keys older than the claim cursor's (promoted,
+        reclaimed, or in a resumed queue): a claim reads every queue from the start again."""
+        self.claim_cursor.rescan()
+        self._new_work()
+
     def _want(self) -> int:
         """How many jobs to claim now."""
         assert self._completer is not None
@@ -175,15 +181,13 @@ class Claiming:
         conn = self._claim_conn
         try:
             if unlimited:
+                after = self.claim_cursor.start()
+                began = time.monotonic()
                 jobs = await self.store.job_claim(
-                    conn,
-                    unlimited,
-                    limit,
-                    self.worker_id,
-                    self.lease_seconds,
-                    after=self.claim_cursor.start(),
+                    conn, unlimited, limit, self.worker_id, self.lease_seconds, after=after
                 )
-                self.claim_cursor.advance(jobs, limit)
+                seconds = time.monotonic() - began
+                self.claim_cursor.advance(jobs, limit, after=after, seconds=seconds)
             for queue in (q for q in queues if q in limits):
                 if len(jobs) >= limit_startable:
                     break

@@ -178,7 +178,7 @@ class Worker(Claiming, HeldSlots):
             self.elector,
             interval=self.poll_interval,
             reclaim_interval=min(self.lease_seconds / 2, 5.0),
-            on_work=self._new_work,
+            on_work=self._work_behind_cursor,
         )
         log.info(
             "worker %s started: queues=%s concurrency=%d model=%s",
@@ -194,7 +194,7 @@ class Worker(Claiming, HeldSlots):
             lambda: list(self._running.values()),
         )
         self.settings = QueueSettings(
-            self.store, self._pool, queues, self.poll_interval, on_resume=self._new_work
+            self.store, self._pool, queues, self.poll_interval, on_resume=self._work_behind_cursor
         )
         self._completer.start()  # stopped apart from the others, below: it must not be cut short
         services = [asyncio.create_task(heartbeat.run())]
@@ -308,8 +308,9 @@ class Worker(Claiming, HeldSlots):
         self.capacity.throughput.add(len(batch))
         if any(r.job.entity_key is not None or r.outcome.kind in REQUEUED for r in batch):
             # The next job with that key, skipped by the last claim, or a job put back to run
-            # again, may be claimable now.
+            # again, may be claimable now, behind the claim cursor.
             self._drained = False
+            self.claim_cursor.rescan()
         self._capacity_freed()
 
     def _emit(self, event: JobEvent) -> None:

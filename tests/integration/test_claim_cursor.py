@@ -189,3 +189,87 @@ def test_a_job_behind_the_workers_key_still_runs_while_the_backlog_lasts(app: Ap
     asyncio.run(main())
     later = [n for n, _ in started if n != 0]
     assert len(later) < 100, f"the job behind the key waited for {len(later)} others"
+
+
+def test_under_a_long_transaction_reads_from_the_start_are_rationed(
+    app: App, db: Any, conn: psycopg.Connection[Any]
+) -> None:
+    """A worker that keeps up with its producer comes up short at most claims; each claim from
+    the start walks every entry claimed since the held snapshot began.  Such claims may take a
+    tenth of the time at most (see skiplock/claim_cursor.py), not one claim in two or more."""
+    ran: list[int] = []
+
+    @app.task(name="t")
+    async def t(n: int) -> None:
+        ran.append(n)
+
+    with psycopg.connect(app.dsn) as holder:  # keeps its snapshot throughout
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute(f'SELECT count(*) FROM "{app.schema}".jobs').fetchone()
+        # 40,000 jobs claimed and finished since the snapshot: their claim-index entries stay.
+        t.enqueue_many([{"n": -1}] * 40_000)
+        conn.execute(f"""UPDATE "{app.schema}".jobs SET status = 'done', attempts = 1""")
+        t.enqueue_many([{"n": -2}] * 10)
+        assert claim_index_reads(app, None) >= 40_000  # a claim from the start walks them
+
+        worker = Worker(app, concurrency=10, poll_interval=30.0)
+        timings: list[tuple[bool, float]] = []  # (read from the start?, seconds)
+        claim_jobs = worker.store.job_claim
+
+        async def timed_claim(*args: Any, **kwargs: Any) -> list[Job]:
+            began = time.monotonic()
+            try:
+                return await claim_jobs(*args, **kwargs)
+            finally:
+                timings.append((not kwargs.get("after"), time.monotonic() - began))
+
+        worker.store.job_claim = timed_claim  # type: ignore[method-assign]
+
+        async def main() -> float:
+            began = time.monotonic()
+            run = asyncio.create_task(worker.run())
+            try:
+                for n in range(150):  # 5 jobs every 10 ms: the worker keeps up
+                    await t.enqueue_many_async([{"n": n}] * 5)
+                    await asyncio.sleep(0.01)
+                assert await wait_for(lambda: len(ran) == 760, 10.0), len(ran)
+            finally:
+                worker.stop()
+                await run
+            return time.monotonic() - began
+
+        elapsed = asyncio.run(main())
+    from_start = [s for first, s in timings if first]
+    assert len(timings) > 50, timings
+    # Measured: 29 of 151 claims, 9% of the time (every claim but one, 39%, before rationing).
+    assert sum(from_start) < 0.2 * elapsed, (len(from_start), len(timings), elapsed)
+
+
+def test_the_next_job_of_an_entity_key_starts_when_the_running_one_finishes(
+    app: App, db: Any
+) -> None:
+    """The next job of a key sits behind the worker's key once later jobs were claimed; the
+    worker reads from the start as soon as its job with that key finishes, not a rescan
+    interval later."""
+    started: dict[int, float] = {}
+
+    @app.task(name="slow")
+    async def slow(n: int) -> None:
+        started[n] = time.monotonic()
+        await asyncio.sleep(0.05)
+
+    slow.with_options(entity_key="k").enqueue_many([{"n": 0}, {"n": 1}])
+    slow.enqueue_many([{"n": n} for n in range(2, 102)])  # 2.5 s of work for two slots
+    worker = Worker(app, concurrency=2, prefetch=0, poll_interval=30.0)
+
+    async def main() -> None:
+        run = asyncio.create_task(worker.run())
+        try:
+            assert await wait_for(lambda: 1 in started, 10.0), sorted(started)
+        finally:
+            worker.stop()
+            await run
+
+    asyncio.run(main())
+    # Job 0 ran 50 ms; its successor started right after (a rescan interval is 1 s).
+    assert started[1] - started[0] < 0.5, started[1] - started[0]

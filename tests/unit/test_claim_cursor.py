@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from fake_clock import FakeClock
 from skiplock.claim_cursor import ClaimCursor
-from skiplock.job import Job, JobStatus
+from skiplock.job import ClaimKey, Job, JobStatus
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -30,44 +30,84 @@ def job(job_id: int, queue: str = "q", priority: int = 0, seconds: int = 0) -> J
     )
 
 
+def claim(
+    cursor: ClaimCursor, jobs: list[Job], asked: int | None = None, seconds: float = 0.001
+) -> dict[str, ClaimKey]:
+    """One claim as the worker makes it: start(), then advance() with what it got."""
+    after = cursor.start()
+    cursor.advance(jobs, len(jobs) if asked is None else asked, after=after, seconds=seconds)
+    return dict(after)
+
+
 def test_first_claim_reads_every_queue_from_its_start() -> None:
     assert ClaimCursor(clock=FakeClock()).start() == {}
 
 
 def test_a_full_claim_moves_each_queue_to_its_last_claimed_key() -> None:
     cursor = ClaimCursor(clock=FakeClock())
-    claimed = [job(1, "a", seconds=1), job(7, "b", seconds=2), job(3, "a", seconds=5)]
-    cursor.advance(claimed, asked=3)
+    claim(cursor, [job(1, "a", seconds=1), job(7, "b", seconds=2), job(3, "a", seconds=5)])
     assert cursor.start() == {
         "a": (0, T0 + timedelta(seconds=5), 3),
         "b": (0, T0 + timedelta(seconds=2), 7),
     }
 
 
-def test_a_short_claim_sends_every_queue_back_to_its_start() -> None:
-    cursor = ClaimCursor(clock=FakeClock())
-    cursor.advance([job(1), job(2)], asked=2)
-    assert cursor.start() != {}
-    cursor.advance([job(3)], asked=2)  # came up short: nothing more after the key
+def test_after_a_short_claim_the_next_reads_from_the_start_when_that_is_cheap() -> None:
+    clock = FakeClock()
+    cursor = ClaimCursor(clock=clock)
+    claim(cursor, [job(1), job(2)])  # from the start, 1 ms: the next may come 9 ms later
+    clock.now += 0.01
+    assert claim(cursor, [job(3)], asked=2) == {"q": job(2).claim_key}  # came up short
+    assert cursor.start() == {}
+
+
+def test_reads_from_the_start_take_at_most_a_tenth_of_the_time() -> None:
+    # Under a long transaction a read from the start walks every entry claimed since it began.
+    clock = FakeClock()
+    cursor = ClaimCursor(rescan_interval=1.0, clock=clock)
+    assert claim(cursor, [job(1)], asked=5, seconds=0.05) == {}  # from the start, short, 50 ms
+    for n in range(2, 10):  # short claims from the key while the next read waits its turn
+        clock.now += 0.05
+        assert claim(cursor, [job(n)], asked=5) == {"q": job(n - 1).claim_key}
+    clock.now += 0.06  # 0.46 s after the 50 ms read ended: 10 x its cost since it began
+    assert cursor.start() == {}
+
+
+def test_the_rescan_interval_waits_for_the_budget_too() -> None:
+    clock = FakeClock()
+    cursor = ClaimCursor(rescan_interval=1.0, clock=clock)
+    claim(cursor, [job(1)], seconds=0.2)  # a full claim from the start that took 200 ms
+    clock.now += 1.0
+    assert cursor.start() == {"q": job(1).claim_key}  # the interval passed, the budget not
+    clock.now += 0.8
+    assert cursor.start() == {}
+
+
+def test_rescan_asks_for_a_read_from_the_start() -> None:
+    clock = FakeClock()
+    cursor = ClaimCursor(clock=clock)
+    claim(cursor, [job(1), job(2, "other")])
+    clock.now += 0.01
+    assert cursor.start() != {}  # full claims: no reason to go back
+    cursor.rescan()
     assert cursor.start() == {}
 
 
 def test_every_queue_is_read_from_its_start_again_after_the_rescan_interval() -> None:
     clock = FakeClock()
     cursor = ClaimCursor(rescan_interval=1.0, clock=clock)
-    cursor.advance([job(1)], asked=1)
+    claim(cursor, [job(1)])
     clock.now += 0.9
-    assert cursor.start() == {"q": job(1).claim_key}
-    clock.now += 0.2  # 1.1 s after the cursor was made
-    assert cursor.start() == {}
-    cursor.advance([job(2)], asked=1)
+    assert claim(cursor, [job(2)]) == {"q": job(1).claim_key}  # full claims from the key
+    clock.now += 0.2  # 1.1 s after the last read from the start
+    assert claim(cursor, [job(3)]) == {}
     clock.now += 0.5
-    assert cursor.start() == {"q": job(2).claim_key}  # the next rescan is a full interval later
+    assert cursor.start() == {"q": job(3).claim_key}  # the next is a full interval later
 
 
 def test_start_returns_a_copy() -> None:
     cursor = ClaimCursor(clock=FakeClock())
-    cursor.advance([job(1)], asked=1)
+    claim(cursor, [job(1)])
     keys = cursor.start()
-    cursor.advance([job(2)], asked=1)
+    claim(cursor, [job(2)])
     assert keys == {"q": job(1).claim_key}
