@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from .job import ClaimKey, Job
 
 RESCAN_INTERVAL = 1.0  # seconds between claims that read every queue from its lowest key
-RESCAN_SHARE = 0.1  # of the claim loop's time, at most, for claims that read from the start
+RESCAN_SHARE = 0.1  # the share of the time, at most, that claims reading from the start may take
 
 
 class ClaimCursor:
