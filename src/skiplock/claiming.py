@@ -9,7 +9,8 @@ NOTIFY, a promotion, a resumed queue) or at the next poll.
 
 The claim loop runs one claim at a time, so it keeps one connection of the pool for its claims
 instead of taking one per claim: taking and returning it cost an idle worker ~100 us between a
-NOTIFY and the handler start.  A claim that fails gives it back (the pool replaces a broken one).
+NOTIFY and the handler start.  A claim that fails gives it back (the pool replaces a broken one);
+when the connection was lost, the claim runs once more at once, on a new one.
 """
 
 from __future__ import annotations
@@ -169,43 +170,58 @@ class Claiming:
             woken_by_news = self._announced != announced
 
     async def _claim_leased(self, queues: list[str], limit: int) -> int:
-        assert self._pool is not None and self.settings is not None
+        assert self._pool is not None
+        jobs: list[Job] = []
+        for attempt in range(2):
+            if self._claim_conn is None:
+                self._claim_conn = await self._pool.getconn()
+            conn = self._claim_conn
+            try:
+                jobs = await self._claim_on(conn, queues, limit)
+                break
+            except BaseException as exc:
+                await self._release_claim_connection()
+                # The kept connection may have died while idle (a server restart, an idle
+                # timeout, a dropped TCP connection): claim once more, at once, on a new one.
+                failed = isinstance(exc, psycopg.Error | SkiplockError)
+                if attempt or not (failed and conn.broken):
+                    raise
+                log.info("the claim connection was lost (%s); claiming on a new one", exc)
+        for job in jobs:
+            self._reserved.append(self._track(job, "lease"))
+        self._start_reserved()
+        return len(jobs)
+
+    async def _claim_on(
+        self, conn: AsyncConnection[Any], queues: list[str], limit: int
+    ) -> list[Job]:
+        assert self.settings is not None
         limits = self.settings.limits
         unlimited = [q for q in queues if q not in limits]
         # A queue with a concurrency limit gets no more than the slots can start now: a job
         # waiting here would count against its limit while other workers' slots sit idle.
         limit_startable = min(limit, self.concurrency - len(self._tasks) - len(self._reserved))
         jobs: list[Job] = []
-        if self._claim_conn is None:
-            self._claim_conn = await self._pool.getconn()
-        conn = self._claim_conn
-        try:
-            if unlimited:
-                after = self.claim_cursor.start()
-                began = time.monotonic()
-                jobs = await self.store.job_claim(
-                    conn, unlimited, limit, self.worker_id, self.lease_seconds, after=after
-                )
-                seconds = time.monotonic() - began
-                self.claim_cursor.advance(jobs, limit, after=after, seconds=seconds)
-            for queue in (q for q in queues if q in limits):
-                if len(jobs) >= limit_startable:
-                    break
-                jobs += await self.store.job_claim_limited(
-                    conn,
-                    queue,
-                    limit_startable - len(jobs),
-                    limits[queue],
-                    self.worker_id,
-                    self.lease_seconds,
-                )
-        except BaseException:
-            await self._release_claim_connection()
-            raise
-        for job in jobs:
-            self._reserved.append(self._track(job, "lease"))
-        self._start_reserved()
-        return len(jobs)
+        if unlimited:
+            after = self.claim_cursor.start()
+            began = time.monotonic()
+            jobs = await self.store.job_claim(
+                conn, unlimited, limit, self.worker_id, self.lease_seconds, after=after
+            )
+            seconds = time.monotonic() - began
+            self.claim_cursor.advance(jobs, limit, after=after, seconds=seconds)
+        for queue in (q for q in queues if q in limits):
+            if len(jobs) >= limit_startable:
+                break
+            jobs += await self.store.job_claim_limited(
+                conn,
+                queue,
+                limit_startable - len(jobs),
+                limits[queue],
+                self.worker_id,
+                self.lease_seconds,
+            )
+        return jobs
 
     async def _release_claim_connection(self) -> None:
         """Give the claim connection back to the pool (after a failed claim, at shutdown)."""

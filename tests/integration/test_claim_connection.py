@@ -1,8 +1,9 @@
 """The leasing worker's claim loop keeps one pooled connection for its claims.
 
-It claims on the same connection while that works; a claim that fails on it (here: its server
-session terminated) gives it back to the pool, and the next claim runs on a fresh one; at
-shutdown it goes back to the pool, which closes it.
+It claims on the same connection while that works; a claim that fails on it gives it back to
+the pool, and when the connection was lost (here: its server session terminated), the claim runs
+again at once on a fresh one, not a poll interval later; at shutdown it goes back to the pool,
+which closes it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def test_claims_share_a_connection_and_a_broken_one_is_replaced(app: App, db: An
     async def note(n: int) -> None:
         ran.append(n)
 
-    worker = Worker(app, concurrency=2, poll_interval=0.2)
+    worker = Worker(app, concurrency=2, poll_interval=30.0)  # only NOTIFYs wake it
 
     def claim_pid() -> int | None:
         conn = worker._claim_conn
@@ -40,7 +41,7 @@ def test_claims_share_a_connection_and_a_broken_one_is_replaced(app: App, db: An
                 assert await wait_for(lambda n=n: n in ran, 5.0), ran
                 pids.append(claim_pid())
             db.execute("SELECT pg_terminate_backend(%s)", [pids[0]])
-            note.enqueue(n=3)  # its NOTIFY wakes a claim on the dead session
+            note.enqueue(n=3)  # its NOTIFY wakes a claim on the dead session, then a new one
             assert await wait_for(lambda: 3 in ran, 5.0), (ran, worker.stats)
             pids.append(claim_pid())
             last = worker._claim_conn
