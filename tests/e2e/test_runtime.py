@@ -7,6 +7,7 @@ where is counted from the database, independently of the jobs table.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -98,6 +99,16 @@ async def hangs_if_told(ctx: JobContext, seconds: float) -> None:
 @app.task(name="elsewhere", queue="other", pass_context=True)
 async def elsewhere(ctx: JobContext) -> None:
     await record(ctx, time.time())
+
+
+@app.task(name="report_gc")
+def report_gc(path: str) -> None:
+    import gc
+    import json
+
+    settings = {"threshold": gc.get_threshold(), "frozen": gc.get_freeze_count()}
+    with open(path, "w") as f:
+        json.dump(settings, f)
 '''
 
 
@@ -118,6 +129,9 @@ def register_stubs(app: App) -> None:
 
     @app.task(name="elsewhere", queue="other", pass_context=True)
     async def elsewhere(ctx: JobContext) -> None: ...
+
+    @app.task(name="report_gc")
+    def report_gc(path: str) -> None: ...
 
 
 @pytest.fixture
@@ -579,6 +593,20 @@ def test_paused_queue_is_not_claimed_until_resumed(
         code, _ = w.terminate_and_wait()
         assert code == 0, w.stderr
     assert sorted(r[0] for r in ledger(db, app)) == sorted([*held_back, other])
+
+
+def test_the_worker_process_freezes_its_startup_objects_and_collects_young_ones_less_often(
+    workdir: Path, app: App
+) -> None:
+    report = workdir / "gc.json"
+    with worker(workdir, app, "--poll-interval", "0.2") as w:
+        app.enqueue("report_gc", {"path": str(report)})
+        wait_for(report.exists, 15, "the task to report")
+        code, _ = w.terminate_and_wait()
+        assert code == 0, w.stderr
+    settings = json.loads(report.read_text())
+    assert settings["threshold"][0] == 10_000  # Python's default is 700
+    assert settings["frozen"] > 10_000  # modules and the app, loaded before the worker started
 
 
 def test_supervisor_stopped_while_its_children_start_exits_0(
