@@ -41,6 +41,10 @@ from skiplock import App, JobContext
 
 DSN = os.environ["DSN"]
 app = App(DSN, os.environ["SCHEMA"])
+if os.environ.get("GC_THRESHOLD"):  # an app that sets its own
+    import gc
+
+    gc.set_threshold(int(os.environ["GC_THRESHOLD"]))
 INSERT = (
     'INSERT INTO "{}".ledger (job_id, attempt, pid, task, started) '
     "VALUES (%s, %s, %s, %s, %s)".format(os.environ["SCHEMA"])
@@ -607,6 +611,15 @@ def test_the_worker_process_freezes_its_startup_objects_and_collects_young_ones_
     settings = json.loads(report.read_text())
     assert settings["threshold"][0] == 10_000  # Python's default is 700
     assert settings["frozen"] > 10_000  # modules and the app, loaded before the worker started
+
+    # An app module that sets a threshold of its own keeps it.
+    report.unlink()
+    with worker(workdir, app, "--poll-interval", "0.2", env={"GC_THRESHOLD": "5000"}) as w:
+        app.enqueue("report_gc", {"path": str(report)})
+        wait_for(report.exists, 15, "the task to report")
+        code, _ = w.terminate_and_wait()
+        assert code == 0, w.stderr
+    assert json.loads(report.read_text())["threshold"][0] == 5000
 
 
 def test_supervisor_stopped_while_its_children_start_exits_0(
