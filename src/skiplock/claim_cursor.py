@@ -16,12 +16,14 @@ was enqueued).  For those, the worker reads every queue from its lowest key agai
 comes up short (nothing more after the keys) or it learns of such work (:meth:`rescan`), and at
 least every ``rescan_interval`` seconds.
 
-Reads from the start are rationed by what they cost: after one that took ``t`` seconds, the
-next waits until ``t`` / RESCAN_SHARE has passed since it began (the interval waits too), so
-they take at most that share of the time.  With vacuum keeping up, a read from the start costs
-what any claim does and the next may come milliseconds later.  Under a long transaction it
-walks every entry claimed since the transaction began: a one-minute snapshot over a queue
-running 15,000 jobs/s made such a claim cost ~100 ms, and a worker keeping up with its
+Reads from the start are rationed by what they cost: after one that took ``t`` seconds (the
+least of the last three: one slow claim, a fresh connection's first or one that waited for the
+CPU, is no sign of a long transaction), the next waits until ``t`` / RESCAN_SHARE has passed
+(the interval waits too), so they take at most about that share of the time.  With vacuum
+keeping up, a read from the start costs what any claim does and the next may come
+milliseconds later.  Under a long transaction it walks every entry claimed since the
+transaction began: a one-minute snapshot over a queue running 15,000 jobs/s made such a claim
+cost ~100 ms, and a worker keeping up with its
 producers (so coming up short at most claims) read from the start at almost every claim and
 ran at 59% of its clean rate.  Then a job behind the keys waits up to ten times that cost, or
 ``rescan_interval``, or the poll interval when the worker is idle.
@@ -30,6 +32,7 @@ ran at 59% of its clean rate.  Then a job behind the keys waits up to ten times 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from .job import ClaimKey, Job
@@ -50,6 +53,7 @@ class ClaimCursor:
         self._rescan_at = clock() + rescan_interval  # the next read from the start, at the latest
         self._wanted = False  # a read from the start was asked for ...
         self._allowed_at = 0.0  # ... and may come from then on
+        self._costs: deque[float] = deque([0.0, 0.0], maxlen=3)  # of the last reads from the start
 
     def start(self) -> Mapping[str, ClaimKey]:
         """The key each queue's next claim starts after (a queue not listed: its lowest key)."""
@@ -72,7 +76,8 @@ class ClaimCursor:
         if not after:  # it read from the start: what it cost decides when the next one may
             self._wanted = False
             self._rescan_at = now + self.rescan_interval
-            self._allowed_at = now + seconds * (1 / RESCAN_SHARE - 1)
+            self._costs.append(seconds)
+            self._allowed_at = now + min(self._costs) * (1 / RESCAN_SHARE - 1)
         for job in claimed:
             self._after[job.queue] = job.claim_key
         if len(claimed) < asked:

@@ -65,20 +65,35 @@ def test_reads_from_the_start_take_at_most_a_tenth_of_the_time() -> None:
     # Under a long transaction a read from the start walks every entry claimed since it began.
     clock = FakeClock()
     cursor = ClaimCursor(rescan_interval=1.0, clock=clock)
-    assert claim(cursor, [job(1)], asked=5, seconds=0.05) == {}  # from the start, short, 50 ms
-    for n in range(2, 10):  # short claims from the key while the next read waits its turn
+    for n in range(3):  # short claims from the start, 50 ms each: the third sets the pace
+        assert claim(cursor, [job(n)], asked=5, seconds=0.05) == {}
+    for n in range(3, 11):  # short claims from the key while the next read waits its turn
         clock.now += 0.05
         assert claim(cursor, [job(n)], asked=5) == {"q": job(n - 1).claim_key}
-    clock.now += 0.06  # 0.46 s after the 50 ms read ended: 10 x its cost since it began
+    clock.now += 0.06  # 0.46 s after the third 50 ms read ended: 9 x its cost
+    assert cursor.start() == {}
+
+
+def test_one_slow_read_from_the_start_does_not_hold_the_next_back() -> None:
+    # A fresh connection's first claim, or one that waited for the CPU, is no long transaction.
+    clock = FakeClock()
+    cursor = ClaimCursor(rescan_interval=1.0, clock=clock)
+    claim(cursor, [job(1)], asked=5, seconds=0.2)
+    assert claim(cursor, [job(2)], asked=5) == {}
+    clock.now += 0.01
+    claim(cursor, [job(3)], asked=5, seconds=0.2)  # and one more, later
+    clock.now += 0.01
     assert cursor.start() == {}
 
 
 def test_the_rescan_interval_waits_for_the_budget_too() -> None:
     clock = FakeClock()
     cursor = ClaimCursor(rescan_interval=1.0, clock=clock)
-    claim(cursor, [job(1)], seconds=0.2)  # a full claim from the start that took 200 ms
-    clock.now += 1.0
-    assert cursor.start() == {"q": job(1).claim_key}  # the interval passed, the budget not
+    for n in range(3):  # full claims from the start, each at its interval, 200 ms each
+        clock.now += 1.8
+        assert claim(cursor, [job(n)], seconds=0.2) == {}
+    clock.now += 1.0  # the interval passed, the budget (9 x 200 ms) not
+    assert claim(cursor, [job(3)]) == {"q": job(2).claim_key}
     clock.now += 0.8
     assert cursor.start() == {}
 
