@@ -50,33 +50,31 @@ class ClaimCursor:
         self.rescan_interval = rescan_interval
         self._clock = clock
         self._after: dict[str, ClaimKey] = {}
-        self._rescan_at = clock() + rescan_interval  # the next read from the start, at the latest
+        now = clock()
+        self._rescan_at = now + rescan_interval  # the next read from the start, at the latest
         self._wanted = False  # a read from the start was asked for ...
         self._allowed_at = 0.0  # ... and may come from then on
         self._costs: deque[float] = deque([0.0, 0.0], maxlen=3)  # of the last reads from the start
+        self._began = now  # when the claim being made called start() ...
+        self._from_start = True  # ... and whether it reads from the start
 
     def start(self) -> Mapping[str, ClaimKey]:
-        """The key each queue's next claim starts after (a queue not listed: its lowest key)."""
+        """The key each queue's next claim starts after (a queue not listed: its lowest key);
+        the claim is timed from here to :meth:`advance`."""
         now = self._clock()
         if now >= self._allowed_at and (self._wanted or now >= self._rescan_at):
             self._after.clear()
+        self._began, self._from_start = now, not self._after
         return dict(self._after)
 
-    def advance(
-        self,
-        claimed: Sequence[Job],
-        asked: int,
-        *,
-        after: Mapping[str, ClaimKey],
-        seconds: float,
-    ) -> None:
-        """Record a claim: its jobs in claim order, how many it asked for, the keys it started
-        after (what :meth:`start` returned) and how long it took."""
+    def advance(self, claimed: Sequence[Job], asked: int) -> None:
+        """Record the claim that followed :meth:`start`: its jobs in claim order and how many it
+        asked for."""
         now = self._clock()
-        if not after:  # it read from the start: what it cost decides when the next one may
+        if self._from_start:  # what it cost decides when the next read from the start may come
             self._wanted = False
             self._rescan_at = now + self.rescan_interval
-            self._costs.append(seconds)
+            self._costs.append(now - self._began)
             self._allowed_at = now + min(self._costs) * (1 / RESCAN_SHARE - 1)
         for job in claimed:
             self._after[job.queue] = job.claim_key

@@ -204,12 +204,10 @@ class Claiming:
         jobs: list[Job] = []
         if unlimited:
             after = self.claim_cursor.start()
-            began = time.monotonic()
             jobs = await self.store.job_claim(
                 conn, unlimited, limit, self.worker_id, self.lease_seconds, after=after
             )
-            seconds = time.monotonic() - began
-            self.claim_cursor.advance(jobs, limit, after=after, seconds=seconds)
+            self.claim_cursor.advance(jobs, limit)
         for queue in (q for q in queues if q in limits):
             if len(jobs) >= limit_startable:
                 break

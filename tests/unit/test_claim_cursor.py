@@ -31,11 +31,16 @@ def job(job_id: int, queue: str = "q", priority: int = 0, seconds: int = 0) -> J
 
 
 def claim(
-    cursor: ClaimCursor, jobs: list[Job], asked: int | None = None, seconds: float = 0.001
+    cursor: ClaimCursor,
+    clock: FakeClock,
+    jobs: list[Job],
+    asked: int | None = None,
+    seconds: float = 0.001,
 ) -> dict[str, ClaimKey]:
-    """One claim as the worker makes it: start(), then advance() with what it got."""
+    """One claim as the worker makes it, taking ``seconds``: start(), the statement, advance()."""
     after = cursor.start()
-    cursor.advance(jobs, len(jobs) if asked is None else asked, after=after, seconds=seconds)
+    clock.now += seconds
+    cursor.advance(jobs, len(jobs) if asked is None else asked)
     return dict(after)
 
 
@@ -44,8 +49,9 @@ def test_first_claim_reads_every_queue_from_its_start() -> None:
 
 
 def test_a_full_claim_moves_each_queue_to_its_last_claimed_key() -> None:
-    cursor = ClaimCursor(clock=FakeClock())
-    claim(cursor, [job(1, "a", seconds=1), job(7, "b", seconds=2), job(3, "a", seconds=5)])
+    clock = FakeClock()
+    cursor = ClaimCursor(clock=clock)
+    claim(cursor, clock, [job(1, "a", seconds=1), job(7, "b", seconds=2), job(3, "a", seconds=5)])
     assert cursor.start() == {
         "a": (0, T0 + timedelta(seconds=5), 3),
         "b": (0, T0 + timedelta(seconds=2), 7),
@@ -55,9 +61,9 @@ def test_a_full_claim_moves_each_queue_to_its_last_claimed_key() -> None:
 def test_after_a_short_claim_the_next_reads_from_the_start_when_that_is_cheap() -> None:
     clock = FakeClock()
     cursor = ClaimCursor(clock=clock)
-    claim(cursor, [job(1), job(2)])  # from the start, 1 ms: the next may come 9 ms later
+    claim(cursor, clock, [job(1), job(2)])  # from the start, 1 ms: the next may come 9 ms later
     clock.now += 0.01
-    assert claim(cursor, [job(3)], asked=2) == {"q": job(2).claim_key}  # came up short
+    assert claim(cursor, clock, [job(3)], asked=2) == {"q": job(2).claim_key}  # came up short
     assert cursor.start() == {}
 
 
@@ -66,10 +72,10 @@ def test_reads_from_the_start_take_at_most_a_tenth_of_the_time() -> None:
     clock = FakeClock()
     cursor = ClaimCursor(rescan_interval=1.0, clock=clock)
     for n in range(3):  # short claims from the start, 50 ms each: the third sets the pace
-        assert claim(cursor, [job(n)], asked=5, seconds=0.05) == {}
+        assert claim(cursor, clock, [job(n)], asked=5, seconds=0.05) == {}
     for n in range(3, 11):  # short claims from the key while the next read waits its turn
         clock.now += 0.05
-        assert claim(cursor, [job(n)], asked=5) == {"q": job(n - 1).claim_key}
+        assert claim(cursor, clock, [job(n)], asked=5) == {"q": job(n - 1).claim_key}
     clock.now += 0.06  # 0.46 s after the third 50 ms read ended: 9 x its cost
     assert cursor.start() == {}
 
@@ -78,10 +84,10 @@ def test_one_slow_read_from_the_start_does_not_hold_the_next_back() -> None:
     # A fresh connection's first claim, or one that waited for the CPU, is no long transaction.
     clock = FakeClock()
     cursor = ClaimCursor(rescan_interval=1.0, clock=clock)
-    claim(cursor, [job(1)], asked=5, seconds=0.2)
-    assert claim(cursor, [job(2)], asked=5) == {}
+    claim(cursor, clock, [job(1)], asked=5, seconds=0.2)
+    assert claim(cursor, clock, [job(2)], asked=5) == {}
     clock.now += 0.01
-    claim(cursor, [job(3)], asked=5, seconds=0.2)  # and one more, later
+    claim(cursor, clock, [job(3)], asked=5, seconds=0.2)  # and one more, later
     clock.now += 0.01
     assert cursor.start() == {}
 
@@ -91,9 +97,9 @@ def test_the_rescan_interval_waits_for_the_budget_too() -> None:
     cursor = ClaimCursor(rescan_interval=1.0, clock=clock)
     for n in range(3):  # full claims from the start, each at its interval, 200 ms each
         clock.now += 1.8
-        assert claim(cursor, [job(n)], seconds=0.2) == {}
+        assert claim(cursor, clock, [job(n)], seconds=0.2) == {}
     clock.now += 1.0  # the interval passed, the budget (9 x 200 ms) not
-    assert claim(cursor, [job(3)]) == {"q": job(2).claim_key}
+    assert claim(cursor, clock, [job(3)]) == {"q": job(2).claim_key}
     clock.now += 0.8
     assert cursor.start() == {}
 
@@ -101,7 +107,7 @@ def test_the_rescan_interval_waits_for_the_budget_too() -> None:
 def test_rescan_asks_for_a_read_from_the_start() -> None:
     clock = FakeClock()
     cursor = ClaimCursor(clock=clock)
-    claim(cursor, [job(1), job(2, "other")])
+    claim(cursor, clock, [job(1), job(2, "other")])
     clock.now += 0.01
     assert cursor.start() != {}  # full claims: no reason to go back
     cursor.rescan()
@@ -111,18 +117,19 @@ def test_rescan_asks_for_a_read_from_the_start() -> None:
 def test_every_queue_is_read_from_its_start_again_after_the_rescan_interval() -> None:
     clock = FakeClock()
     cursor = ClaimCursor(rescan_interval=1.0, clock=clock)
-    claim(cursor, [job(1)])
+    claim(cursor, clock, [job(1)])
     clock.now += 0.9
-    assert claim(cursor, [job(2)]) == {"q": job(1).claim_key}  # full claims from the key
+    assert claim(cursor, clock, [job(2)]) == {"q": job(1).claim_key}  # full claims from the key
     clock.now += 0.2  # 1.1 s after the last read from the start
-    assert claim(cursor, [job(3)]) == {}
+    assert claim(cursor, clock, [job(3)]) == {}
     clock.now += 0.5
     assert cursor.start() == {"q": job(3).claim_key}  # the next is a full interval later
 
 
 def test_start_returns_a_copy() -> None:
-    cursor = ClaimCursor(clock=FakeClock())
-    claim(cursor, [job(1)])
+    clock = FakeClock()
+    cursor = ClaimCursor(clock=clock)
+    claim(cursor, clock, [job(1)])
     keys = cursor.start()
-    claim(cursor, [job(2)])
+    claim(cursor, clock, [job(2)])
     assert keys == {"q": job(1).claim_key}
