@@ -194,8 +194,7 @@ def worker(
         args += ["--queues", queues] if queues else []
         args += ["--model", model] if model else []
         args += ["--poll-only"] if poll_only else []
-        args += ["--burst"] if burst else []
-        raise SystemExit(Supervisor(args, processes).run())
+        raise SystemExit(Supervisor(args, processes, burst=burst).run())
     # Before the app is loaded, so that its module may set a threshold of its own.
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     app = load_app(app_spec)

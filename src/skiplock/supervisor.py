@@ -3,7 +3,8 @@
 The supervisor starts each worker as ``python -m skiplock worker ... --processes 1``, restarts
 one that dies (logging its exit status, backing off when it keeps dying at start), and passes
 SIGTERM/SIGINT on to all of them: they shut down gracefully and the supervisor exits 0 once
-they have.  A second signal kills them at once.  Children run in their own process group (a
+they have.  A second signal kills them at once.  With ``--burst`` a worker that exits 0 has
+finished what was due: it is not restarted, and the supervisor exits 0 once all have.  Children run in their own process group (a
 terminal's Ctrl-C reaches only the supervisor) and get SIGTERM if the supervisor itself dies.
 """
 
@@ -50,7 +51,7 @@ def _stop_signals_held() -> Iterator[None]:
 
 
 class Supervisor:
-    def __init__(self, worker_args: Sequence[str], processes: int) -> None:
+    def __init__(self, worker_args: Sequence[str], processes: int, *, burst: bool = False) -> None:
         self.command = [
             sys.executable,
             "-m",
@@ -59,8 +60,10 @@ class Supervisor:
             *worker_args,
             "--processes",
             "1",
+            *(["--burst"] if burst else []),
         ]
         self.processes = processes
+        self.burst = burst
         self.children: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
         self.restarts = 0
         self.signals = 0
@@ -104,8 +107,8 @@ class Supervisor:
                 if code is None:
                     alive += 1
                     continue
-                if self.signals:
-                    continue
+                if self.signals or (self.burst and code == 0):
+                    continue  # stopping, or its burst is over
                 if slot not in not_before:
                     quick = time.monotonic() - started < QUICK_DEATH
                     self._failures[slot] = self._failures.get(slot, 0) + 1 if quick else 0
@@ -120,7 +123,10 @@ class Supervisor:
                     self.restarts += 1
                     self._start(slot)
                     alive += 1
-            if self.signals and alive == 0:
-                codes = [child.returncode for child, _ in self.children.values()]
-                log.info("all worker processes stopped (exit statuses %s)", codes)
-                return 0 if all(self._stopped_cleanly(c) for c in codes) else 1
+            if alive or not (self.signals or self.burst) or (not self.signals and not_before):
+                continue
+            codes = [child.returncode for child, _ in self.children.values()]
+            log.info("all worker processes stopped (exit statuses %s)", codes)
+            if not self.signals:
+                return 0  # every worker's (last) burst ended with 0
+            return 0 if all(self._stopped_cleanly(c) for c in codes) else 1
