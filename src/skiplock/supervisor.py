@@ -4,8 +4,9 @@ The supervisor starts each worker as ``python -m skiplock worker ... --processes
 one that dies (logging its exit status, backing off when it keeps dying at start), and passes
 SIGTERM/SIGINT on to all of them: they shut down gracefully and the supervisor exits 0 once
 they have.  A second signal kills them at once.  With ``--burst`` a worker that exits 0 has
-finished what was due: it is not restarted, and the supervisor exits 0 once all have.  Children run in their own process group (a
-terminal's Ctrl-C reaches only the supervisor) and get SIGTERM if the supervisor itself dies.
+finished what was due: it is not restarted, and the supervisor exits 0 once all have.
+Children run in their own process group (a terminal's Ctrl-C reaches only the supervisor) and
+get SIGTERM if the supervisor itself dies.
 """
 
 from __future__ import annotations
