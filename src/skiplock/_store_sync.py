@@ -35,10 +35,17 @@ def _claim_arrays(claims: Sequence[Claim]) -> dict[str, Any]:
     if len(workers) > 1:
         raise ValueError("a batch of finishes must come from one worker")
     return {
-        "ids": [c.job_id for c in claims],
-        "attempts": [c.attempt for c in claims],
+        "ids": int_array([c.job_id for c in claims]),
+        "attempts": int_array([c.attempt for c in claims]),
         "worker": workers.pop() if workers else "",
     }
+
+
+def int_array(values: Sequence[int]) -> str:
+    """A PostgreSQL array literal of integers, for a parameter cast to ``bigint[]``/``int[]``.
+    psycopg dumps a list element by element in Python (~1 us each: a worker's batch of 100
+    outcomes spent 95 us there); joining their text takes 0.1 us each."""
+    return "{" + ",".join(map(str, map(int, values))) + "}"
 
 
 def _claim_statement(
