@@ -73,7 +73,7 @@ class Claiming:
         def _untrack(self, running: RunningJob) -> None: ...
         def _emit_started(self, job: Job) -> None: ...
         def _spawn(self, coro: Any) -> asyncio.Task[None]: ...
-        async def _run_leased(self, running: RunningJob) -> None: ...
+        async def _run_slot(self, running: RunningJob) -> None: ...
         async def _claim_held(self, queues: list[str], limit: int) -> int: ...
 
     def _new_work(self) -> None:
@@ -101,6 +101,11 @@ class Claiming:
         if self._stopping:
             return
         self._start_reserved()
+        self._claim_if_due()
+
+    def _claim_if_due(self) -> None:
+        """Wake the claim loop when the slots and reserved jobs ran low (not after a claim that
+        came up short: then only announced work or the poll sends it back to the queues)."""
         claimed = len(self._tasks) + len(self._reserved)
         if not self._drained and (not self._reserved or claimed < self._refill_below):
             self._nudge()
@@ -228,12 +233,23 @@ class Claiming:
             await self._pool.putconn(conn)
 
     def _start_reserved(self) -> None:
-        assert self._completer is not None and self.settings is not None
+        """Start reserved jobs in free slots, a slot task each (see Worker._run_slot)."""
+        assert self._completer is not None
         startable = self.capacity.startable(len(self._tasks), self._completer.pending)
-        while startable > 0 and self._reserved and not self._stopping:
+        while startable > 0 and not self._stopping:
+            running = self._next_reserved()
+            if running is None:
+                return
+            running.task = self._spawn(self._run_slot(running))
+            startable -= 1
+
+    def _next_reserved(self) -> RunningJob | None:
+        """The next reserved job, marked started; those cancelled by an admin or whose queue
+        was paused while they waited for a slot are given back on the way."""
+        assert self._completer is not None and self.settings is not None
+        while self._reserved:
             running = self._reserved.popleft()
             if running.stop_reason is not None or running.job.queue in self.settings.paused:
-                # Cancelled by an admin, or its queue paused, while it waited for a slot.
                 self._untrack(running)
                 cancelled = running.stop_reason == "cancelled"
                 outcome = Outcome("cancelled") if cancelled else Outcome("release")
@@ -241,5 +257,5 @@ class Claiming:
                 continue
             running.started = time.monotonic()
             self._emit_started(running.job)
-            running.task = self._spawn(self._run_leased(running))
-            startable -= 1
+            return running
+        return None

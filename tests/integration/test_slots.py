@@ -1,0 +1,152 @@
+"""A leasing worker's slots: one asyncio task per busy slot runs reserved jobs one after another
+(not a task per job), and what happens to one job there stays with that job: its timeout, its
+cancellation, the event loop's other work."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from polling import wait_for
+from skiplock import App, FixedDelay, JobContext, JobStatus, Worker
+
+pytestmark = pytest.mark.smoke
+
+
+def statuses(db: Any, app: App) -> dict[str, int]:
+    rows = db.execute(f'SELECT status, count(*) FROM "{app.schema}".jobs GROUP BY 1').fetchall()
+    return dict(rows)
+
+
+def test_a_slot_runs_reserved_jobs_one_after_another_in_one_task(app: App, db: Any) -> None:
+    tasks: list[str] = []
+
+    @app.task(name="note")
+    async def note(n: int) -> None:
+        current = asyncio.current_task()
+        assert current is not None
+        tasks.append(current.get_name())
+
+    note.enqueue_many([{"n": n} for n in range(200)])
+    stats = asyncio.run(asyncio.wait_for(Worker(app, burst=True, concurrency=1).run(), 30))
+    assert stats.done == 200 and len(tasks) == 200
+    # A task per job made 200; a slot goes on with the next reserved job in the same task (a
+    # new one only after the reserve ran out and the next claim came back).
+    assert len(set(tasks)) < 40, f"{len(set(tasks))} tasks ran 200 jobs in one slot"
+    assert statuses(db, app) == {"done": 200}
+
+
+def test_a_timeout_in_a_slot_does_not_reach_the_jobs_after_it(app: App, db: Any) -> None:
+    """asyncio.timeout cancels the slot's task: the cancellation must end with the job that
+    timed out, not cut the next ones short."""
+    finished: list[int] = []
+
+    @app.task(name="stuck", timeout=0.2, max_attempts=1)
+    async def stuck() -> None:
+        await asyncio.sleep(30)
+
+    @app.task(name="short")
+    async def short(n: int) -> None:
+        await asyncio.sleep(0.002)
+        await asyncio.sleep(0)
+        finished.append(n)
+
+    stuck.with_options(priority=-1).enqueue()  # claimed first, runs first in the only slot
+    short.enqueue_many([{"n": n} for n in range(30)])
+    worker = Worker(app, burst=True, concurrency=1)
+    stats = asyncio.run(asyncio.wait_for(worker.run(), 30))
+    assert sorted(finished) == list(range(30))
+    assert (stats.timed_out, stats.failed, stats.done, stats.cancelled) == (1, 1, 30, 0)
+    assert statuses(db, app) == {"done": 30, "failed": 1}
+
+
+def test_an_admin_cancel_stops_the_running_job_and_the_slot_runs_the_rest(
+    app: App, db: Any
+) -> None:
+    started = threading.Event()
+    finished: list[int] = []
+
+    @app.task(name="long", pass_context=True)
+    async def long(ctx: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    @app.task(name="short")
+    async def short(n: int) -> None:
+        await asyncio.sleep(0.001)
+        finished.append(n)
+
+    long_id = long.with_options(priority=-1).enqueue().id
+    short.enqueue_many([{"n": n} for n in range(20)])
+    # One slot, and room to reserve the short jobs behind the long one.
+    worker = Worker(app, concurrency=1, lease_seconds=0.6, poll_interval=0.05)
+
+    async def main() -> None:
+        task = asyncio.create_task(worker.run())
+        try:
+            assert await wait_for(started.is_set, 5.0), "the long job never started"
+            assert app.sync_client.cancel_or_request(long_id) == "requested"
+            assert await wait_for(lambda: len(finished) == 20, 10.0), finished
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 10)
+
+    asyncio.run(main())
+    job = app.get_job(long_id)
+    assert job is not None and job.status == JobStatus.CANCELLED
+    assert sorted(finished) == list(range(20))
+    assert (worker.stats.cancelled, worker.stats.done, worker.stats.released) == (1, 20, 0)
+
+
+def test_a_slot_of_jobs_that_never_await_gives_the_event_loop_turns(app: App) -> None:
+    """Jobs that finish without awaiting anything would let a slot run its reserve without
+    the event loop getting to anything else (claims, writes, heartbeats) until the unwritten
+    outcomes reach their limit, 300 jobs later.  The busy slots yield every millisecond or so
+    between them: another coroutine of the loop sees only a few jobs run between its turns."""
+    ran = 0
+
+    @app.task(name="spin")
+    async def spin(n: int) -> None:
+        nonlocal ran
+        began = time.perf_counter()
+        while time.perf_counter() - began < 0.0002:  # 0.2 ms of work without an await
+            pass
+        ran += 1
+
+    spin.enqueue_many([{"n": n} for n in range(2000)])
+    worker = Worker(app, burst=True, concurrency=2, prefetch=500)
+    between_turns: list[int] = []
+
+    async def main() -> None:
+        task = asyncio.create_task(worker.run())
+        seen = 0
+        while not task.done():
+            await asyncio.sleep(0.0005)
+            between_turns.append(ran - seen)
+            seen = ran
+        await task
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    assert worker.stats.done == 2000
+    # A turn of 1 ms holds ~5 of these jobs; without turns the most was ~300.
+    assert max(between_turns) < 60, sorted(between_turns)[-10:]
+
+
+def test_retries_in_a_slot_are_recorded_and_run_again(app: App, db: Any) -> None:
+    attempts: dict[int, int] = {}
+
+    @app.task(name="flaky", max_attempts=3, retry=FixedDelay(0))
+    async def flaky(n: int) -> None:
+        attempts[n] = attempts.get(n, 0) + 1
+        if attempts[n] == 1 and n % 2:
+            raise RuntimeError("first attempt of an odd job")
+
+    flaky.enqueue_many([{"n": n} for n in range(40)])
+    stats = asyncio.run(asyncio.wait_for(Worker(app, burst=True, concurrency=2).run(), 30))
+    assert statuses(db, app) == {"done": 40}
+    assert (stats.done, stats.retried) == (40, 20)
+    assert all(attempts[n] == (2 if n % 2 else 1) for n in range(40))
