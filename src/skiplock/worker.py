@@ -56,8 +56,10 @@ log = logging.getLogger("skiplock.worker")
 REQUEUED = ("retry", "snooze")  # outcomes that can make their job claimable again at once
 # Busy slots together run jobs that do not await for at most this long before the event loop
 # gets to its other work (claims, writes, the heartbeat): each slot's share is this divided by
-# the number of busy slots, as the loop runs them one after the other.
+# the number of busy slots, as the loop runs them one after the other; but at least
+# SLOT_TURN_MIN, or a hundred slots would yield after every short job (1.5-2 us each).
 SLOTS_TURN = 0.001
+SLOT_TURN_MIN = 0.00005
 
 
 __all__ = ["JobEvent", "Worker", "WorkerStats", "new_worker_id"]
@@ -284,11 +286,11 @@ class Worker(Claiming, HeldSlots):
         other work (claims, writes, other slots) at least every ``SLOTS_TURN`` (see there)."""
         assert self._completer is not None
         slot = asyncio.current_task()
-        yield_at = time.monotonic() + SLOTS_TURN / len(self._tasks)
+        yield_at = time.monotonic() + self._slot_turn()
         while await self._run_leased(running):
             if time.monotonic() >= yield_at:
                 await asyncio.sleep(0)
-                yield_at = time.monotonic() + SLOTS_TURN / len(self._tasks)
+                yield_at = time.monotonic() + self._slot_turn()
             if self._stopping:
                 return
             # This slot is one of the tasks: it may go on if one slot would be startable.
@@ -300,6 +302,9 @@ class Worker(Claiming, HeldSlots):
             self._claim_if_due()
             running = following
             running.task = slot
+
+    def _slot_turn(self) -> float:
+        return max(SLOTS_TURN / len(self._tasks), SLOT_TURN_MIN)
 
     async def _run_leased(self, running: RunningJob) -> bool:
         """Run one leased job and hand its outcome to the completer; False when it was stopped
