@@ -325,6 +325,9 @@ class Worker(Claiming, HeldSlots):
             go_on = False
         finally:
             self._handlers -= 1
+            # The slot's task goes on with other jobs: a late stop() of this one (a heartbeat
+            # that asked before it finished) must not cancel them.
+            running.task = None
             self._untrack(running)
         self._completer.submit(running.job, outcome, running.started)
         return go_on

@@ -13,8 +13,14 @@ import pytest
 
 from polling import wait_for
 from skiplock import App, FixedDelay, JobContext, JobStatus, Worker
+from skiplock.capacity import Capacity, Throughput
 
 pytestmark = pytest.mark.smoke
+
+
+class Fast(Throughput):
+    def per_second(self) -> float:
+        return 100_000.0
 
 
 def statuses(db: Any, app: App) -> dict[str, int]:
@@ -150,3 +156,51 @@ def test_retries_in_a_slot_are_recorded_and_run_again(app: App, db: Any) -> None
     assert statuses(db, app) == {"done": 40}
     assert (stats.done, stats.retried) == (40, 20)
     assert all(attempts[n] == (2 if n % 2 else 1) for n in range(40))
+
+
+def test_a_late_stop_of_a_finished_job_does_not_reach_the_next_job_in_its_slot(
+    app: App, db: Any
+) -> None:
+    """The heartbeat asks which jobs an admin cancelled, then stops them: a job may finish in
+    between, and its slot's task has gone on to the next job.  Stopping the finished job used
+    to cancel that task, and the next job died with it, its outcome never written."""
+    worker = Worker(app, concurrency=1, poll_interval=0.05)
+    # As if the worker had been finishing jobs fast: its first claim takes both jobs, and the
+    # one slot runs them one after the other in one task.
+    worker.capacity = Capacity(1, 500, throughput=Fast())
+    finished_first: list[Any] = []
+    slot_tasks: set[Any] = set()
+    second_started = asyncio.Event()
+    let_second_finish = asyncio.Event()
+
+    @app.task(name="first", pass_context=True)
+    async def first(ctx: JobContext) -> None:
+        slot_tasks.add(asyncio.current_task())
+        finished_first.append(worker._running[ctx.job.id])  # what a heartbeat holds on to
+
+    @app.task(name="second")
+    async def second() -> None:
+        slot_tasks.add(asyncio.current_task())
+        second_started.set()
+        await let_second_finish.wait()
+
+    first.with_options(priority=-1).enqueue()
+    second_id = second.enqueue().id
+
+    async def main() -> None:
+        task = asyncio.create_task(worker.run())
+        try:
+            await asyncio.wait_for(second_started.wait(), 5)
+            finished_first[0].stop("cancelled")  # late: it finished already
+            await asyncio.sleep(0.05)
+            let_second_finish.set()
+            assert await wait_for(lambda: worker.stats.done == 2, 5.0), worker.stats
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 10)
+
+    asyncio.run(main())
+    assert len(slot_tasks) == 1, "the two jobs did not run in one slot task"
+    job = app.get_job(second_id)
+    assert job is not None and job.status == JobStatus.DONE
+    assert (worker.stats.done, worker.stats.cancelled, worker.stats.released) == (2, 0, 0)
