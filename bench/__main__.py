@@ -299,11 +299,12 @@ def machine() -> dict[str, Any]:
 
 
 def source_state() -> str:
-    """The skiplock checkout the workers import: commit, plus '+changes' if src/ differs."""
+    """The skiplock source the workers import: the last commit that changed src/ (a commit of
+    docs during a run is not a change of what was measured), plus a note if src/ differs."""
     repo = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            ["git", "-C", str(repo), "log", "-1", "--format=%h", "--", "src"],
             capture_output=True,
             text=True,
             check=True,

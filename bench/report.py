@@ -653,7 +653,7 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         f"{srv.get('shared_buffers')}, synchronous_commit {srv.get('synchronous_commit')}, "
         f"fsync {srv.get('fsync')}; one-row commit {meta.get('commit_ms', float('nan')):.2f} ms "
         "at start (the fsync every transaction pays, which is why batching dominates)",
-        f"- **skiplock source:** {meta.get('source')}"
+        f"- **skiplock source:** {meta.get('source')} (the last commit that changed src/)"
         + (
             f" — **changed during the run** (at the end: {meta.get('source_end')}); "
             "figures may mix two versions"
