@@ -282,8 +282,9 @@ class Worker(Claiming, HeldSlots):
     async def _run_slot(self, running: RunningJob) -> None:
         """One busy slot: run this job, then the reserved ones, one after another, for as long as
         the slot may start them.  A task per busy slot, not per job: making a task and reacting
-        to its end cost a worker of short jobs ~2.5 us per job.  The slot lets the event loop run
-        other work (claims, writes, other slots) at least every ``SLOTS_TURN`` (see there)."""
+        to its end cost a worker of short jobs ~2.5 us per job.  Between jobs the slot lets the
+        event loop run its other work (claims, writes, other slots) once its turn is over (see
+        ``SLOTS_TURN``)."""
         assert self._completer is not None
         slot = asyncio.current_task()
         yield_at = time.monotonic() + self._slot_turn()
