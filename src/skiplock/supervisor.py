@@ -3,8 +3,9 @@
 The supervisor starts each worker as ``python -m skiplock worker ... --processes 1``, restarts
 one that dies (logging its exit status, backing off when it keeps dying at start), and passes
 SIGTERM/SIGINT on to all of them: they shut down gracefully and the supervisor exits 0 once
-they have.  A second signal kills them at once.  With ``--burst`` a worker that exits 0 has
-finished what was due: it is not restarted, and the supervisor exits 0 once all have.
+they have.  A second signal kills them at once.  With ``--burst`` each worker runs once, as
+``--processes 1 --burst`` would: none is restarted, and the supervisor exits once all have,
+with 0 if every one did (a failing burst is reported, not retried forever).
 Children run in their own process group (a terminal's Ctrl-C reaches only the supervisor) and
 get SIGTERM if the supervisor itself dies.
 """
@@ -108,7 +109,7 @@ class Supervisor:
                 if code is None:
                     alive += 1
                     continue
-                if self.signals or (self.burst and code == 0):
+                if self.signals or self.burst:
                     continue  # stopping, or its burst is over
                 if slot not in not_before:
                     quick = time.monotonic() - started < QUICK_DEATH
@@ -124,10 +125,10 @@ class Supervisor:
                     self.restarts += 1
                     self._start(slot)
                     alive += 1
-            if alive or not (self.signals or self.burst) or (not self.signals and not_before):
+            if alive or not (self.signals or self.burst):
                 continue
             codes = [child.returncode for child, _ in self.children.values()]
-            log.info("all worker processes stopped (exit statuses %s)", codes)
-            if not self.signals:
-                return 0  # every worker's (last) burst ended with 0
-            return 0 if all(self._stopped_cleanly(c) for c in codes) else 1
+            clean = all(self._stopped_cleanly(c) for c in codes)
+            level = logging.INFO if clean else logging.WARNING
+            log.log(level, "all worker processes stopped (exit statuses %s)", codes)
+            return 0 if clean else 1
