@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from skiplock._store_async import int_array
+from skiplock.statement_params import int_array
 
 
 def test_int_array_is_a_postgres_array_literal() -> None:

@@ -1,0 +1,60 @@
+"""Parameters of the store's statements that name claims or claim jobs: pure, no I/O.
+
+Kept apart from the store, whose sync twin is generated from the async one, so that they exist
+once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .job import Claim, ClaimKey
+from .sql import SMALL_CLAIM, literal_limit_name
+
+_NO_KEY = (None, None, None)  # read the claim index from its start
+
+
+def claim_arrays(claims: Sequence[Claim]) -> dict[str, Any]:
+    workers = {c.worker for c in claims}
+    if len(workers) > 1:
+        raise ValueError("a batch of finishes must come from one worker")
+    return {
+        "ids": int_array([c.job_id for c in claims]),
+        "attempts": int_array([c.attempt for c in claims]),
+        "worker": workers.pop() if workers else "",
+    }
+
+
+def int_array(values: Sequence[int]) -> str:
+    """A PostgreSQL array literal of integers, for a parameter cast to ``bigint[]``/``int[]``.
+    psycopg dumps a list element by element in Python (~1 us each: a worker's batch of 100
+    outcomes spent 95 us there); joining their text takes 0.1 us each."""
+    return "{" + ",".join(map(str, map(int, values))) + "}"
+
+
+def claim_statement(
+    queues: Sequence[str],
+    limit: int,
+    worker: str,
+    lease_seconds: float,
+    after: Mapping[str, ClaimKey] | None,
+) -> tuple[str, dict[str, Any]]:
+    """The claim statement for ``queues`` and its parameters; a small claim's LIMIT is written
+    into its statement (see SMALL_CLAIM)."""
+    params: dict[str, Any] = {"worker": worker, "lease_seconds": lease_seconds}
+    keys = [(after or {}).get(q, _NO_KEY) for q in queues]
+    if len(queues) == 1:
+        name = "job_claim"
+        params["queue"] = queues[0]
+        params["after_priority"], params["after_run_at"], params["after_id"] = keys[0]
+    else:
+        name = "job_claim_from_queues"
+        params["queues"] = list(queues)
+        params["after_priority"] = [k[0] for k in keys]
+        params["after_run_at"] = [k[1] for k in keys]
+        params["after_id"] = [k[2] for k in keys]
+    if limit <= SMALL_CLAIM:
+        return literal_limit_name(name, limit), params
+    params["limit"] = limit
+    return name, params
