@@ -23,10 +23,10 @@ CPU, is no sign of a long transaction), the next waits until ``t`` / RESCAN_SHAR
 keeping up, a read from the start costs what any claim does and the next may come
 milliseconds later.  Under a long transaction it walks every entry claimed since the
 transaction began: a one-minute snapshot over a queue running 15,000 jobs/s made such a claim
-cost ~100 ms, and a worker keeping up with its
-producers (so coming up short at most claims) read from the start at almost every claim and
-ran at 59% of its clean rate.  Then a job behind the keys waits up to ten times that cost, or
-``rescan_interval``, or the poll interval when the worker is idle.
+cost ~100 ms, and a worker keeping up with its producers (so coming up short at most claims)
+read from the start at almost every claim and ran at 59% of its clean rate.  Then a job
+behind the keys waits up to ten times that cost, or ``rescan_interval``, or the poll interval
+when the worker is idle.
 """
 
 from __future__ import annotations

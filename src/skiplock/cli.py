@@ -26,6 +26,14 @@ from .worker import Worker
 
 SIGNAL_ECHO = 1.0  # seconds within which a second stop signal counts as the same one
 
+# The ``skiplock worker`` process is ours (a Worker in someone else's process leaves the
+# collector alone).  Young objects are collected every 10,000 net allocations instead of 700: a
+# worker allocates a few short-lived objects per job, most freed at once by reference counting,
+# and at 700 the collector ran ~900 times per 100,000 jobs, each time walking the jobs then in
+# flight.  A 100,000-job drain spent 0.24-0.33 s in the collector with Python's defaults, 0.02 s
+# with this threshold and the freeze of what is loaded at start (in worker()).
+GC_YOUNG_THRESHOLD = 10_000
+
 
 class SkiplockGroup(click.Group):
     """Turns skiplock errors into one clear line and exit status 1."""
@@ -217,15 +225,6 @@ def worker(
     )
     asyncio.run(_run_worker(runner))
     _exit_despite_stuck_threads()
-
-
-# The ``skiplock worker`` process is ours (a Worker in someone else's process leaves the
-# collector alone).  Young objects are collected every 10,000 net allocations instead of 700: a
-# worker allocates a few short-lived objects per job, most freed at once by reference counting,
-# and at 700 the collector ran ~900 times per 100,000 jobs, each time walking the jobs then in
-# flight.  A 100,000-job drain spent 0.24-0.33 s in the collector with Python's defaults, 0.02 s
-# with this threshold and the freeze below.
-GC_YOUNG_THRESHOLD = 10_000
 
 
 async def _run_worker(runner: Worker) -> None:
