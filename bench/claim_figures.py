@@ -66,6 +66,7 @@ def main() -> None:
                 "limit": 10,
                 "worker": "w",
                 "lease_seconds": 30,
+                "commit_async": True,
                 # From the start of the index, as a worker's first claim (the costliest).
                 "after_priority": None,
                 "after_run_at": None,

@@ -96,6 +96,7 @@ def skiplock_case(
         "limit": 10,
         "worker": "bench-explain",
         "lease_seconds": 30.0,
+        "commit_async": True,
         # From the start of the index, as a worker's first claim (the costliest).
         "after_priority": None,
         "after_run_at": None,

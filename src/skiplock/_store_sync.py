@@ -136,7 +136,11 @@ class SyncStore:
         """
         if limit <= 0 or not queues:
             return []
-        name, params = claim_statement(queues, limit, worker, lease_seconds, after)
+        # Committed without waiting for the WAL flush, also in a caller's transaction (a claim
+        # from a queue with a concurrency limit): see job_claim in jobs.sql.
+        name, params = claim_statement(
+            queues, limit, worker, lease_seconds, after, commit_async=True
+        )
         in_transaction = conn.info.transaction_status != TransactionStatus.IDLE
         for _ in range(ENTITY_KEY_RETRIES):
             try:
@@ -164,7 +168,8 @@ class SyncStore:
         """
         if not queues:
             return None
-        name, params = claim_statement(queues, 1, worker, lease_seconds, None)
+        # The transaction will write the job's outcome too: its commit waits for the flush.
+        name, params = claim_statement(queues, 1, worker, lease_seconds, None, commit_async=False)
         for _ in range(ENTITY_KEY_RETRIES):
             try:
                 self._rows(conn, "transaction_begin", {})

@@ -39,10 +39,17 @@ def claim_statement(
     worker: str,
     lease_seconds: float,
     after: Mapping[str, ClaimKey] | None,
+    *,
+    commit_async: bool,
 ) -> tuple[str, dict[str, Any]]:
     """The claim statement for ``queues`` and its parameters; a small claim's LIMIT is written
-    into its statement (see SMALL_CLAIM)."""
-    params: dict[str, Any] = {"worker": worker, "lease_seconds": lease_seconds}
+    into its statement (see SMALL_CLAIM).  ``commit_async``: the claim's transaction commits
+    without waiting for the WAL flush (a leased claim's; never a held-lock transaction's)."""
+    params: dict[str, Any] = {
+        "worker": worker,
+        "lease_seconds": lease_seconds,
+        "commit_async": commit_async,
+    }
     keys = [(after or {}).get(q, _NO_KEY) for q in queues]
     if len(queues) == 1:
         name = "job_claim"
