@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import ceiling, report, scale
+from . import ceiling, own_sql, report, scale
 from .db import BenchDatabase, default_dsn, server_info
 from .plan import Plan, make_plan, plan_from_dict
 from .systems import QUEUES, SYSTEMS, Setting, versions
@@ -265,18 +265,22 @@ class Runner:
             for batch in p.ceiling_batches:
                 for mode in p.ceiling_modes:
                     for clients in p.ceiling_clients:
-                        self.measure(
-                            "ceiling",
-                            "sql-ceiling",
-                            f"n{batch}-{mode}-c{clients}",
-                            rep,
-                            lambda b=batch, m=mode, c=clients: ceiling.drain(
-                                self.ctx, p.ceiling_jobs[b], b, m, c
-                            ),
-                            batch=batch,
-                            mode=mode,
-                            clients=clients,
-                        )
+                        # The seed's statements, then skiplock's own at the same batch size,
+                        # finish and clients, back to back (this machine's noise drifts).
+                        own = [own_sql.SKIPLOCK] if batch in p.own_sql_batches else []
+                        for statements in [ceiling.SEED, *own]:
+                            self.measure(
+                                "ceiling",
+                                statements.system,
+                                f"n{batch}-{mode}-c{clients}",
+                                rep,
+                                lambda b=batch, m=mode, c=clients, st=statements: ceiling.drain(
+                                    self.ctx, p.ceiling_jobs[b], b, m, c, st
+                                ),
+                                batch=batch,
+                                mode=mode,
+                                clients=clients,
+                            )
 
 
 def machine() -> dict[str, Any]:

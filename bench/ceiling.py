@@ -13,8 +13,12 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from psycopg import sql
 
 from .db import COUNTER_XACTS, BenchDatabase, connect, read_counters
 from .runner import Monitor
@@ -73,7 +77,8 @@ def _embedded_pgbench() -> str | None:
     return str(Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin" / "pgbench")
 
 
-def script(mode: str) -> str:
+def script(mode: str, batch: int = 0) -> str:
+    """The seed's pgbench transaction (``batch`` is pgbench's ``:n``, set with ``-D``)."""
     return f"\\set w random(1, 1000000000)\n{CLAIM}\n\\gset\n{FINISH[mode]}\n"
 
 
@@ -93,7 +98,7 @@ def setup(db: BenchDatabase, pending: int, extra_sql: str = "") -> None:
 
 def run_pgbench(
     db: BenchDatabase,
-    mode: str,
+    script_text: str,
     batch: int,
     clients: int,
     *,
@@ -103,8 +108,8 @@ def run_pgbench(
 ) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-pgbench-"))
     try:
-        path = tmp / f"claim_{mode}.sql"
-        path.write_text(script(mode))
+        path = tmp / "claim_finish.sql"
+        path.write_text(script_text)
         cmd = [pgbench_path(), "-n", "-M", "prepared", "-r", "-D", f"n={batch}", "-f", str(path)]
         cmd += ["-c", str(clients), "-j", str(clients)]
         cmd += ["-t", str(transactions)] if transactions else ["-T", str(int(seconds or 5))]
@@ -119,43 +124,65 @@ def run_pgbench(
         if proc.returncode != 0:
             raise RuntimeError(f"pgbench failed ({proc.returncode}): {err.strip()[-500:]}")
         tps = float(re.search(r"tps = ([\d.]+) \(without initial", out).group(1))  # type: ignore[union-attr]
+        # pgbench -r: one line per script command; the SQL ones (not \set) in script order.
         latencies = [
-            float(m.group(1)) for m in re.finditer(r"^\s+([\d.]+)\s+\d+\s+\S", out, re.MULTILINE)
+            float(m.group(1))
+            for m in re.finditer(r"^\s+([\d.]+)\s+\d+\s+(\S)", out, re.MULTILINE)
+            if m.group(2) != "\\"
         ]
         done = re.search(r"actually processed: (\d+)", out)
         return {
             "tps": tps,
             "transactions": int(done.group(1)) if done else 0,
-            "claim_ms": latencies[1] if len(latencies) > 1 else float("nan"),
-            "finish_ms": latencies[2] if len(latencies) > 2 else float("nan"),
+            "claim_ms": latencies[0] if latencies else float("nan"),
+            "finish_ms": latencies[1] if len(latencies) > 1 else float("nan"),
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def drain(ctx: Context, jobs: int, batch: int, mode: str, clients: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Statements:
+    """Which claim + finish pgbench runs, on which table: the seed's (the ceiling), or
+    skiplock's own (``bench/own_sql.py``)."""
+
+    system: str  # the results' system name
+    table: tuple[str, ...]  # (schema,) name
+    setup: Callable[[BenchDatabase, int], None]  # (db, pending jobs)
+    script: Callable[[str, int], str]  # (mode, batch) -> the pgbench script
+
+
+SEED = Statements("sql-ceiling", ("ceiling_jobs",), setup, script)
+
+
+def drain(
+    ctx: Context, jobs: int, batch: int, mode: str, clients: int, statements: Statements = SEED
+) -> dict[str, Any]:
     """Preload ``jobs`` (rounded to a multiple of batch x clients) and claim+finish them all."""
     per_client = max(1, jobs // (batch * clients))
     jobs = per_client * batch * clients
-    setup(ctx.db, jobs)
+    statements.setup(ctx.db, jobs)
     c0 = read_counters(ctx.db.dsn, ctx.db.name)
     mon = Monitor(ctx.db, lambda: [], refresh_every=0.0)
     try:
         mon.sample()
-        res = run_pgbench(ctx.db, mode, batch, clients, transactions=per_client, mon=mon)
+        text = statements.script(mode, batch)
+        res = run_pgbench(ctx.db, text, batch, clients, transactions=per_client, mon=mon)
         s0, s1 = mon.samples[0], mon.samples[-1]
         wait_backends_gone(mon)
-        rows = dict(
-            mon.conn.execute("SELECT status, count(*) FROM ceiling_jobs GROUP BY status").fetchall()
-        )
-        bad = mon.execute("SELECT count(*) FROM ceiling_jobs WHERE attempts <> 1")
+        table = sql.Identifier(*statements.table)
+        by_status = sql.SQL("SELECT status, count(*) FROM {} GROUP BY status").format(table)
+        rows = dict(mon.conn.execute(by_status).fetchall())
+        twice = sql.SQL("SELECT count(*) FROM {} WHERE attempts <> 1").format(table)
+        bad = mon.execute(twice.as_string(mon.conn))
         mon.queries += 1
         mon.close()
         c1 = read_counters(ctx.db.dsn, ctx.db.name)
         problems = []
         want = {} if mode == "delete" else {"done": jobs}
         if rows != want:
-            problems.append(f"ceiling_jobs by status: {rows} (expected {want})")
+            name = ".".join(statements.table)
+            problems.append(f"{name} by status: {rows} (expected {want})")
         if bad and bad[0]:
             problems.append(f"{bad[0]} rows claimed other than once")
         if res["transactions"] != per_client * clients:

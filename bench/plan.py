@@ -78,6 +78,7 @@ class Plan:
     ceiling_modes: list[str]
     ceiling_clients: list[int]
     ceiling_jobs: dict[int, int] = field(default_factory=dict)
+    own_sql_batches: list[int] = field(default_factory=list)  # skiplock's statements, pgbench
 
 
 def make_plan(quick: bool, repeat: int | None) -> Plan:
@@ -114,6 +115,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             ceiling_modes=["done", "delete"],
             ceiling_clients=[1, 4],
             ceiling_jobs={1: 400, 10: 2000, 100: 4000},
+            own_sql_batches=[10, 100],
         )
     pgq_all = [pgq(b, p) for b in (10, 100, 500) for p in (1, 2)]
     return Plan(
@@ -158,6 +160,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         ceiling_modes=["done", "delete"],
         ceiling_clients=[1, 2, 4, 8],
         ceiling_jobs={1: 4000, 10: 20_000, 100: 20_000},
+        own_sql_batches=[10, 100],
     )
 
 

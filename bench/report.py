@@ -124,12 +124,13 @@ def best_setting(
 
 def nearest_batch(results: list[dict[str, Any]], jobs: float) -> int:
     """The ceiling's batch size closest to ``jobs`` on a log scale."""
-    batches = sorted({int(r["batch"]) for r in select(results, workload="ceiling")}) or [10]
+    seed = select(results, workload="ceiling", system="sql-ceiling")
+    batches = sorted({int(r["batch"]) for r in seed}) or [10]
     return min(batches, key=lambda b: abs(math.log(b) - math.log(max(jobs, 1.0))))
 
 
 def ceiling_best(results: list[dict[str, Any]], batch: int, mode: str = "done") -> float:
-    rows = select(results, workload="ceiling", batch=batch, mode=mode)
+    rows = select(results, workload="ceiling", system="sql-ceiling", batch=batch, mode=mode)
     by = groups(rows, "clients")
     return max((med(r, "jobs_per_s") for r in by.values()), default=float("nan"))
 
@@ -327,16 +328,28 @@ def drain_section(results: list[dict[str, Any]]) -> str:
     return "\n\n".join(parts)
 
 
-def ceiling_section(results: list[dict[str, Any]]) -> str:
-    rows = select(results, workload="ceiling")
+def ceiling_section(results: list[dict[str, Any]], system: str = "sql-ceiling") -> str:
+    """The pgbench runs of ``system``'s statements; skiplock's own also as a ratio to the
+    seed's at the same batch size, finish and clients."""
+    rows = select(results, workload="ceiling", system=system)
+    own = system != "sql-ceiling"
     lines = []
     for (batch, mode, clients), rs in sorted(groups(rows, "batch", "mode", "clients").items()):
+        line = [str(batch), mode, str(clients), fmt_stats(stats(rs, "jobs_per_s"))]
+        if own:
+            seed = select(
+                results,
+                workload="ceiling",
+                system="sql-ceiling",
+                batch=batch,
+                mode=mode,
+                clients=clients,
+            )
+            ratio = med(rs, "jobs_per_s") / med(seed, "jobs_per_s") if seed else float("nan")
+            line.append("–" if math.isnan(ratio) else f"{ratio:.2f}×")
         lines.append(
             [
-                str(batch),
-                mode,
-                str(clients),
-                fmt_stats(stats(rs, "jobs_per_s")),
+                *line,
                 fmt(med(rs, "claim_ms")),
                 fmt(med(rs, "finish_ms")),
                 fmt(med(rs, "xacts_per_job")),
@@ -357,6 +370,8 @@ def ceiling_section(results: list[dict[str, Any]]) -> str:
         "PG CPU µs/job",
         "verified",
     ]
+    if own:
+        head.insert(4, "vs the seed's")
     return table(head, lines)
 
 
@@ -706,6 +721,20 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "finish them (UPDATE to done, or DELETE); `-M prepared`; jobs/s = tps × N.",
         "",
         ceiling_section(results),
+        "",
+        "### skiplock's own claim and finish, run the same way",
+        "",
+        "skiplock's claim as its worker sends it (`job_claim`: the better/after union, the "
+        "entity-key checks, the lease committed without waiting for the WAL flush) and its "
+        "ownership-checked finish (`job_complete_many`, `job_delete_many`), on skiplock's "
+        "schema, by pgbench as above, back to back with the seed's runs. What separates these "
+        "figures from the seed's is the cost of skiplock's SQL; what separates them from a "
+        "skiplock drain is the worker's. In the statements' favour: the claimed rows are "
+        "gathered into two arrays in the server instead of being sent, every claim reads the "
+        "claim index from its start (the worker's claim cursor is Python's), and parameters "
+        "other than the LIMIT are written into the statement (`bench/own_sql.py`).",
+        "",
+        ceiling_section(results, "skiplock-sql"),
         "",
         "## Enqueue",
         "",

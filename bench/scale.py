@@ -174,7 +174,7 @@ def ceiling_case(
     claim_sql = ceiling.CLAIM.replace(":n", "%(n)s").replace(":w", "%(w)s")
     with connect(ctx.db.dsn) as conn:
         out = _explain_ms(conn, claim_sql, {"n": 10, "w": "explain"}, 15 if seconds > 2 else 5)
-    res = ceiling.run_pgbench(ctx.db, "done", 10, 1, seconds=seconds)
+    res = ceiling.run_pgbench(ctx.db, ceiling.script("done"), 10, 1, seconds=seconds)
     with connect(ctx.db.dsn) as conn:
         bad = conn.execute(
             "SELECT count(*) FROM ceiling_jobs WHERE attempts > 1 OR status = 'running'"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOADS = {"enqueue", "drain", "latency", "scale", "longtx", "ceiling"}
-SYSTEMS = {"skiplock", "pgqueuer", "procrastinate", "sql-ceiling", "sql-floor"}
+SYSTEMS = {"skiplock", "pgqueuer", "procrastinate", "sql-ceiling", "skiplock-sql", "sql-floor"}
 
 
 @pytest.fixture
@@ -85,7 +86,30 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     assert all(len(r["samples_ms"]) == r["jobs"] > 0 for r in latencies)
     assert "sql-floor" in {r["system"] for r in latencies}  # the floor ran, and was verified
 
+    ceilings = [r for r in results if r["workload"] == "ceiling"]
+    # skiplock's own statements ran by pgbench beside the seed's, both finishes; each run's
+    # claim and finish latencies were read off pgbench's per-statement report.
+    own = [r for r in ceilings if r["system"] == "skiplock-sql"]
+    assert {(r["batch"], r["mode"]) for r in own} == {
+        (b, m) for b in (10, 100) for m in ("done", "delete")
+    }
+    assert all(r["claim_ms"] > 0 and r["finish_ms"] > 0 for r in ceilings)
+
     report = (out / "RESULTS.md").read_text()
+    assert "### skiplock's own claim and finish" in report
+    # The targets hold skiplock to the seed's ceiling, never to its own statements' figures.
+    for line in (line for line in report.splitlines() if "of the SQL ceiling (batch" in line):
+        found = re.search(
+            r"\(batch (\d+),.*; (mark done|delete), best of.*\| ceiling ([\d,]+) /", line
+        )
+        assert found, line
+        batch, mode = int(found[1]), "done" if found[2] == "mark done" else "delete"
+        seed = [
+            r["jobs_per_s"]
+            for r in ceilings
+            if (r["system"], r["batch"], r["mode"]) == ("sql-ceiling", batch, mode)
+        ]
+        assert found[3] == f"{max(seed):,.0f}", line
     for heading in (
         "## Targets",
         "## Drain",
