@@ -31,6 +31,16 @@ SK_C100X2_DELETE = Setting(
     completion="delete",
     notes="concurrency 100, --processes 2, log WARNING, completion delete",
 )
+SK_C100X2_DELETE_P0 = Setting(
+    "skiplock",
+    "c100x2-delete-p0",
+    concurrency=100,
+    processes=2,
+    log_level="WARNING",
+    completion="delete",
+    extra=("--prefetch", "0"),
+    notes="c100x2-delete with --prefetch 0: claims only for free slots (a smaller crash exposure)",
+)
 
 
 def pgq(batch: int, processes: int) -> Setting:
@@ -94,6 +104,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
                 SK_DEFAULT,
                 SK_C100X2,
                 SK_C100X2_DELETE,
+                SK_C100X2_DELETE_P0,
                 pgq(10, 1),
                 pgq(100, 2),
                 PR_DEFAULT,
@@ -130,6 +141,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             SK_C100,
             SK_C100X2,
             SK_C100X2_DELETE,
+            SK_C100X2_DELETE_P0,
             *pgq_all,
             PR_DEFAULT,
             PR_C10,
@@ -139,6 +151,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             SK_C100,
             SK_C100X2,
             SK_C100X2_DELETE,
+            SK_C100X2_DELETE_P0,
             pgq(100, 1),
             pgq(100, 2),
             pgq(500, 1),

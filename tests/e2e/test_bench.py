@@ -80,8 +80,9 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     drains = [r for r in results if r["workload"] == "drain"]
     assert {r["system"] for r in drains} == {"skiplock", "pgqueuer", "procrastinate"}
     assert all(r["jobs_per_s"] > 0 and r["jobs"] > 0 for r in drains)
-    # The tuned setting that deletes finished jobs ran, and is held to the ceiling that deletes.
-    assert "c100x2-delete" in {r["setting"] for r in drains}
+    # The tuned setting that deletes finished jobs ran, and is held to the ceiling that deletes;
+    # so did its variant that claims only for free slots (a smaller crash exposure).
+    assert {"c100x2-delete", "c100x2-delete-p0"} <= {r["setting"] for r in drains}
     latencies = [r for r in results if r["workload"] == "latency"]
     assert all(len(r["samples_ms"]) == r["jobs"] > 0 for r in latencies)
     assert "sql-floor" in {r["system"] for r in latencies}  # the floor ran, and was verified
@@ -97,6 +98,20 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
 
     report = (out / "RESULTS.md").read_text()
     assert "### skiplock's own claim and finish" in report
+    # The exposure target names the fastest skiplock setting within PGQueuer's exposure.
+    (exposure_target,) = [line for line in report.splitlines() if "with a crash exposure" in line]
+    found = re.search(
+        r"\| (\S+) [\d,]+ vs .*max claimed-unrecorded ([\d,]+) vs ([\d,]+)", exposure_target
+    )
+    assert found, exposure_target
+    named, limit = found[1], int(found[3].replace(",", ""))
+    exposures = {
+        r["setting"]: r["max_inflight"] for r in drains if r["system"] == "skiplock"
+    }  # one run per setting in quick mode
+    within = {s: e for s, e in exposures.items() if e <= limit}
+    if within:
+        rates = {r["setting"]: r["jobs_per_s"] for r in drains if r["system"] == "skiplock"}
+        assert named == max(within, key=rates.__getitem__), exposure_target
     # The targets hold skiplock to the seed's ceiling, never to its own statements' figures.
     for line in (line for line in report.splitlines() if "of the SQL ceiling (batch" in line):
         found = re.search(
