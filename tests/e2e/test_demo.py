@@ -181,8 +181,12 @@ def test_ctrl_c_in_the_middle_of_part_two_still_drops_the_schema(
                         schema = name
                 time.sleep(0.05)
             assert schema is not None, "part 2 never started"
+            found = time.monotonic()
             time.sleep(0.7)  # the doomed workers are up, the fleet is busy
+            assert proc.poll() is None, "the demo ended before the Ctrl-C"
             proc.send_signal(signal.SIGINT)
+            # Said if the demo goes on regardless: when the signal came, after the tables.
+            sent = f"SIGINT sent {time.monotonic() - found:.2f}s after part 2's tables appeared\n"
             proc.wait(timeout=60)
         finally:
             if proc.poll() is None:
@@ -191,5 +195,5 @@ def test_ctrl_c_in_the_middle_of_part_two_still_drops_the_schema(
             log.seek(0)
             output = log.read()
             log.close()
-        assert proc.returncode != 0, output[-3000:]
+        assert proc.returncode != 0, sent + output[-3000:]
         assert schema not in demo_schemas(conn), output[-3000:]
