@@ -161,6 +161,14 @@ def demo_schemas(conn: psycopg.Connection[Any]) -> set[str]:
     return {r[0] for r in rows}
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In the demo's process, before it starts: SIGINT's default action, as in a terminal.  A
+    program started in the background by a shell without job control (``cmd &`` in a script,
+    as CI may run these tests) inherits SIGINT ignored, and Python then keeps ignoring it: the
+    demo would run to its end, as it should there."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_in_the_middle_of_part_two_still_drops_the_schema(
     pg_dsn: str, tmp_path: Path
 ) -> None:
@@ -168,7 +176,11 @@ def test_ctrl_c_in_the_middle_of_part_two_still_drops_the_schema(
         before = demo_schemas(conn)
         log = (tmp_path / "demo.log").open("w+")
         proc = subprocess.Popen(
-            demo_command(pg_dsn), stdout=log, stderr=subprocess.STDOUT, env=clean_env()
+            demo_command(pg_dsn),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=clean_env(),
+            preexec_fn=_ctrl_c_as_in_a_terminal,
         )
         try:
             schema = None
