@@ -108,10 +108,10 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     exposures = {
         r["setting"]: r["max_inflight"] for r in drains if r["system"] == "skiplock"
     }  # one run per setting in quick mode
-    within = {s: e for s, e in exposures.items() if e <= limit}
-    if within:
-        rates = {r["setting"]: r["jobs_per_s"] for r in drains if r["system"] == "skiplock"}
-        assert named == max(within, key=rates.__getitem__), exposure_target
+    rates = {r["setting"]: r["jobs_per_s"] for r in drains if r["system"] == "skiplock"}
+    within = [s for s, e in exposures.items() if e <= limit]
+    # None within: the fastest of all is named, and misses.
+    assert named == max(within or rates, key=rates.__getitem__), exposure_target
     # The targets hold skiplock to the seed's ceiling, never to its own statements' figures.
     for line in (line for line in report.splitlines() if "of the SQL ceiling (batch" in line):
         found = re.search(
