@@ -107,37 +107,27 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def best_setting(
-    results: list[dict[str, Any]], workload: str, systems: Iterable[str], **match: Any
+    results: list[dict[str, Any]],
+    workload: str,
+    systems: Iterable[str],
+    *,
+    exposure_at_most: float | None = None,
+    **match: Any,
 ) -> tuple[str, str, float] | None:
-    """(system, setting, median jobs/s) of the fastest setting among ``systems``."""
+    """(system, setting, median jobs/s) of the fastest setting among ``systems``; with
+    ``exposure_at_most``, only settings whose crash exposure (median max claimed-unrecorded) is
+    no larger."""
     best = None
     for (system, setting), rows in groups(
         select(results, workload=workload, **match), "system", "setting"
     ).items():
         if system not in systems:
             continue
+        if exposure_at_most is not None and not med(rows, "max_inflight") <= exposure_at_most:
+            continue  # larger, or not measured (NaN compares false)
         m = med(rows, "jobs_per_s")
         if not math.isnan(m) and (best is None or m > best[2]):
             best = (system, setting, m)
-    return best
-
-
-def safe_best(
-    results: list[dict[str, Any]], size: int, exposure: float
-) -> tuple[str, str, float] | None:
-    """The fastest skiplock setting whose crash exposure (median max claimed-unrecorded) is at
-    most ``exposure``."""
-    best = None
-    if math.isnan(exposure):
-        return None
-    for (setting,), rows in groups(
-        select(results, workload="drain", system="skiplock", size=size), "setting"
-    ).items():
-        rate, exp = med(rows, "jobs_per_s"), med(rows, "max_inflight")
-        if math.isnan(rate) or math.isnan(exp) or exp > exposure:
-            continue
-        if best is None or rate > best[2]:
-            best = ("skiplock", setting, rate)
     return best
 
 
@@ -184,7 +174,7 @@ def targets(results: list[dict[str, Any]], plan: Plan) -> list[list[str]]:
             )
             # skiplock's best with a crash exposure no larger than PGQueuer's: the fastest of
             # its settings within that exposure (else its fastest, which then misses).
-            safe = safe_best(results, size, exp_pq)
+            safe = best_setting(results, "drain", ["skiplock"], size=size, exposure_at_most=exp_pq)
             best = safe or sk
             exp_sk = med(
                 select(results, workload="drain", system="skiplock", setting=best[1], size=size),
