@@ -7,6 +7,8 @@ from dataclasses import MISSING, dataclass, fields
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from .payload import load_json
+
 
 class JobStatus(enum.StrEnum):
     """The states of a job.
@@ -57,12 +59,22 @@ class Job:
     @classmethod
     def from_tuple(cls, row: tuple[Any, ...]) -> Job:
         """A row whose columns are the fields in order (id ... created_at, optionally more)."""
+        return cls._from_row(row, row[3])
+
+    @classmethod
+    def from_claimed_row(cls, row: tuple[Any, ...]) -> Job:
+        """A row of a claim, whose payload is JSON text (see job_claim in jobs.sql)."""
+        return cls._from_row(row, load_json(row[3]))
+
+    @classmethod
+    def _from_row(cls, row: tuple[Any, ...], payload: Any) -> Job:
         # A worker makes one Job per claimed row.  The generated __init__ of a frozen dataclass
         # sets each field with object.__setattr__; filling __dict__ at once takes 1.0 us, not 2.7.
         job = object.__new__(cls)
         attrs = job.__dict__
         attrs.update(_OPTIONAL_FIELDS)  # defaults for the fields the row may lack, first
         attrs.update(zip(_FIELD_NAMES, row, strict=False))
+        attrs["payload"] = payload
         attrs["status"] = _STATUSES[row[4]]
         return job
 

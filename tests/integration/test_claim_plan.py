@@ -386,7 +386,7 @@ def test_keyed_claim_keeps_the_first_job_of_each_key_in_claim_order(keyed: App) 
         conn.transaction(force_rollback=True),
     ):
         rows = conn.execute(keyed.queries["job_claim"], claim_params(30)).fetchall()
-    claimed = sorted((row[3]["n"], row[11]) for row in rows)
+    claimed = sorted((json.loads(row[3])["n"], row[11]) for row in rows)  # payload as text
 
     # The fixture's pending jobs in claim order are n = 1..1500; the claim locks the first 30
     # whose key is not running and keeps the first job of each key among them.

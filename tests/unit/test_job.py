@@ -1,4 +1,4 @@
-"""Job.from_tuple: the fast way a worker builds a Job from a claimed row."""
+"""Job.from_tuple and Job.from_claimed_row: the fast ways a worker builds a Job from a row."""
 
 from __future__ import annotations
 
@@ -40,3 +40,10 @@ def test_a_job_from_a_row_is_still_frozen() -> None:
 def test_an_unknown_status_is_an_error() -> None:
     with pytest.raises(KeyError):
         Job.from_tuple((*ROW[:4], "exploded", *ROW[5:]))
+
+
+def test_a_claimed_row_brings_its_payload_as_json_text() -> None:
+    claimed = Job.from_claimed_row((*ROW[:3], '{"to": "a@b.c", "n": [1, 2.5, null]}', *ROW[4:]))
+    assert claimed.payload == {"to": "a@b.c", "n": [1, 2.5, None]}
+    assert claimed == Job.from_tuple((*ROW[:3], claimed.payload, *ROW[4:]))
+    assert claimed.status is JobStatus.RUNNING and claimed.last_error is None

@@ -119,6 +119,8 @@ WHERE idempotency_key = ANY(%(keys)s::text[])
 -- jobs back to pending, which an at-least-once queue allows, and saves the claim the WAL flush
 -- (the one slow step of an idle worker's pick-up).  A held-lock claim must not: its
 -- transaction also writes the job's outcome.
+-- The payload comes back as JSON text, which the worker decodes itself (Job.from_claimed_row):
+-- psycopg's jsonb loader, a Python call per value, took 1.3 us more per job.
 WITH better AS (
     SELECT id, entity_key, priority, run_at
     FROM {jobs} AS c
@@ -166,7 +168,7 @@ SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locke
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
 FROM picked, commit_mode
 WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.task, j.payload, j.status, j.priority, j.run_at, j.attempts,
+RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.entity_key, j.idempotency_key,
           j.created_at;
 
@@ -229,7 +231,7 @@ SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locke
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
 FROM picked, commit_mode
 WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.task, j.payload, j.status, j.priority, j.run_at, j.attempts,
+RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.entity_key, j.idempotency_key,
           j.created_at;
 
