@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +30,6 @@ from .capacity import Capacity
 from .claim_cursor import ClaimCursor
 from .completer import Completer
 from .errors import SkiplockError
-from .execution import Outcome
 from .job import Job
 from .maintenance import Maintenance
 from .queue_settings import QueueSettings
@@ -72,8 +70,8 @@ class Claiming:
         def _track(self, job: Job, model: Any) -> RunningJob: ...
         def _untrack(self, running: RunningJob) -> None: ...
         def _emit_started(self, job: Job) -> None: ...
-        def _spawn(self, coro: Any) -> asyncio.Task[None]: ...
-        async def _run_slot(self, running: RunningJob) -> None: ...
+        def _start_reserved(self) -> None: ...
+        def _next_reserved(self) -> RunningJob | None: ...
         async def _claim_held(self, queues: list[str], limit: int) -> int: ...
 
     def _new_work(self) -> None:
@@ -231,31 +229,3 @@ class Claiming:
         conn, self._claim_conn = self._claim_conn, None
         if conn is not None and self._pool is not None:
             await self._pool.putconn(conn)
-
-    def _start_reserved(self) -> None:
-        """Start reserved jobs in free slots, a slot task each (see Worker._run_slot)."""
-        assert self._completer is not None
-        startable = self.capacity.startable(len(self._tasks), self._completer.pending)
-        while startable > 0 and not self._stopping:
-            running = self._next_reserved()
-            if running is None:
-                return
-            running.task = self._spawn(self._run_slot(running))
-            startable -= 1
-
-    def _next_reserved(self) -> RunningJob | None:
-        """The next reserved job, marked started; those cancelled by an admin or whose queue
-        was paused while they waited for a slot are given back on the way."""
-        assert self._completer is not None and self.settings is not None
-        while self._reserved:
-            running = self._reserved.popleft()
-            if running.stop_reason is not None or running.job.queue in self.settings.paused:
-                self._untrack(running)
-                cancelled = running.stop_reason == "cancelled"
-                outcome = Outcome("cancelled") if cancelled else Outcome("release")
-                self._completer.submit(running.job, outcome, running.started)
-                continue
-            running.started = time.monotonic()
-            self._emit_started(running.job)
-            return running
-        return None

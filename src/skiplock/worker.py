@@ -12,8 +12,8 @@ Shutdown (:meth:`Worker.stop`): stop claiming, give running jobs ``shutdown_grac
 cancel the rest and give them back without spending their attempt, flush, resign leadership.
 
 This module has the worker's life cycle, running jobs and recording outcomes; claiming is in
-:mod:`skiplock.claiming`, the held-lock slots in :mod:`skiplock.held_slots` (both mixins of
-:class:`Worker`).
+:mod:`skiplock.claiming`, the slots that run leased jobs in :mod:`skiplock.leased_slots`, the
+held-lock slots in :mod:`skiplock.held_slots` (mixins of :class:`Worker`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from .heartbeat import Heartbeat
 from .held_slots import HeldSlots
 from .job import Job
 from .leader import LeaderElector
+from .leased_slots import LeasedSlots, ParkedSlot
 from .listener import Listener
 from .maintenance import Maintenance
 from .migrations import all_migrations
@@ -54,13 +55,6 @@ from .task import WorkerModel
 log = logging.getLogger("skiplock.worker")
 
 REQUEUED = ("retry", "snooze")  # outcomes that can make their job claimable again at once
-# Busy slots together run jobs that do not await for at most this long before the event loop
-# gets to its other work (claims, writes, the heartbeat): each slot's share is this divided by
-# the number of busy slots, as the loop runs them one after the other; but at least
-# SLOT_TURN_MIN, or a hundred slots would yield after every short job (1.5-2 us each).
-SLOTS_TURN = 0.001
-SLOT_TURN_MIN = 0.00005
-
 
 __all__ = ["JobEvent", "Worker", "WorkerStats", "new_worker_id"]
 
@@ -83,7 +77,7 @@ async def cancel_and_wait(tasks: Collection[asyncio.Task[Any]], again_after: flo
             task.exception()  # retrieved: a service that failed was logged where it failed
 
 
-class Worker(Claiming, HeldSlots):
+class Worker(Claiming, LeasedSlots, HeldSlots):
     def __init__(
         self,
         app: App,
@@ -127,7 +121,8 @@ class Worker(Claiming, HeldSlots):
         self.maintenance: Maintenance | None = None
         self._running: dict[int, RunningJob] = {}  # every claimed job, reserved or started
         self._reserved: deque[RunningJob] = deque()  # claimed, waiting for a slot
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # busy slots
+        self._parked: deque[ParkedSlot] = deque()  # idle leased slots (see leased_slots.py)
         self._handlers = 0  # jobs whose task is running now (their outcomes are still to come)
         self._drained = False  # the last claim found less than it asked for
         self._announced = 0  # counts announcements of new work (see _new_work)
@@ -217,7 +212,7 @@ class Worker(Claiming, HeldSlots):
             await self._shut_down()
         finally:
             await cancel_and_wait(services)
-            await cancel_and_wait(self._tasks)
+            await cancel_and_wait([*self._tasks, *self._release_parked_slots()])
             await self._release_claim_connection()
             await self._completer.stop()
             await self.elector.resign()
@@ -241,16 +236,6 @@ class Worker(Claiming, HeldSlots):
     def _nudge(self) -> None:
         if self._wake is not None:
             self._wake.set()
-
-    def _spawn(self, coro: Any) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._slot_freed)
-        return task
-
-    def _slot_freed(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self._capacity_freed()
 
     def _track(self, job: Job, model: WorkerModel) -> RunningJob:
         self.stats.claimed += 1
@@ -278,60 +263,6 @@ class Worker(Claiming, HeldSlots):
         )  # fmt: skip
         self.stats.timed_out += outcome.timed_out
         return outcome
-
-    async def _run_slot(self, running: RunningJob) -> None:
-        """One busy slot: run this job, then the reserved ones, one after another, for as long as
-        the slot may start them.  A task per busy slot, not per job: making a task and reacting
-        to its end cost a worker of short jobs ~2.5 us per job.  Between jobs the slot lets the
-        event loop run its other work (claims, writes, other slots) once its turn is over (see
-        ``SLOTS_TURN``)."""
-        assert self._completer is not None
-        slot = asyncio.current_task()
-        yield_at = time.monotonic() + self._slot_turn()
-        while await self._run_leased(running):
-            if time.monotonic() >= yield_at:
-                await asyncio.sleep(0)
-                yield_at = time.monotonic() + self._slot_turn()
-            if self._stopping:
-                return
-            # This slot is one of the tasks: it may go on if one slot would be startable.
-            if not self.capacity.startable(len(self._tasks) - 1, self._completer.pending):
-                return
-            following = self._next_reserved()
-            if following is None:
-                return
-            self._claim_if_due()
-            running = following
-            running.task = slot
-
-    def _slot_turn(self) -> float:
-        return max(SLOTS_TURN / len(self._tasks), SLOT_TURN_MIN)
-
-    async def _run_leased(self, running: RunningJob) -> bool:
-        """Run one leased job and hand its outcome to the completer; False when it was stopped
-        (cancelled, or at shutdown): the task it ran in is not to run another job."""
-        assert self._completer is not None
-        self._handlers += 1
-        go_on = True
-        try:
-            outcome = await self._outcome(running, None)
-        except asyncio.CancelledError:
-            reason = running.stop_reason
-            if reason is None:
-                raise
-            current = asyncio.current_task()
-            if current is not None:
-                current.uncancel()
-            outcome = Outcome("cancelled" if reason == "cancelled" else "release")
-            go_on = False
-        finally:
-            self._handlers -= 1
-            # The slot's task goes on with other jobs: a late stop() of this one (a heartbeat
-            # that asked before it finished) must not cancel them.
-            running.task = None
-            self._untrack(running)
-        self._completer.submit(running.job, outcome, running.started)
-        return go_on
 
     def _recorded(self, batch: list[Recorded]) -> None:
         """Outcomes were written (or found lost): count and report them, refill the slots."""
@@ -367,6 +298,7 @@ class Worker(Claiming, HeldSlots):
 
     async def _shut_down(self) -> None:
         assert self._completer is not None
+        self._release_parked_slots()  # idle: they end at their next turn
         while self._reserved:  # never started: back to the queue without spending an attempt
             running = self._reserved.popleft()
             self._untrack(running)
