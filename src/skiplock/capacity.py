@@ -12,6 +12,11 @@ Finished jobs whose outcomes are not written yet (*unwritten*) may number up to
 write per batch, and the next claim overlaps the last write, yet a worker that outruns its writes
 cannot pile up running rows.  Jobs a ``kill -9`` can make run twice (started or finished, not
 yet written): at most ``concurrency + max(concurrency, 300)`` per worker.
+
+``max_in_flight`` bounds that exposure harder: the worker claims nothing while that many of its
+claimed jobs (reserved, running, or finished and unwritten) are not yet recorded, so neither the
+jobs a crash re-runs nor the rows it leaves ``running`` can exceed it.  Short jobs then wait for
+writes more often: fewer jobs per second for a smaller worst case.
 """
 
 from __future__ import annotations
@@ -61,12 +66,19 @@ class Capacity:
         concurrency: int,
         prefetch: int,
         *,
+        max_in_flight: int | None = None,
         horizon: float = 0.1,
         throughput: Throughput | None = None,
     ) -> None:
         if concurrency < 1 or prefetch < 0 or horizon < 0:
             raise ValueError("concurrency must be >= 1, prefetch and horizon >= 0")
+        if max_in_flight is not None and max_in_flight < concurrency:
+            raise ValueError(
+                f"max_in_flight ({max_in_flight}) must be at least concurrency ({concurrency}):"
+                " every slot holds a claimed job"
+            )
         self.concurrency = concurrency
+        self.max_in_flight = max_in_flight
         self.prefetch = prefetch
         self.horizon = horizon
         self.unwritten_max = max(concurrency, UNWRITTEN_FLOOR)
@@ -99,10 +111,16 @@ class Capacity:
         large while it keeps its slots busy from what it reserved.
         """
         target = self.concurrency + self.ahead()
-        room = target - active - reserved - max(0, unwritten - self.unwritten_max)
+        over = max(0, unwritten - self.unwritten_max)
+        room, taken = target - active - reserved - over, active + reserved + over
+        if self.max_in_flight is not None:
+            # Never more claimed-and-unrecorded jobs than the bound (a busy slot between two
+            # jobs counts as one more: the bound is only ever overestimated).
+            in_flight = active + reserved + unwritten
+            if self.max_in_flight - in_flight < room:
+                target, room, taken = self.max_in_flight, self.max_in_flight - in_flight, in_flight
         if room <= 0:
             return 0
         if reserved == 0 and active < self.concurrency and unwritten <= self.unwritten_max:
             return room
-        taken = target - room  # active + reserved, and the unwritten beyond their limit
         return room if taken < self._refill_below(target) else 0

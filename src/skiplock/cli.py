@@ -117,6 +117,15 @@ def migrate(dsn: str | None, schema: str, print_sql: bool) -> None:
     "start within 0.1 s at its recent rate (0: claim only for free slots).",
 )
 @click.option(
+    "--max-in-flight",
+    envvar="SKIPLOCK_MAX_IN_FLIGHT",
+    type=click.IntRange(1),
+    default=None,
+    help="Most claimed jobs not yet recorded, per process: a kill -9 runs at most this many "
+    "again (default: concurrency + prefetch + up to max(concurrency, 300) unwritten outcomes). "
+    "At least --concurrency.",
+)
+@click.option(
     "--processes",
     envvar="SKIPLOCK_PROCESSES",
     type=click.IntRange(1),
@@ -177,6 +186,7 @@ def worker(
     queues: str | None,
     concurrency: int,
     prefetch: int,
+    max_in_flight: int | None,
     processes: int,
     model: str | None,
     lease_seconds: float,
@@ -192,6 +202,12 @@ def worker(
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
     )
+    if max_in_flight is not None and max_in_flight < concurrency:
+        raise click.BadParameter(
+            f"{max_in_flight} is less than --concurrency {concurrency}: every slot holds a "
+            "claimed job",
+            param_hint="--max-in-flight",
+        )
     if processes > 1:
         if dsn:
             os.environ["SKIPLOCK_DATABASE_URL"] = dsn  # not on the children's command lines
@@ -199,6 +215,7 @@ def worker(
                 "--lease", str(lease_seconds),
                 "--poll-interval", str(poll_interval), "--shutdown-grace", str(shutdown_grace),
                 "--log-level", log_level]  # fmt: skip
+        args += ["--max-in-flight", str(max_in_flight)] if max_in_flight else []
         args += ["--queues", queues] if queues else []
         args += ["--model", model] if model else []
         args += ["--poll-only"] if poll_only else []
@@ -216,6 +233,7 @@ def worker(
         queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
         concurrency=concurrency,
         prefetch=prefetch,
+        max_in_flight=max_in_flight,
         model=model,  # type: ignore[arg-type]
         lease_seconds=lease_seconds,
         poll_interval=poll_interval,

@@ -85,6 +85,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
         queues: list[str] | None = None,
         concurrency: int = 10,
         prefetch: int = 500,
+        max_in_flight: int | None = None,
         model: WorkerModel | None = None,
         lease_seconds: float = 30.0,
         poll_interval: float = 1.0,
@@ -104,7 +105,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
         self.app = app
         self.queues = [check_queue_name(q) for q in queues] if queues else None
         self.concurrency = concurrency
-        self.capacity = Capacity(concurrency, prefetch)
+        self.capacity = Capacity(concurrency, prefetch, max_in_flight=max_in_flight)
         self.model = model
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval

@@ -434,6 +434,20 @@ def test_cli_worker_with_an_attribute_that_is_not_an_app(tmp_path: Path, pg_dsn:
         assert spec in result.stderr or "module:attribute" in result.stderr
 
 
+def test_cli_worker_max_in_flight_below_concurrency_is_a_usage_error(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    args = ("worker", "nosuchmodule_xyz:app", "--dsn", pg_dsn, "--burst", "--concurrency", "10")
+    result = _cli(*args, "--max-in-flight", "5", cwd=tmp_path)
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr
+    assert "--max-in-flight" in result.stderr and "less than --concurrency 10" in result.stderr
+    # checked before the app is imported: the same line with a bound that fits gets that far
+    fits = _cli(*args, "--max-in-flight", "10", cwd=tmp_path)
+    assert "--max-in-flight" not in fits.stderr
+    assert "cannot import 'nosuchmodule_xyz'" in fits.stderr
+
+
 def test_worker_refuses_a_schema_missing_a_migration_and_says_which(pg_dsn: str, db: Any) -> None:
     """An upgrade deployed before `skiplock migrate` ran: the worker says so and does not start;
     a statement that needs the missing migration says the same; enqueue (which needs nothing

@@ -8,10 +8,12 @@ they start.  The worker reserves as many as its recent rate says; the tests fix 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 
 from polling import wait_for
@@ -76,6 +78,53 @@ def test_jobs_claimed_ahead_wait_leased_and_run_once_each(app: App, db: Any) -> 
     assert all(status == "running" for status, _ in during.values())
     assert rows(db, app) == {job_id: ("done", 1) for job_id in ids}
     assert worker.stats.lost == 0 and worker.stats.done == 6
+
+
+def most_running_rows(pg_dsn: str, schema: str, worker: Worker, jobs: int) -> tuple[int, Any]:
+    """Run ``worker`` until ``jobs`` jobs are done while another connection counts the running
+    rows as often as it can; returns the largest count seen and the worker's stats."""
+    seen = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                row = conn.execute(
+                    f"SELECT count(*) FROM \"{schema}\".jobs WHERE status = 'running'"
+                ).fetchone()
+                seen[0] = max(seen[0], row[0] if row else 0)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        run_until(worker, lambda: worker.stats.done >= jobs, timeout=60.0)
+    finally:
+        stop.set()
+        sampler.join()
+    return seen[0], worker.stats
+
+
+@pytest.mark.parametrize("bound", [None, 25])
+def test_max_in_flight_bounds_the_jobs_claimed_and_unrecorded(
+    app: App, db: Any, pg_dsn: str, bound: int | None
+) -> None:
+    @app.task(name="noop")
+    async def noop(n: int) -> None:
+        pass
+
+    jobs = 4000
+    app.enqueue_many("noop", [{"n": n} for n in range(jobs)])
+    worker = Worker(app, concurrency=10, max_in_flight=bound, poll_interval=0.1)
+    most, stats = most_running_rows(pg_dsn, app.schema, worker, jobs)
+    assert stats.done == jobs and stats.lost == 0
+    assert rows(db, app) == {job_id: ("done", 1) for job_id in rows(db, app)}
+    assert len(rows(db, app)) == jobs
+    if bound is None:
+        # without the bound, short jobs make the same worker claim far ahead (the control that
+        # shows the sampler sees what the bound prevents)
+        assert most > 25
+    else:
+        assert 0 < most <= bound
 
 
 def test_shutdown_gives_reserved_jobs_back_without_spending_their_attempt(

@@ -80,3 +80,34 @@ def test_bad_settings_are_refused() -> None:
         Capacity(0, 10)
     with pytest.raises(ValueError):
         Capacity(1, -1)
+
+
+def test_max_in_flight_bounds_claimed_and_unrecorded_jobs() -> None:
+    cap = _capacity(10, 500, rate=100_000.0)  # unbounded, it would hold 10 + 500
+    cap.max_in_flight = 40
+    assert cap.to_claim(active=0, reserved=0, unwritten=0) == 40
+    # running, reserved and unwritten jobs all count against the bound
+    for active in range(0, 11):
+        for reserved in range(0, 41, 5):
+            for unwritten in range(0, 41, 3):
+                room = cap.to_claim(active, reserved, unwritten)
+                assert room >= 0
+                if room:
+                    assert active + reserved + unwritten + room <= 40
+
+
+def test_a_bounded_worker_claims_again_once_half_the_bound_is_free() -> None:
+    cap = _capacity(10, 500, rate=100_000.0)
+    cap.max_in_flight = 40
+    # slots busy, jobs reserved, 25 in flight: not yet (the claim would be small)
+    assert cap.to_claim(active=10, reserved=5, unwritten=10) == 0
+    # written outcomes freed more than half of the bound: claim the free part
+    assert cap.to_claim(active=10, reserved=5, unwritten=0) == 25
+    # a free slot with nothing reserved is filled at once, within the bound
+    assert cap.to_claim(active=9, reserved=0, unwritten=30) == 1
+
+
+def test_max_in_flight_below_concurrency_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least concurrency"):
+        Capacity(10, 0, max_in_flight=9)
+    assert Capacity(10, 0, max_in_flight=10).max_in_flight == 10
