@@ -209,8 +209,10 @@ class Runner:
 
     def scale(self) -> None:
         p = self.plan
-        for case in scale.CASES:
-            for rep in range(p.repeat):
+        # Repetitions outside, cases inside: this machine's speed drifts over minutes, and the
+        # targets compare the cases with each other.
+        for rep in range(p.repeat):
+            for case in scale.CASES:
                 self.measure(
                     "scale",
                     "skiplock",
