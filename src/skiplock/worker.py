@@ -300,10 +300,8 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
     async def _shut_down(self) -> None:
         assert self._completer is not None
         self._release_parked_slots()  # idle: they end at their next turn
-        while self._reserved:  # never started: back to the queue without spending an attempt
-            running = self._reserved.popleft()
-            self._untrack(running)
-            self._completer.submit(running.job, Outcome("release"), running.started)
+        while self._reserved:  # never started: back to the queue without spending an attempt,
+            self._give_back(self._reserved.popleft())  # or cancelled if an admin asked
         if self._tasks:
             log.info(
                 "waiting up to %.0fs for %d running jobs",

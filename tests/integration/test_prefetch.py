@@ -182,6 +182,39 @@ def test_admin_cancel_of_a_reserved_job_cancels_it_before_it_starts(app: App, db
     assert rows(db, app) == {ids[0]: ("done", 1), ids[1]: ("cancelled", 1), ids[2]: ("done", 1)}
 
 
+def test_shutdown_cancels_a_reserved_job_an_admin_cancelled_and_releases_the_rest(
+    app: App, db: Any
+) -> None:
+    started: list[int] = []
+
+    @app.task(name="gated")
+    async def gated(n: int) -> None:
+        started.append(n)
+        await asyncio.Event().wait()  # until shutdown cancels it
+
+    ids = [gated.enqueue(n=n).id for n in range(3)]
+    worker = reserving(
+        Worker(app, concurrency=1, lease_seconds=0.6, poll_interval=0.1, shutdown_grace=0.2), 2
+    )
+
+    async def main() -> None:
+        run = asyncio.create_task(worker.run())
+        assert await wait_for(lambda: len(worker.running_jobs) == 3, 5.0)
+        assert await app.async_client.cancel_or_request(ids[1]) == "requested"
+        # the heartbeat (every lease/3) passes the request on to the reserved job
+        reserved = next(r for r in worker._reserved if r.job.id == ids[1])
+        assert await wait_for(lambda: reserved.stop_reason == "cancelled", 5.0)
+        worker.stop()
+        await run
+
+    asyncio.run(main())
+    assert started == [0]
+    after = rows(db, app)
+    # the running job was cut short by the shutdown and the untouched reserved job given back,
+    # neither spending its attempt; the one an admin cancelled is cancelled, not run later
+    assert after == {ids[0]: ("pending", 0), ids[1]: ("cancelled", 1), ids[2]: ("pending", 0)}
+
+
 def test_pausing_the_queue_releases_reserved_jobs(app: App, db: Any) -> None:
     started: list[int] = []
     gate = asyncio.Event()
