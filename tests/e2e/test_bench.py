@@ -84,7 +84,8 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     # so did its variant with a bound on claimed-unrecorded jobs (a smaller crash exposure),
     # which both worker processes kept: the running rows never exceeded 2 x 150.
     assert {"c100x2-delete", "c100x2-delete-f150"} <= {r["setting"] for r in drains}
-    assert all(0 < r["max_inflight"] <= 300 for r in drains if r["setting"].endswith("-f150"))
+    # (a quick drain may be over between two samples: only the bound is checked)
+    assert all(r["max_inflight"] <= 300 for r in drains if r["setting"].endswith("-f150"))
     latencies = [r for r in results if r["workload"] == "latency"]
     assert all(len(r["samples_ms"]) == r["jobs"] > 0 for r in latencies)
     assert "sql-floor" in {r["system"] for r in latencies}  # the floor ran, and was verified
