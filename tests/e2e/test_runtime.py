@@ -505,13 +505,17 @@ def test_supervisor_restarts_a_killed_child_and_stops_on_sigterm(
     workdir: Path, app: App, db: psycopg.Connection[Any]
 ) -> None:
     args = ("--processes", "2", "--concurrency", "2", "--poll-interval", "0.2", "--lease", "5")
-    with worker(workdir, app, *args, name="sup") as sup:
+    with worker(workdir, app, *args, "--max-in-flight", "3", name="sup") as sup:
         children = wait_for(
             lambda: (len(found := child_pids(sup.pid)) == 2 and found) or not sup.alive(),
             15,
             "two worker processes",
         )
         assert sup.alive(), sup.stderr
+        for pid in children:  # the children run with the supervisor's options
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            assert b"--max-in-flight" in command, command
+            assert command[command.index(b"--max-in-flight") + 1] == b"3", command
         wait_for(lambda: len(listeners(db, app)) == 2, 15, "both children to LISTEN")
 
         batch1 = [e.id for e in app.enqueue_many("nap", [{"seconds": 0.05}] * 40)]
