@@ -192,6 +192,30 @@ class Runner:
                         size=size,
                         notes=setting.notes,
                     )
+                if any(s.system == "skiplock" for s in settings):
+                    self.ceiling_alongside(size, rep)
+
+    def ceiling_alongside(self, size: int, rep: int) -> None:
+        """The SQL ceiling at the batch size the drain targets compare with, right after each
+        repetition of the drains: this machine's speed drifts by a third over minutes, and the
+        ceiling workload itself runs a quarter of an hour later."""
+        p = self.plan
+        batch = max(p.ceiling_batches)
+        for mode in p.ceiling_modes:
+            for clients in p.ceiling_clients:
+                self.measure(
+                    "drain-ceiling",
+                    ceiling.SEED.system,
+                    f"n{batch}-{mode}-c{clients}",
+                    rep,
+                    lambda m=mode, c=clients: ceiling.drain(
+                        self.ctx, p.ceiling_jobs[batch], batch, m, c
+                    ),
+                    size=size,
+                    batch=batch,
+                    mode=mode,
+                    clients=clients,
+                )
 
     def latency(self) -> None:
         p = self.plan

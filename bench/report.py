@@ -138,10 +138,25 @@ def nearest_batch(results: list[dict[str, Any]], jobs: float) -> int:
     return min(batches, key=lambda b: abs(math.log(b) - math.log(max(jobs, 1.0))))
 
 
-def ceiling_best(results: list[dict[str, Any]], batch: int, mode: str = "done") -> float:
-    rows = select(results, workload="ceiling", system="sql-ceiling", batch=batch, mode=mode)
+def ceiling_best(
+    results: list[dict[str, Any]], batch: int, mode: str = "done", size: int | None = None
+) -> float:
+    """The ceiling's best (over client counts) median jobs/s at ``batch`` and ``mode``; with
+    ``size``, as measured between the repetitions of that drain size, where it was."""
+    rows = []
+    if size is not None:
+        rows = select(
+            results, workload="drain-ceiling", system="sql-ceiling", batch=batch, mode=mode,
+            size=size,
+        )  # fmt: skip
+    if not rows:
+        rows = select(results, workload="ceiling", system="sql-ceiling", batch=batch, mode=mode)
     by = groups(rows, "clients")
     return max((med(r, "jobs_per_s") for r in by.values()), default=float("nan"))
+
+
+def ceiling_alongside(results: list[dict[str, Any]], size: int, batch: int) -> bool:
+    return bool(select(results, workload="drain-ceiling", size=size, batch=batch))
 
 
 def verdict(ok: bool | None) -> str:
@@ -210,7 +225,10 @@ def targets(results: list[dict[str, Any]], plan: Plan) -> list[list[str]]:
             )
             per_pair = 2 / xacts if xacts and not math.isnan(xacts) else 10.0
             batch = nearest_batch(results, per_pair)
-            ceil = ceiling_best(results, batch, mode)
+            ceil = ceiling_best(results, batch, mode, size)
+            when = (
+                ", measured between the drains" if ceiling_alongside(results, size, batch) else ""
+            )
             tried = select(results, workload="drain", system="skiplock", setting=label, size=size)
             if tried and math.isnan(sk_rate):
                 out.append(
@@ -228,7 +246,8 @@ def targets(results: list[dict[str, Any]], plan: Plan) -> list[list[str]]:
                 [
                     f"Drain {size:,}: skiplock {label} within 1.5× of the SQL ceiling "
                     f"(batch {batch}, the nearest to skiplock's {per_pair:.0f} jobs per claim + "
-                    f"write; {'mark done' if mode == 'done' else 'delete'}, best of 1–8 clients)",
+                    f"write; {'mark done' if mode == 'done' else 'delete'}, best of 1–8 "
+                    f"clients{when})",
                     f"ceiling {fmt(ceil)} / skiplock {fmt(sk_rate)} = {r:.2f}×",
                     verdict(r <= 1.5),
                 ]
@@ -342,6 +361,17 @@ def drain_section(results: list[dict[str, Any]]) -> str:
         ]
         best = f"best peer: {peer[0]} {peer[1]} ({fmt(peer[2])} jobs/s)" if peer else ""
         parts.append(f"### Drain, {size:,} jobs preloaded ({best})\n\n{table(head, lines)}")
+        alongside = select(results, workload="drain-ceiling", size=size)
+        if alongside:
+            figures = []
+            for (batch, mode), rs in groups(alongside, "batch", "mode").items():
+                by = groups(rs, "clients")
+                each = ", ".join(f"{c} clients {fmt(med(by[c], 'jobs_per_s'))}" for c in sorted(by))
+                figures.append(f"batch {batch}, {mode}: {each}")
+            parts.append(
+                "The SQL ceiling measured after each repetition of these drains (pgbench, jobs/s, "
+                "median; the targets compare with these): " + "; ".join(figures) + "."
+            )
     return "\n\n".join(parts)
 
 

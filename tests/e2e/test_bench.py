@@ -69,7 +69,8 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
 
     data = json.loads((out / "results.json").read_text())
     results = data["results"]
-    assert {r["workload"] for r in results} == WORKLOADS
+    # the drain phase also measures the ceiling after each repetition ("drain-ceiling")
+    assert {r["workload"] for r in results} == WORKLOADS | {"drain-ceiling"}
     assert {r["system"] for r in results} == SYSTEMS
     not_verified = [
         (r["workload"], r["system"], r["setting"], r.get("problems"))
@@ -115,19 +116,31 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     within = [s for s, e in exposures.items() if e <= limit]
     # None within: the fastest of all is named, and misses.
     assert named == max(within or rates, key=rates.__getitem__), exposure_target
-    # The targets hold skiplock to the seed's ceiling, never to its own statements' figures.
+    # The targets hold skiplock to the seed's ceiling, never to its own statements' figures,
+    # as measured between the repetitions of the same drain size.
+    alongside = [r for r in results if r["workload"] == "drain-ceiling"]
+    assert {(r["size"], r["mode"]) for r in alongside} == {(2000, "done"), (2000, "delete")}
     for line in (line for line in report.splitlines() if "of the SQL ceiling (batch" in line):
         found = re.search(
-            r"\(batch (\d+),.*; (mark done|delete), best of.*\| ceiling ([\d,]+) /", line
+            r"Drain ([\d,]+):.*\(batch (\d+),.*; (mark done|delete), best of [^|]*\) \| "
+            r"ceiling ([\d,]+) /",
+            line,
         )
         assert found, line
-        batch, mode = int(found[1]), "done" if found[2] == "mark done" else "delete"
+        size, batch = int(found[1].replace(",", "")), int(found[2])
+        mode = "done" if found[3] == "mark done" else "delete"
+        # measured between the drains where the drains had that batch size beside them (the
+        # largest), else in the ceiling workload
+        between = "measured between the drains" in line
+        assert between == (batch == max(r["batch"] for r in alongside)), line
+        rows = alongside if between else ceilings
         seed = [
             r["jobs_per_s"]
-            for r in ceilings
+            for r in rows
             if (r["system"], r["batch"], r["mode"]) == ("sql-ceiling", batch, mode)
+            and r.get("size", size) == size
         ]
-        assert found[3] == f"{max(seed):,.0f}", line
+        assert found[4] == f"{max(seed):,.0f}", line  # one repetition in quick mode
     for heading in (
         "## Targets",
         "## Drain",
