@@ -365,8 +365,11 @@ def drain_section(results: list[dict[str, Any]]) -> str:
         if alongside:
             figures = []
             for (batch, mode), rs in groups(alongside, "batch", "mode").items():
-                by = groups(rs, "clients")
-                each = ", ".join(f"{c} clients {fmt(med(by[c], 'jobs_per_s'))}" for c in sorted(by))
+                by = groups(rs, "clients")  # keyed by 1-tuples
+                each = ", ".join(
+                    f"{key[0]} client{'s' if key[0] != 1 else ''} {fmt(med(by[key], 'jobs_per_s'))}"
+                    for key in sorted(by)
+                )
                 figures.append(f"batch {batch}, {mode}: {each}")
             parts.append(
                 "The SQL ceiling measured after each repetition of these drains (pgbench, jobs/s, "
