@@ -105,11 +105,7 @@ class Claiming:
         """Wake the claim loop when the slots and reserved jobs ran low (not after a claim that
         came up short: then only announced work or the poll sends it back to the queues)."""
         claimed = len(self._tasks) + len(self._reserved)
-        if not self._drained and (
-            not self._reserved
-            or claimed < self._refill_below
-            or self.capacity.max_in_flight is not None  # written outcomes made room
-        ):
+        if not self._drained and (not self._reserved or claimed < self._refill_below):
             self._nudge()
         elif self.burst:
             self._nudge()  # the burst may be over

@@ -285,6 +285,8 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
             # again, may be claimable now, behind the claim cursor.
             self._drained = False
             self.claim_cursor.rescan()
+        if self.capacity.max_in_flight is not None and not self._drained:
+            self._nudge()  # only written outcomes make room under the bound
         self._capacity_freed()
 
     def _emit(self, event: JobEvent) -> None:
