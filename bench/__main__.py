@@ -28,7 +28,7 @@ from .plan import Plan, make_plan, plan_from_dict
 from .systems import QUEUES, SYSTEMS, Setting, versions
 from .workloads import Context, drain, enqueue, latency, long_transaction
 
-WORKLOADS = ("enqueue", "drain", "latency", "scale", "longtx", "ceiling")
+WORKLOADS = ("enqueue", "drain", "statements", "latency", "scale", "longtx", "ceiling")
 
 log = logging.getLogger("bench")
 
@@ -88,6 +88,7 @@ def focus(plan: Plan, wanted: set[str]) -> Plan:
     plan.big_drain_settings = keep(plan.big_drain_settings)
     plan.latency_settings = keep(plan.latency_settings)
     plan.longtx_settings = keep(plan.longtx_settings)
+    plan.statements_settings = keep(plan.statements_settings)
     return plan
 
 
@@ -130,7 +131,13 @@ class Runner:
         main = next(
             (
                 k
-                for k in ("jobs_per_s", "p50_ms", "during_over_before", "claim_exec_ms")
+                for k in (
+                    "statements_per_job",
+                    "jobs_per_s",
+                    "p50_ms",
+                    "during_over_before",
+                    "claim_exec_ms",
+                )
                 if k in brief
             ),
             None,
@@ -194,6 +201,23 @@ class Runner:
                     )
                 if any(s.system == "skiplock" for s in settings):
                     self.ceiling_alongside(size, rep)
+
+    def statements(self) -> None:
+        """One drain per setting with the workers connected through the counting proxy."""
+        p = self.plan
+        for setting in p.statements_settings:
+            n = p.procrastinate_drain if setting.system == "procrastinate" else p.statements_jobs
+            self.measure(
+                "statements",
+                setting.system,
+                setting.label,
+                0,
+                lambda st=setting, n=n: drain(
+                    self.ctx, SYSTEMS[st.system], st, n, count_statements=True
+                ),
+                size=n,
+                notes=setting.notes,
+            )
 
     def ceiling_alongside(self, size: int, rep: int) -> None:
         """The SQL ceiling at the batch size the drain targets compare with, right after each

@@ -38,7 +38,8 @@ def as_url(dsn: str) -> str:
     auth = f"{user}:{p['password']}@" if p.get("password") else f"{user}@"
     host = p.get("host") or "127.0.0.1"
     port = p.get("port") or "5432"
-    return f"postgresql://{auth}{host}:{port}/{p.get('dbname', '')}"
+    query = f"?sslmode={p['sslmode']}" if p.get("sslmode") else ""
+    return f"postgresql://{auth}{host}:{port}/{p.get('dbname', '')}{query}"
 
 
 def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
@@ -53,6 +54,13 @@ class BenchDatabase:
         self.name = name
         self.dsn = with_dbname(server_dsn, name)
         self.url = as_url(self.dsn)
+
+    def through(self, dsn: str) -> BenchDatabase:
+        """The same database, reached by ``dsn`` (e.g. through a proxy)."""
+        other = BenchDatabase(self.server_dsn, self.name)
+        other.dsn = dsn
+        other.url = as_url(dsn)
+        return other
 
     def recreate(self) -> None:
         with connect(self.server_dsn) as conn:

@@ -90,6 +90,9 @@ class Plan:
     ceiling_clients: list[int]
     ceiling_jobs: dict[int, int] = field(default_factory=dict)
     own_sql_batches: list[int] = field(default_factory=list)  # skiplock's statements, pgbench
+    # A drain per setting through the counting proxy (bench/wire.py): statements per job.
+    statements_jobs: int = 0
+    statements_settings: list[Setting] = field(default_factory=list)
 
 
 def make_plan(quick: bool, repeat: int | None) -> Plan:
@@ -128,6 +131,8 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             ceiling_clients=[1, 4],
             ceiling_jobs={1: 400, 10: 2000, 100: 4000},
             own_sql_batches=[10, 100],
+            statements_jobs=2000,
+            statements_settings=[SK_DEFAULT, pgq(100, 2), PR_DEFAULT],
         )
     pgq_all = [pgq(b, p) for b in (10, 100, 500) for p in (1, 2)]
     return Plan(
@@ -175,14 +180,31 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         ceiling_clients=[1, 2, 4, 8],
         ceiling_jobs={1: 4000, 10: 20_000, 100: 20_000},
         own_sql_batches=[10, 100],
+        statements_jobs=20_000,
+        statements_settings=[
+            SK_DEFAULT,
+            SK_C100,
+            SK_C100X2,
+            SK_C100X2_DELETE,
+            SK_C100X2_DELETE_F150,
+            *pgq_all,
+            PR_DEFAULT,
+            PR_C10,
+        ],
     )
 
 
 def plan_from_dict(d: dict[str, Any]) -> Plan:
     """The plan as ``results.json`` stored it (for ``--report-only``)."""
     d = dict(d)
-    for name in ("drain_settings", "big_drain_settings", "latency_settings", "longtx_settings"):
-        d[name] = [Setting(**{**s, "extra": tuple(s.get("extra", ()))}) for s in d[name]]
+    for name in (
+        "drain_settings",
+        "big_drain_settings",
+        "latency_settings",
+        "longtx_settings",
+        "statements_settings",
+    ):
+        d[name] = [Setting(**{**s, "extra": tuple(s.get("extra", ()))}) for s in d.get(name, [])]
     s = d["scale_setting"]
     d["scale_setting"] = Setting(**{**s, "extra": tuple(s.get("extra", ()))})
     d["longtx"] = tuple(d["longtx"])

@@ -323,6 +323,60 @@ def cost_cells(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def statements_cell(results: list[dict[str, Any]], system: str, setting: str) -> str:
+    """Statements per job from the same setting's counted drain (see statements_section)."""
+    rows = select(results, workload="statements", system=system, setting=setting)
+    return fmt(med(rows, "statements_per_job")) if rows and all_verified(rows) else "–"
+
+
+def all_verified(rows: list[dict[str, Any]]) -> bool:
+    return all(r.get("verified") for r in rows)
+
+
+def statements_section(results: list[dict[str, Any]], plan: Plan) -> str:
+    rows = select(results, workload="statements")
+    if not rows:
+        return "Not measured in this run."
+    about = (
+        "PostgreSQL counts statements only with `pg_stat_statements`, a preload library that "
+        "needs a server restart. So each setting drains once more "
+        f"({plan.statements_jobs:,} jobs; Procrastinate {plan.procrastinate_drain:,}) with its "
+        "workers connected through `bench/wire.py`, a proxy that forwards every byte and reads "
+        "the type of each message the clients send. Statements = simple queries (`Q`) + "
+        "executes (`E`), `BEGIN`/`COMMIT` included; round trips = simple queries + syncs (`S`). "
+        "Counted over the workers' whole life (start-up, polls, leadership, shutdown), divided by "
+        "the jobs. These drains' speeds are the proxy's, not reported."
+    )
+    lines = [
+        [
+            system,
+            setting,
+            f"{rs[0].get('jobs', 0):,}",
+            fmt(med(rs, "statements_per_job")),
+            fmt(med(rs, "round_trips_per_job")),
+            fmt(med(rs, "bytes_to_server_per_job")),
+            fmt(med(rs, "bytes_to_client_per_job")),
+            fmt(med(rs, "connections")),
+            fmt(med(rs, "xacts_per_job")),
+            verified(rs),
+        ]
+        for (system, setting), rs in groups(rows, "system", "setting").items()
+    ]
+    head = [
+        "system",
+        "setting",
+        "jobs",
+        "statements/job",
+        "round trips/job",
+        "B to server/job",
+        "B to client/job",
+        "connections",
+        "xacts/job",
+        "verified",
+    ]
+    return f"{about}\n\n{table(head, lines)}"
+
+
 def drain_section(results: list[dict[str, Any]]) -> str:
     parts = []
     for size in sorted({r["size"] for r in select(results, workload="drain")}):
@@ -342,6 +396,7 @@ def drain_section(results: list[dict[str, Any]]) -> str:
                     fmt_stats(stats(rs, "jobs_per_s")),
                     ratio,
                     fmt(med(rs, "max_inflight")),
+                    statements_cell(results, system, setting),
                     *cost_cells(rs),
                     fmt(med(rs, "startup_s")),
                     verified(rs),
@@ -355,6 +410,7 @@ def drain_section(results: list[dict[str, Any]]) -> str:
             "jobs/s median (min–max)",
             "vs best peer",
             "max claimed-unrecorded",
+            "statements/job",
             *COST_HEADER,
             "start-up s",
             "verified",
@@ -752,8 +808,9 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "- **Max claimed-unrecorded** = most jobs seen claimed but not yet recorded as finished "
         "(skiplock `running`, PGQueuer `picked`, Procrastinate `doing`), sampled every ~60 ms: "
         "the jobs a `kill -9` at that moment would make run again (crash exposure).",
-        "- **Per job:** xacts = `pg_stat_database` commits+rollbacks of the bench database ÷ jobs "
-        "(statements are not countable without `pg_stat_statements`, which needs a restart); WAL = "
+        "- **Per job:** statements = from a separate drain of the same setting whose workers "
+        "connect through a counting proxy (see below); xacts = `pg_stat_database` "
+        "commits+rollbacks of the bench database ÷ jobs; WAL = "
         "`pg_current_wal_lsn()` delta (server-wide: includes other activity on the server); worker "
         "CPU = utime+stime of the worker processes (`/proc`); PG CPU = utime+stime of the backends "
         "`pg_stat_activity` lists for the bench database (autovacuum included), between the first "
@@ -764,6 +821,10 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "## Drain",
         "",
         drain_section(results),
+        "",
+        "## Statements per job (a drain through a counting proxy)",
+        "",
+        statements_section(results, plan),
         "",
         "## SQL ceiling (pgbench, the seed's claim + ownership-checked finish, no worker)",
         "",

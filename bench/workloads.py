@@ -8,6 +8,7 @@ handlers' own records and in the system's tables) and ``problems`` (what did not
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import Any
 from .db import COUNTER_XACTS, BenchDatabase, Counters, connect, read_counters
 from .runner import CpuTracker, Monitor, Workers
 from .systems import Setting, System
+from .wire import CountingProxy, WireCounts
 
 POLL = 0.02  # seconds between monitor samples while jobs run
 
@@ -177,15 +179,53 @@ def enqueue(ctx: Context, system: System, n: int, bulk: int | None) -> dict[str,
 
 
 def drain(
-    ctx: Context, system: System, setting: Setting, n: int, timeout: float | None = None
+    ctx: Context,
+    system: System,
+    setting: Setting,
+    n: int,
+    timeout: float | None = None,
+    count_statements: bool = False,
 ) -> dict[str, Any]:
     """Preload ``n`` jobs, start the workers, time first handler start -> nothing unfinished.
+
+    With ``count_statements`` the workers connect through a :class:`CountingProxy` and the
+    result has what they sent per job (statements, round trips, bytes), over their whole life;
+    its timings are the proxy's, not the system's.
 
     Gives up after ``timeout`` seconds (default 30 s + 2 ms per job: 500 jobs/s would do)."""
     timeout = timeout if timeout is not None else 30.0 + n / 500
     fresh(ctx, system)
     preload_s = preload(ctx, system, n)
-    workers = Workers(system, setting, ctx.db, ctx.log_dir)
+    with contextlib.ExitStack() as stack:
+        proxy = stack.enter_context(CountingProxy(ctx.db.dsn)) if count_statements else None
+        db = ctx.db.through(proxy.dsn_through(ctx.db.dsn)) if proxy else ctx.db
+        out = _drain(ctx, system, setting, n, timeout, db, preload_s)
+        if proxy is not None:
+            out.update(wire_per_job(proxy.counts(), n))
+        return out
+
+
+def wire_per_job(counts: WireCounts, jobs: int) -> dict[str, Any]:
+    jobs = max(jobs, 1)
+    return {
+        "statements_per_job": counts.statements / jobs,
+        "round_trips_per_job": counts.round_trips / jobs,
+        "bytes_to_server_per_job": counts.to_server / jobs,
+        "bytes_to_client_per_job": counts.to_client / jobs,
+        "connections": counts.connections,
+    }
+
+
+def _drain(
+    ctx: Context,
+    system: System,
+    setting: Setting,
+    n: int,
+    timeout: float,
+    workers_db: BenchDatabase,
+    preload_s: float,
+) -> dict[str, Any]:
+    workers = Workers(system, setting, workers_db, ctx.log_dir)
     c0 = read_counters(ctx.db.dsn, ctx.db.name)
     mon = Monitor(ctx.db, workers.pids, system.unfinished_sql)
     problems: list[str] = []

@@ -21,7 +21,7 @@ from psycopg import sql
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-WORKLOADS = {"enqueue", "drain", "latency", "scale", "longtx", "ceiling"}
+WORKLOADS = {"enqueue", "drain", "statements", "latency", "scale", "longtx", "ceiling"}
 SYSTEMS = {"skiplock", "pgqueuer", "procrastinate", "sql-ceiling", "skiplock-sql", "sql-floor"}
 
 
@@ -87,6 +87,13 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     assert {"c100x2-delete", "c100x2-delete-f150"} <= {r["setting"] for r in drains}
     # (a quick drain may be over between two samples: only the bound is checked)
     assert all(r["max_inflight"] <= 300 for r in drains if r["setting"].endswith("-f150"))
+    # Each system drained once more through the counting proxy: skiplock claims and records
+    # many jobs per statement, Procrastinate fetches and finishes one job per statement.
+    counted = {r["system"]: r for r in results if r["workload"] == "statements"}
+    assert set(counted) == {"skiplock", "pgqueuer", "procrastinate"}
+    assert 0 < counted["skiplock"]["statements_per_job"] < 0.5
+    assert counted["procrastinate"]["statements_per_job"] > 2
+    assert all(r["connections"] >= 1 and r["round_trips_per_job"] > 0 for r in counted.values())
     latencies = [r for r in results if r["workload"] == "latency"]
     assert all(len(r["samples_ms"]) == r["jobs"] > 0 for r in latencies)
     assert "sql-floor" in {r["system"] for r in latencies}  # the floor ran, and was verified
@@ -149,9 +156,15 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
         "## Latency",
         "## Scale",
         "## Long transaction",
+        "## Statements per job",
     ):
         assert heading in report
     assert "NOT VERIFIED" not in report
+    # The drain tables show the counted statements next to the other costs per job.
+    (default_row,) = [
+        line for line in report.splitlines() if line.startswith("| skiplock | default | CLI")
+    ]
+    assert f"| {counted['skiplock']['statements_per_job']:.3g} |" in default_row
     (delete_target,) = [
         line for line in report.splitlines() if "skiplock c100x2-delete within 1.5" in line
     ]
