@@ -17,15 +17,21 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "skiplock"
 
-PAIRS = {"_store_async.py": "_store_sync.py", "_client_async.py": "_client_sync.py"}
+PAIRS = {
+    "_statements_async.py": "_statements_sync.py",
+    "_store_async.py": "_store_sync.py",
+    "_client_async.py": "_client_sync.py",
+}
 
 NAMES = {
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncConnection": "Connection",
+    "AsyncStatements": "SyncStatements",
     "AsyncStore": "SyncStore",
     "AsyncClient": "SyncClient",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
+    "_statements_async": "_statements_sync",
     "_store_async": "_store_sync",
     "_client_async": "_client_sync",
 }
