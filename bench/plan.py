@@ -135,6 +135,8 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             statements_settings=[SK_DEFAULT, pgq(100, 2), PR_DEFAULT],
         )
     pgq_all = [pgq(b, p) for b in (10, 100, 500) for p in (1, 2)]
+    skiplock_all = [SK_DEFAULT, SK_C100, SK_C100X2, SK_C100X2_DELETE, SK_C100X2_DELETE_F150]
+    every_setting = [*skiplock_all, *pgq_all, PR_DEFAULT, PR_C10]
     return Plan(
         quick=False,
         repeat=repeat or 3,
@@ -142,22 +144,9 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         enqueue_bulk=50_000,
         bulk_batch=1000,
         drain_sizes=[20_000, 100_000],
-        drain_settings=[
-            SK_DEFAULT,
-            SK_C100,
-            SK_C100X2,
-            SK_C100X2_DELETE,
-            SK_C100X2_DELETE_F150,
-            *pgq_all,
-            PR_DEFAULT,
-            PR_C10,
-        ],
+        drain_settings=every_setting,
         big_drain_settings=[
-            SK_DEFAULT,
-            SK_C100,
-            SK_C100X2,
-            SK_C100X2_DELETE,
-            SK_C100X2_DELETE_F150,
+            *skiplock_all,
             pgq(100, 1),
             pgq(100, 2),
             pgq(500, 1),
@@ -181,16 +170,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         ceiling_jobs={1: 4000, 10: 20_000, 100: 20_000},
         own_sql_batches=[10, 100],
         statements_jobs=20_000,
-        statements_settings=[
-            SK_DEFAULT,
-            SK_C100,
-            SK_C100X2,
-            SK_C100X2_DELETE,
-            SK_C100X2_DELETE_F150,
-            *pgq_all,
-            PR_DEFAULT,
-            PR_C10,
-        ],
+        statements_settings=every_setting,  # each drained once more, counted
     )
 
 
