@@ -6,6 +6,15 @@ written with one ``job_*_many`` statement, all failures with another, and so on.
 still checks every claim's ownership; the ids it returns are the outcomes that counted, the rest
 belonged to claims that had lost their job.  A crash loses at most the buffered outcomes, whose
 jobs then run again once their leases expire (at-least-once).
+
+Up to ``max_writes`` (2) writes are in flight at once, each on a pooled connection of its own:
+the next batch gathers and goes out while the last one waits for its commit.  Outcomes in a
+write that has not returned still count as unwritten (:attr:`Completer.pending`), so the
+``--max-in-flight`` bound holds.  A worker bounded that way claims only as its outcomes are
+written, and drained 100,000 no-op jobs about 7% faster with two writes than with one (median
+of 7 alternating pairs, ``--max-in-flight 150``, 2 processes: 41,700 vs 39,100 jobs/s); an
+unbounded worker did about the same either way.  A failed write puts its outcomes back at the
+front of the buffer, and the next write waits a second.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ class Completer:
         still_running: Callable[[], int] = lambda: 0,
         flush_interval: float = 0.002,
         max_batch: int = 1000,
+        max_writes: int = 2,
     ) -> None:
         self.store = store
         self.pool = pool
@@ -56,7 +66,11 @@ class Completer:
         self.still_running = still_running
         self.flush_interval = flush_interval
         self.max_batch = max_batch
+        self.max_writes = max_writes
         self._buffer: list[Entry] = []
+        self._writing = 0  # outcomes in writes that have not returned
+        self._writes: set[asyncio.Task[bool]] = set()
+        self._trouble = False  # a write failed: wait a moment before the next
         self._ready = asyncio.Event()
         self._complete = asyncio.Event()  # set when no running job can join the batch any more
         self._task: asyncio.Task[None] | None = None
@@ -64,7 +78,8 @@ class Completer:
 
     @property
     def pending(self) -> int:
-        return len(self._buffer)
+        """Outcomes not yet written: buffered, or in a write that has not returned."""
+        return len(self._buffer) + self._writing
 
     def submit(self, job: Job, outcome: Outcome, started: float) -> None:
         self._buffer.append((job, outcome, started))
@@ -77,7 +92,7 @@ class Completer:
         return self._task
 
     async def stop(self) -> None:
-        """Let the flush in progress finish (never cut a write short: its outcomes would be
+        """Let the writes in progress finish (never cut a write short: its outcomes would be
         written twice and reported lost), stop the loop, then write what is still buffered."""
         self._stopping = True
         self._ready.set()
@@ -90,34 +105,59 @@ class Completer:
                 break
 
     async def _run(self) -> None:
-        while not self._stopping:
-            await self._ready.wait()
-            if not self._stopping and self.still_running():
-                # Let a batch gather, but write at once when nothing else could join it: the
-                # worker's slots may all be waiting for this write.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._complete.wait(), self.flush_interval)
-            self._ready.clear()
-            self._complete.clear()
-            while self._buffer:
-                if await self.flush():
-                    continue
-                if self._stopping:
-                    return  # stop() makes the last attempt
-                await asyncio.sleep(1.0)  # database trouble: keep the outcomes, try again
+        try:
+            while not self._stopping:
+                await self._ready.wait()
+                if self._trouble and not self._stopping:  # database trouble: try again soon
+                    self._trouble = False
+                    await asyncio.sleep(1.0)
+                full = len(self._buffer) >= self.max_batch
+                if not self._stopping and not full and self.still_running():
+                    # Let a batch gather, but write at once when nothing else could join it:
+                    # the worker's slots may all be waiting for this write.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._complete.wait(), self.flush_interval)
+                while len(self._writes) >= self.max_writes:
+                    await asyncio.wait(self._writes, return_when=asyncio.FIRST_COMPLETED)
+                self._ready.clear()
+                self._complete.clear()
+                if self._buffer and not self._stopping:
+                    write = asyncio.create_task(self._write_batch(self._take()))
+                    self._writes.add(write)
+                    write.add_done_callback(self._writes.discard)
+                    if self._buffer:
+                        self._ready.set()  # more than one batch is waiting
+        finally:
+            if self._writes:
+                await asyncio.wait(self._writes)
 
     async def flush(self) -> bool:
         """Write up to ``max_batch`` buffered outcomes; False (keeping them) on a database error."""
+        batch = self._take()
+        return await self._write_batch(batch) if batch else True
+
+    def _take(self) -> list[Entry]:
         batch = self._buffer[: self.max_batch]
-        if not batch:
-            return True
+        del self._buffer[: len(batch)]
+        self._writing += len(batch)
+        return batch
+
+    async def _write_batch(self, batch: list[Entry]) -> bool:
         try:
-            async with self.pool.connection() as conn:
-                owned = await self.write(conn, batch)
+            try:
+                async with self.pool.connection() as conn:
+                    owned = await self.write(conn, batch)
+            finally:
+                self._writing -= len(batch)
         except (psycopg.Error, SkiplockError) as exc:
             log.warning("could not record %d job outcomes, retrying: %s", len(batch), exc)
+            self._buffer[:0] = batch
+            self._trouble = True
+            self._ready.set()
             return False
-        del self._buffer[: len(batch)]
+        except BaseException:
+            self._buffer[:0] = batch  # cut short: not known to be written, so kept
+            raise
         self.on_recorded([Recorded(job, outcome, job.id in owned, s) for job, outcome, s in batch])
         return True
 

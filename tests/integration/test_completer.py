@@ -1,0 +1,114 @@
+"""The completer writes outcomes in batches, up to two writes at once: a write that is held up
+(here by a row lock another session holds) does not hold up the next batch, its outcomes count
+as unwritten until it returns, and a write that fails keeps its outcomes and writes them again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+
+from polling import wait_for
+from skiplock import App
+from skiplock._client_async import open_pool
+from skiplock._store_async import AsyncStore
+from skiplock.completer import Completer, Recorded
+from skiplock.execution import DONE
+from skiplock.job import Job
+
+
+def claim_two(app: App) -> tuple[Job, Job]:
+    @app.task(name="t", queue="q")
+    def t(n: int) -> None: ...
+
+    t.enqueue_many([{"n": 1}, {"n": 2}])
+
+    async def claim() -> list[Job]:
+        async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
+            return await AsyncStore(app.queries).job_claim(conn, ["q"], 2, "w", 30.0)
+
+    first, second = asyncio.run(claim())
+    return first, second
+
+
+def status(db: Any, app: App, job: Job) -> str:
+    row = db.execute(f'SELECT status FROM "{app.schema}".jobs WHERE id = %s', (job.id,))
+    return str(row.fetchone()[0])
+
+
+def waiting_on_a_lock(db: Any) -> list[int]:
+    """Backends of this database waiting for a row lock (the held-up write)."""
+    rows = db.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock'"
+    )
+    return [pid for (pid,) in rows.fetchall()]
+
+
+@pytest.mark.parametrize("max_writes", [1, 2])
+def test_a_held_up_write_does_not_hold_up_the_next_batch_and_counts_as_unwritten(
+    app: App, db: Any, max_writes: int
+) -> None:
+    held_up, other = claim_two(app)
+    recorded: list[Recorded] = []
+
+    async def main() -> None:
+        pool = await open_pool(app.dsn, min_size=2, max_size=4)
+        completer = Completer(
+            AsyncStore(app.queries), pool, "keep", on_recorded=recorded.extend,
+            max_writes=max_writes,
+        )  # fmt: skip
+        completer.start()
+        with psycopg.connect(app.dsn) as locker:  # a transaction that holds the first job's row
+            locker.execute(
+                f'SELECT 1 FROM "{app.schema}".jobs WHERE id = %s FOR UPDATE', (held_up.id,)
+            )
+            completer.submit(held_up, DONE, 0.0)
+            assert await wait_for(lambda: bool(waiting_on_a_lock(db)), 10)
+            completer.submit(other, DONE, 0.0)
+            # With two writes at once the second batch is written meanwhile; with one it waits.
+            written = await wait_for(lambda: len(recorded) == 1, 1.0 if max_writes == 1 else 10)
+            assert written == (max_writes == 2)
+            assert completer.pending == (1 if max_writes == 2 else 2)  # the held-up one counts
+            assert status(db, app, held_up) == "running"
+            locker.rollback()
+        assert await wait_for(lambda: len(recorded) == 2, 10)
+        assert completer.pending == 0
+        await completer.stop()
+        await pool.close()
+
+    asyncio.run(main())
+    order = [other, held_up] if max_writes == 2 else [held_up, other]
+    assert [r.job.id for r in recorded] == [j.id for j in order]
+    assert all(r.owned and r.outcome.kind == "done" for r in recorded)
+    assert (status(db, app, held_up), status(db, app, other)) == ("done", "done")
+
+
+def test_a_failed_write_keeps_its_outcomes_and_writes_them_again(app: App, db: Any) -> None:
+    job, _ = claim_two(app)
+    recorded: list[Recorded] = []
+
+    async def main() -> None:
+        pool = await open_pool(app.dsn, min_size=2, max_size=4)
+        completer = Completer(AsyncStore(app.queries), pool, "keep", on_recorded=recorded.extend)
+        completer.start()
+        with psycopg.connect(app.dsn) as locker:
+            locker.execute(f'SELECT 1 FROM "{app.schema}".jobs WHERE id = %s FOR UPDATE', (job.id,))
+            completer.submit(job, DONE, 0.0)
+            assert await wait_for(lambda: bool(waiting_on_a_lock(db)), 10)
+            (writer,) = waiting_on_a_lock(db)
+            db.execute("SELECT pg_terminate_backend(%s)", (writer,))  # the write fails
+            locker.rollback()
+            await asyncio.sleep(0.3)
+            assert recorded == [] and completer.pending == 1  # kept, not lost
+        assert await wait_for(lambda: len(recorded) == 1, 10)  # written again, a second later
+        assert completer.pending == 0
+        await completer.stop()
+        await pool.close()
+
+    asyncio.run(main())
+    assert recorded[0].job.id == job.id and recorded[0].owned
+    assert status(db, app, job) == "done"
