@@ -326,11 +326,7 @@ def cost_cells(rows: list[dict[str, Any]]) -> list[str]:
 def statements_cell(results: list[dict[str, Any]], system: str, setting: str) -> str:
     """Statements per job from the same setting's counted drain (see statements_section)."""
     rows = select(results, workload="statements", system=system, setting=setting)
-    return fmt(med(rows, "statements_per_job")) if rows and all_verified(rows) else "–"
-
-
-def all_verified(rows: list[dict[str, Any]]) -> bool:
-    return all(r.get("verified") for r in rows)
+    return fmt(med(rows, "statements_per_job")) if rows and verified(rows) == "yes" else "–"
 
 
 def statements_section(results: list[dict[str, Any]], plan: Plan) -> str:

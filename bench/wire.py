@@ -45,6 +45,14 @@ class WireCounts:
     def round_trips(self) -> int:
         return self.messages["Q"] + self.messages["S"]
 
+    def plus(self, other: WireCounts) -> WireCounts:
+        return WireCounts(
+            self.messages + other.messages,
+            self.to_server + other.to_server,
+            self.to_client + other.to_client,
+            self.connections + other.connections,
+        )
+
     def minus(self, other: WireCounts) -> WireCounts:
         return WireCounts(
             self.messages - other.messages,
@@ -156,8 +164,7 @@ class CountingProxy:
         while self._open and time.monotonic() < deadline:
             time.sleep(0.01)
         with self._lock:
-            t = self._totals
-            return WireCounts(Counter(t.messages), t.to_server, t.to_client, t.connections)
+            return WireCounts().plus(self._totals)  # a copy
 
     async def _listen(self) -> int:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -213,9 +220,5 @@ class CountingProxy:
             for writer in (client_w, server_w):
                 writer.close()
             with self._lock:
-                t = self._totals
-                t.messages.update(counts.messages)
-                t.to_server += counts.to_server
-                t.to_client += counts.to_client
-                t.connections += 1
+                self._totals = self._totals.plus(counts)
             self._open -= 1
