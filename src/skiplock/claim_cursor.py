@@ -53,6 +53,8 @@ class ClaimCursor:
         now = clock()
         self._rescan_at = now + rescan_interval  # the next read from the start, at the latest
         self._wanted = False  # a read from the start was asked for ...
+        self._asked = 0  # times rescan() was called (one during a claim outlives that claim)
+        self._asked_at_start = 0
         self._allowed_at = 0.0  # ... and may come from then on
         self._costs: deque[float] = deque([0.0, 0.0], maxlen=3)  # of the last reads from the start
         self._began = now  # when the claim being made called start() ...
@@ -65,6 +67,7 @@ class ClaimCursor:
         if now >= self._allowed_at and (self._wanted or now >= self._rescan_at):
             self._after.clear()
         self._began, self._from_start = now, not self._after
+        self._asked_at_start = self._asked
         return dict(self._after)
 
     def advance(self, claimed: Sequence[Job], asked: int) -> None:
@@ -72,7 +75,8 @@ class ClaimCursor:
         asked for."""
         now = self._clock()
         if self._from_start:  # what it cost decides when the next read from the start may come
-            self._wanted = False
+            # Served, unless asked for again while it ran: its snapshot may predate that work.
+            self._wanted = self._asked != self._asked_at_start
             self._rescan_at = now + self.rescan_interval
             self._costs.append(now - self._began)
             self._allowed_at = now + min(self._costs) * (1 / RESCAN_SHARE - 1)
@@ -84,3 +88,9 @@ class ClaimCursor:
     def rescan(self) -> None:
         """Jobs may have become claimable behind the keys: read from the start when allowed."""
         self._wanted = True
+        self._asked += 1
+
+    def restart(self) -> None:
+        """Read every queue from its lowest key at the next claim, whatever the rationing: the
+        last look of a burst worker before it exits must not miss a job behind the keys."""
+        self._after.clear()

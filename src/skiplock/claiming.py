@@ -153,7 +153,8 @@ class Claiming:
                     return
                 assert self.maintenance is not None
                 await self.maintenance.run_once(force=True)
-                self._drained = False  # it may have promoted or enqueued jobs: look once more
+                self._drained = False  # it may have promoted or enqueued jobs: look once more,
+                self.claim_cursor.restart()  # from the start of every queue
                 continue
             # Claims keep coming back empty: let wake-ups that arrive in the next moment collapse
             # into one, so a flood of NOTIFYs (anyone may send them) cannot drive claims.  The

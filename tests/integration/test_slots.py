@@ -275,3 +275,25 @@ def test_a_job_stopped_after_its_hand_over_to_a_parked_slot_is_given_back_unrun(
     asyncio.run(main())
     assert ran == ["first"]
     assert (worker.stats.done, worker.stats.cancelled) == (1, 1)
+
+
+def test_a_burst_worker_does_not_exit_while_a_retry_waits_behind_its_claim_cursor(
+    app: App, db: Any
+) -> None:
+    """A retry written while a claim runs sits behind the keys that claim moved the cursor to;
+    the burst worker's last look before exiting reads every queue from the start, whatever
+    the rationing of such reads (without it, ~1 round in 15 exited with retries pending)."""
+    attempts: dict[int, int] = {}
+
+    @app.task(name="flaky", max_attempts=3, retry=FixedDelay(0))
+    async def flaky(n: int) -> None:
+        attempts[n] = attempts.get(n, 0) + 1
+        if attempts[n] == 1 and n % 2:
+            raise RuntimeError("first attempt of an odd job")
+
+    for round_ in range(30):
+        numbers = range(round_ * 40, round_ * 40 + 40)
+        flaky.enqueue_many([{"n": n} for n in numbers])
+        stats = asyncio.run(asyncio.wait_for(Worker(app, burst=True, concurrency=2).run(), 30))
+        assert statuses(db, app) == {"done": 40 * (round_ + 1)}, f"round {round_}"
+        assert (stats.done, stats.retried) == (40, 20)

@@ -114,6 +114,34 @@ def test_rescan_asks_for_a_read_from_the_start() -> None:
     assert cursor.start() == {}
 
 
+def test_a_rescan_asked_for_while_a_read_from_the_start_runs_is_not_lost() -> None:
+    # A retry written while that claim ran: the claim's snapshot may predate it.
+    clock = FakeClock()
+    cursor = ClaimCursor(clock=clock)
+    claim(cursor, clock, [job(1)])
+    cursor.rescan()
+    assert cursor.start() == {}  # the read from the start ...
+    cursor.rescan()  # ... asked for again while it runs
+    clock.now += 0.001
+    cursor.advance([job(2)], 1)  # a full claim
+    clock.now += 0.01  # past the rationing
+    assert cursor.start() == {}  # read from the start once more
+    clock.now += 0.001
+    cursor.advance([job(3)], 1)
+    clock.now += 0.01
+    assert cursor.start() == {"q": job(3).claim_key}  # and that one served it
+
+
+def test_restart_reads_from_the_start_at_once_whatever_the_rationing() -> None:
+    clock = FakeClock()
+    cursor = ClaimCursor(clock=clock)
+    for n in range(3):  # short reads from the start, 50 ms each: the next is rationed 0.45 s
+        assert claim(cursor, clock, [job(n)], asked=5, seconds=0.05) == {}
+    assert claim(cursor, clock, [job(3)], asked=5) == {"q": job(2).claim_key}
+    cursor.restart()
+    assert cursor.start() == {}
+
+
 def test_every_queue_is_read_from_its_start_again_after_the_rescan_interval() -> None:
     clock = FakeClock()
     cursor = ClaimCursor(rescan_interval=1.0, clock=clock)
