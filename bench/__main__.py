@@ -257,36 +257,45 @@ class Runner:
 
     def scale(self) -> None:
         p = self.plan
-        # Repetitions outside, cases inside: this machine's speed drifts over minutes, and the
-        # targets compare the cases with each other.
+        runs = 31 if p.scale_claims > 50 else 5
+        # Repetitions outside, cases inside, and within a repetition the four cases' claims are
+        # timed in turn, statement by statement (scale.explain_in_turn): this machine's speed
+        # drifts, and the targets compare the cases with each other.
         for rep in range(p.repeat):
-            for case in scale.CASES:
-                self.measure(
-                    "scale",
-                    "skiplock",
-                    p.scale_setting.label,
-                    rep,
-                    lambda c=case: scale.skiplock_case(
-                        self.ctx,
-                        c,
-                        p.scale_background,
-                        p.scale_due,
-                        p.scale_claims,
-                        p.scale_drain_s,
-                        p.scale_setting,
-                    ),
-                    case=case,
+            for system, setting in (
+                ("skiplock", p.scale_setting.label),
+                ("sql-ceiling", "n10-done-c1"),
+            ):
+                ctxs = [scale.case_context(self.ctx, i) for i in range(len(scale.CASES))]
+                try:
+                    self.scale_cases(system, setting, rep, ctxs, runs)
+                finally:
+                    for ctx in ctxs:
+                        ctx.db.drop()
+
+    def scale_cases(
+        self, system: str, setting: str, rep: int, ctxs: list[Context], runs: int
+    ) -> None:
+        p = self.plan
+        explained: list[dict[str, float]] | Exception
+        try:
+            explained = scale.prepare_cases(system, ctxs, p.scale_background, p.scale_due, runs)
+        except Exception as exc:  # recorded below, as every case's failure
+            explained = exc
+
+        def one(i: int, case: str) -> dict[str, Any]:
+            if isinstance(explained, Exception):
+                raise explained
+            if system == "skiplock":
+                rest = scale.skiplock_case(
+                    ctxs[i], case, p.scale_due, p.scale_claims, p.scale_drain_s, p.scale_setting
                 )
-                self.measure(
-                    "scale",
-                    "sql-ceiling",
-                    "n10-done-c1",
-                    rep,
-                    lambda c=case: scale.ceiling_case(
-                        self.ctx, c, p.scale_background, p.scale_due, p.scale_drain_s
-                    ),
-                    case=case,
-                )
+            else:
+                rest = scale.ceiling_case(ctxs[i], case, p.scale_drain_s)
+            return {**explained[i], **rest}
+
+        for i, case in enumerate(scale.CASES):
+            self.measure("scale", system, setting, rep, lambda i=i, c=case: one(i, c), case=case)
 
     def longtx(self) -> None:
         p = self.plan

@@ -866,9 +866,10 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "## Scale: claim cost vs table size",
         "",
         "Server time from `EXPLAIN (ANALYZE, BUFFERS)` of one claim of 10 (median of 31 "
-        "rolled-back runs, after a `CHECKPOINT` that ends the setup's bulk writes; the cases "
-        "take turns within each repetition); client p50 from timed claim statements "
-        "(autocommit, so it includes the "
+        "rolled-back runs, after a `CHECKPOINT` that ends the setup's bulk writes; the four "
+        "cases' tables exist at once and their claims take turns statement by statement, so "
+        "each repetition compares them over the same moments); client p50 from timed claim "
+        "statements (autocommit, so it includes the "
         f"commit's fsync); drain jobs/s from a `{plan.scale_setting.label}` worker run on the same "
         "table. The ceiling's 'future' rows can only be pending rows with a future run_at (the "
         "seed's design); skiplock keeps them `scheduled`, outside the claim index. Ceiling client "

@@ -4,8 +4,10 @@ Four tables, each with the same 10k due jobs to claim: alone; behind 1M more pen
 to 1M finished jobs; and next to 1M jobs scheduled for tomorrow at a *better* priority than the
 due ones (the case the seed warns about: "SKIP LOCKED does not remove scan cost").  For each:
 the server-side cost of one claim of 10 (``EXPLAIN (ANALYZE, BUFFERS)``, median of repeated
-runs rolled back), the client-side latency of claim statements (commit included), and the
-drain rate of a worker started on it.  The same four tables are built for the SQL ceiling
+runs rolled back; the four tables exist at once, in databases of their own, and their claims
+take turns statement by statement, so that the cases are compared over the same moments), the
+client-side latency of claim statements (commit included), and the drain rate of a worker
+started on it.  The same four tables are built for the SQL ceiling
 (the seed's own table and claim), where "scheduled" can only be a pending row with a future
 run_at.  The 1M background rows are written with one INSERT ... SELECT (setup, not measured);
 the 10k due jobs go through skiplock's enqueue API.
@@ -14,15 +16,18 @@ the 10k due jobs go through skiplock's enqueue API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from psycopg import sql
 
 from . import ceiling
-from .db import connect
+from .db import BenchDatabase, connect
 from .runner import Monitor, Workers
 from .systems import Setting, Skiplock
 from .workloads import Context, _enqueue_many, fresh, quantile
@@ -49,37 +54,54 @@ def settle(conn: Any) -> None:
     conn.execute("CHECKPOINT")
 
 
-def _explain_ms(conn: Any, query: str, params: dict[str, Any], runs: int) -> dict[str, float]:
-    """Median execution time and buffers of ``query`` under EXPLAIN ANALYZE, each rolled back."""
-    times, buffers = [], []
-    for i in range(runs + 1):
-        with conn.transaction(force_rollback=True):
-            row = conn.execute(
-                sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ") + sql.SQL(query)
-                if isinstance(query, str)
-                else sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ") + query,
-                params,
-            ).fetchone()
-        plan = row[0][0] if not isinstance(row[0], str) else json.loads(row[0])[0]
-        if i == 0:
-            continue  # warm-up: this backend's caches
-        times.append(plan["Execution Time"])
-        top = plan["Plan"]
-        buffers.append(top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0))
-    return {"claim_exec_ms": statistics.median(times), "claim_buffers": statistics.median(buffers)}
+def case_context(ctx: Context, index: int) -> Context:
+    """A context whose database is case ``index``'s own: the four cases' tables exist at once."""
+    return replace(ctx, db=BenchDatabase(ctx.db.server_dsn, f"{ctx.db.name}_scale{index}"))
 
 
-def skiplock_case(
-    ctx: Context,
-    case: str,
-    background: int,
-    due: int,
-    claims: int,
-    drain_s: float,
-    setting: Setting,
-) -> dict[str, Any]:
-    system = Skiplock()
-    fresh(ctx, system)
+def _explain_once(conn: Any, query: Any, params: dict[str, Any]) -> tuple[float, int]:
+    """Execution time (ms) and buffers of ``query`` under EXPLAIN ANALYZE, rolled back."""
+    explain = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ")
+    with conn.transaction(force_rollback=True):
+        row = conn.execute(
+            explain + (sql.SQL(query) if isinstance(query, str) else query), params
+        ).fetchone()
+    plan = row[0][0] if not isinstance(row[0], str) else json.loads(row[0])[0]
+    top = plan["Plan"]
+    return plan["Execution Time"], top.get("Shared Hit Blocks", 0) + top.get(
+        "Shared Read Blocks", 0
+    )
+
+
+def explain_in_turn(
+    claims: Sequence[tuple[str, Any, dict[str, Any]]], runs: int
+) -> list[dict[str, float]]:
+    """Median execution time and buffers of each (dsn, claim, params) under EXPLAIN ANALYZE,
+    each run rolled back.  The claims take turns one statement at a time, for ``runs`` rounds
+    after a warm-up round (each backend's caches), starting each round with the next one: this
+    machine's speed drifts by half within a minute, and the targets compare the cases with each
+    other, so each case is measured over the same moments."""
+    with contextlib.ExitStack() as stack:
+        conns = [stack.enter_context(connect(dsn)) for dsn, _, _ in claims]
+        times: list[list[float]] = [[] for _ in claims]
+        buffers: list[list[int]] = [[] for _ in claims]
+        for round_ in range(runs + 1):
+            for k in range(len(claims)):
+                i = (round_ + k) % len(claims)
+                _, query, params = claims[i]
+                ms, bufs = _explain_once(conns[i], query, params)
+                if round_:
+                    times[i].append(ms)
+                    buffers[i].append(bufs)
+    return [
+        {"claim_exec_ms": statistics.median(t), "claim_buffers": statistics.median(b)}
+        for t, b in zip(times, buffers, strict=True)
+    ]
+
+
+def skiplock_setup(ctx: Context, case: str, background: int, due: int) -> None:
+    """A fresh database with skiplock's schema, ``case``'s background rows, ``due`` due jobs."""
+    fresh(ctx, Skiplock())
     with connect(ctx.db.dsn) as conn:
         if case in SKIPLOCK_BACKGROUND:
             conn.execute(
@@ -89,30 +111,79 @@ def skiplock_case(
                 f" {SKIPLOCK_BACKGROUND[case]} FROM generate_series(0, %s - 1) AS g",
                 (background,),
             )
-    asyncio.run(_enqueue_many(system, ctx.db, range(due), 5000))
+    asyncio.run(_enqueue_many(Skiplock(), ctx.db, range(due), 5000))
     with connect(ctx.db.dsn) as conn:
         conn.execute("VACUUM ANALYZE skiplock.jobs")
-        settle(conn)
 
-    from skiplock import App
-    from skiplock._store_sync import SyncStore
 
-    app = App(ctx.db.dsn, "skiplock")
-    store = SyncStore(app.queries)
+def skiplock_claim() -> tuple[Any, dict[str, Any]]:
+    """skiplock's claim of 10 and its parameters, from the start of the index (as a worker's
+    first claim: the costliest)."""
+    from skiplock.sql import Queries
+
     params = {
         "queue": "bench",
         "limit": 10,
         "worker": "bench-explain",
         "lease_seconds": 30.0,
         "commit_async": True,
-        # From the start of the index, as a worker's first claim (the costliest).
         "after_priority": None,
         "after_run_at": None,
         "after_id": None,
     }
+    return Queries("skiplock")["job_claim"], params
+
+
+def ceiling_setup(ctx: Context, case: str, background: int, due: int) -> None:
+    """The seed's table with ``case``'s background rows and ``due`` due jobs."""
+    extra = ""
+    if case in CEILING_BACKGROUND:
+        extra = (
+            "INSERT INTO ceiling_jobs (payload, status, priority, run_at, attempts)"
+            f" SELECT jsonb_build_object('n', {BACKGROUND_BASE} + g), {CEILING_BACKGROUND[case]}"
+            f" FROM generate_series(0, {int(background)} - 1) AS g"
+        )
+    ceiling.setup(ctx.db, due, extra)
+
+
+def ceiling_claim() -> tuple[Any, dict[str, Any]]:
+    return ceiling.CLAIM.replace(":n", "%(n)s").replace(":w", "%(w)s"), {"n": 10, "w": "explain"}
+
+
+def prepare_cases(
+    system: str, ctxs: Sequence[Context], background: int, due: int, runs: int
+) -> list[dict[str, float]]:
+    """Build every case's table (``system`` "skiplock" or "sql-ceiling"), then measure their
+    claims in turn (:func:`explain_in_turn`)."""
+    setup, claim = (
+        (skiplock_setup, skiplock_claim) if system == "skiplock" else (ceiling_setup, ceiling_claim)
+    )
+    for ctx, case in zip(ctxs, CASES, strict=True):
+        setup(ctx, case, background, due)
+    with connect(ctxs[0].db.dsn) as conn:
+        settle(conn)
+    query, params = claim()
+    return explain_in_turn([(ctx.db.dsn, query, params) for ctx in ctxs], runs)
+
+
+def skiplock_case(
+    ctx: Context,
+    case: str,
+    due: int,
+    claims: int,
+    drain_s: float,
+    setting: Setting,
+) -> dict[str, Any]:
+    """On a table :func:`prepare_cases` built: the client latency of ``claims`` claims of 10,
+    then the drain rate of a worker."""
+    from skiplock import App
+    from skiplock._store_sync import SyncStore
+
+    system = Skiplock()
+    app = App(ctx.db.dsn, "skiplock")
+    store = SyncStore(app.queries)
     lat: list[float] = []
     with connect(ctx.db.dsn) as conn:
-        out = _explain_ms(conn, app.queries["job_claim"], params, 31 if claims > 50 else 5)
         for _ in range(claims):
             t0 = time.perf_counter()
             jobs = store.job_claim(conn, ["bench"], 10, "bench-claims", 30.0)
@@ -158,7 +229,6 @@ def skiplock_case(
         mon.close()
     return {
         "case": case,
-        **out,
         "claim_p50_ms": quantile(lat, 0.5),
         "claim_p95_ms": quantile(lat, 0.95),
         "drain_jobs_per_s": rate,
@@ -168,22 +238,8 @@ def skiplock_case(
     }
 
 
-def ceiling_case(
-    ctx: Context, case: str, background: int, due: int, seconds: float
-) -> dict[str, Any]:
-    extra = ""
-    if case in CEILING_BACKGROUND:
-        extra = (
-            "INSERT INTO ceiling_jobs (payload, status, priority, run_at, attempts)"
-            f" SELECT jsonb_build_object('n', {BACKGROUND_BASE} + g), {CEILING_BACKGROUND[case]}"
-            f" FROM generate_series(0, {int(background)} - 1) AS g"
-        )
-    ceiling.setup(ctx.db, due, extra)
-    with connect(ctx.db.dsn) as conn:
-        settle(conn)
-    claim_sql = ceiling.CLAIM.replace(":n", "%(n)s").replace(":w", "%(w)s")
-    with connect(ctx.db.dsn) as conn:
-        out = _explain_ms(conn, claim_sql, {"n": 10, "w": "explain"}, 31 if seconds > 2 else 5)
+def ceiling_case(ctx: Context, case: str, seconds: float) -> dict[str, Any]:
+    """On a table :func:`prepare_cases` built: pgbench claiming 10 at a time for ``seconds``."""
     res = ceiling.run_pgbench(ctx.db, ceiling.script("done"), 10, 1, seconds=seconds)
     with connect(ctx.db.dsn) as conn:
         bad = conn.execute(
@@ -192,7 +248,6 @@ def ceiling_case(
     problems = [f"{bad[0]} rows claimed twice or left running"] if bad and bad[0] else []
     return {
         "case": case,
-        **out,
         "claim_p50_ms": res["claim_ms"],  # pgbench reports the mean per statement
         "drain_jobs_per_s": res["tps"] * 10,
         "verified": not problems,
