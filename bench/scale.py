@@ -68,9 +68,8 @@ def _explain_once(conn: Any, query: Any, params: dict[str, Any]) -> tuple[float,
         ).fetchone()
     plan = row[0][0] if not isinstance(row[0], str) else json.loads(row[0])[0]
     top = plan["Plan"]
-    return plan["Execution Time"], top.get("Shared Hit Blocks", 0) + top.get(
-        "Shared Read Blocks", 0
-    )
+    buffers = top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+    return plan["Execution Time"], buffers
 
 
 def explain_in_turn(
