@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from polling import wait_for
-from skiplock import App, FixedDelay, JobContext, JobStatus, Worker
+from skiplock import App, FixedDelay, JobContext, JobStatus, Task, Worker
 from skiplock.capacity import Capacity, Throughput
 
 pytestmark = pytest.mark.smoke
@@ -26,6 +26,20 @@ class Fast(Throughput):
 def statuses(db: Any, app: App) -> dict[str, int]:
     rows = db.execute(f'SELECT status, count(*) FROM "{app.schema}".jobs GROUP BY 1').fetchall()
     return dict(rows)
+
+
+def register_odd_jobs_fail_once(app: App) -> tuple[Task[..., Any], dict[int, int]]:
+    """A task "flaky" whose odd-numbered jobs fail their first attempt (retried at once), and
+    the attempts each job number has made."""
+    attempts: dict[int, int] = {}
+
+    @app.task(name="flaky", max_attempts=3, retry=FixedDelay(0))
+    async def flaky(n: int) -> None:
+        attempts[n] = attempts.get(n, 0) + 1
+        if attempts[n] == 1 and n % 2:
+            raise RuntimeError("first attempt of an odd job")
+
+    return flaky, attempts
 
 
 def test_a_slot_runs_reserved_jobs_one_after_another_in_one_task(app: App, db: Any) -> None:
@@ -143,13 +157,7 @@ def test_a_slot_of_jobs_that_never_await_gives_the_event_loop_turns(app: App) ->
 
 
 def test_retries_in_a_slot_are_recorded_and_run_again(app: App, db: Any) -> None:
-    attempts: dict[int, int] = {}
-
-    @app.task(name="flaky", max_attempts=3, retry=FixedDelay(0))
-    async def flaky(n: int) -> None:
-        attempts[n] = attempts.get(n, 0) + 1
-        if attempts[n] == 1 and n % 2:
-            raise RuntimeError("first attempt of an odd job")
+    flaky, attempts = register_odd_jobs_fail_once(app)
 
     flaky.enqueue_many([{"n": n} for n in range(40)])
     stats = asyncio.run(asyncio.wait_for(Worker(app, burst=True, concurrency=2).run(), 30))
@@ -283,13 +291,7 @@ def test_a_burst_worker_does_not_exit_while_a_retry_waits_behind_its_claim_curso
     """A retry written while a claim runs sits behind the keys that claim moved the cursor to;
     the burst worker's last look before exiting reads every queue from the start, whatever
     the rationing of such reads (without it, ~1 round in 15 exited with retries pending)."""
-    attempts: dict[int, int] = {}
-
-    @app.task(name="flaky", max_attempts=3, retry=FixedDelay(0))
-    async def flaky(n: int) -> None:
-        attempts[n] = attempts.get(n, 0) + 1
-        if attempts[n] == 1 and n % 2:
-            raise RuntimeError("first attempt of an odd job")
+    flaky, _ = register_odd_jobs_fail_once(app)
 
     for round_ in range(30):
         numbers = range(round_ * 40, round_ * 40 + 40)
