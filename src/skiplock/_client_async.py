@@ -28,9 +28,12 @@ from .payload import load_json
 POOL_MAX_SIZE = 4
 
 
-async def open_pool(dsn: str, *, min_size: int, max_size: int) -> AsyncConnectionPool:
-    """A pool of autocommit connections, or :class:`DatabaseUnavailable` saying why not."""
-    kwargs = connect_kwargs(dsn)
+async def open_pool(
+    dsn: str, *, min_size: int, max_size: int, prepare: bool = True
+) -> AsyncConnectionPool:
+    """A pool of autocommit connections, or :class:`DatabaseUnavailable` saying why not;
+    ``prepare=False``: no prepared statements (behind a transaction-mode pooler)."""
+    kwargs = connect_kwargs(dsn, prepare=prepare)
     try:
         # Connect once directly: a pool would only report a timeout, not the reason.
         probe = await AsyncConnection.connect(dsn, **kwargs)
@@ -55,14 +58,17 @@ async def _configure(conn: AsyncConnection[Any]) -> None:
 
 
 class AsyncClient:
-    def __init__(self, dsn: Callable[[], str], store: AsyncStore) -> None:
+    def __init__(self, dsn: Callable[[], str], store: AsyncStore, *, prepare: bool = True) -> None:
         self._dsn = dsn
         self.store = store
+        self.prepare = prepare
         self._pool: AsyncConnectionPool | None = None
 
     async def _open_pool(self) -> AsyncConnectionPool:
         if self._pool is None:
-            self._pool = await open_pool(self._dsn(), min_size=1, max_size=POOL_MAX_SIZE)
+            self._pool = await open_pool(
+                self._dsn(), min_size=1, max_size=POOL_MAX_SIZE, prepare=self.prepare
+            )
         return self._pool
 
     @asynccontextmanager

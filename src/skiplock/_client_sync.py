@@ -29,9 +29,10 @@ from .payload import load_json
 POOL_MAX_SIZE = 4
 
 
-def open_pool(dsn: str, *, min_size: int, max_size: int) -> ConnectionPool:
-    """A pool of autocommit connections, or :class:`DatabaseUnavailable` saying why not."""
-    kwargs = connect_kwargs(dsn)
+def open_pool(dsn: str, *, min_size: int, max_size: int, prepare: bool = True) -> ConnectionPool:
+    """A pool of autocommit connections, or :class:`DatabaseUnavailable` saying why not;
+    ``prepare=False``: no prepared statements (behind a transaction-mode pooler)."""
+    kwargs = connect_kwargs(dsn, prepare=prepare)
     try:
         # Connect once directly: a pool would only report a timeout, not the reason.
         probe = Connection.connect(dsn, **kwargs)
@@ -56,14 +57,17 @@ def _configure(conn: Connection[Any]) -> None:
 
 
 class SyncClient:
-    def __init__(self, dsn: Callable[[], str], store: SyncStore) -> None:
+    def __init__(self, dsn: Callable[[], str], store: SyncStore, *, prepare: bool = True) -> None:
         self._dsn = dsn
         self.store = store
+        self.prepare = prepare
         self._pool: ConnectionPool | None = None
 
     def _open_pool(self) -> ConnectionPool:
         if self._pool is None:
-            self._pool = open_pool(self._dsn(), min_size=1, max_size=POOL_MAX_SIZE)
+            self._pool = open_pool(
+                self._dsn(), min_size=1, max_size=POOL_MAX_SIZE, prepare=self.prepare
+            )
         return self._pool
 
     @contextmanager

@@ -11,7 +11,7 @@ from ._client_async import AsyncClient
 from ._client_sync import SyncClient
 from ._store_async import AsyncStore
 from ._store_sync import SyncStore
-from .database import check_dsn, resolve_dsn
+from .database import check_dsn, prepared_statements_setting, resolve_dsn
 from .enqueue import EnqueueOptions, NewJob, NewJobs, build_job, build_jobs
 from .errors import ConfigurationError, UnknownTask
 from .job import Enqueued, Job
@@ -38,6 +38,9 @@ class App:
     the embedded server, on first use.  Everything lives in ``schema``.  ``completion`` says what
     happens to a job that succeeded: kept as ``done``, deleted, or moved to ``jobs_archive``;
     ``retention`` how long finished jobs are kept, per status, before workers prune them.
+    ``prepared_statements=False`` (or ``SKIPLOCK_PREPARED_STATEMENTS=off``) is for a
+    transaction-mode pooler that does not track prepared statements, such as PgBouncer before
+    1.21 (see docs/operations.md); None takes the environment's setting, on by default.
     """
 
     def __init__(
@@ -49,6 +52,7 @@ class App:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         default_queue: str = "default",
         retention: Mapping[str, float | None] | None = None,
+        prepared_statements: bool | None = None,
     ) -> None:
         if completion not in COMPLETIONS:
             raise ConfigurationError(f"completion must be one of {COMPLETIONS}, got {completion!r}")
@@ -70,8 +74,13 @@ class App:
                     f"not {status!r}"
                 )
             self.retention[status] = seconds
-        self.sync_client = SyncClient(lambda: self.dsn, SyncStore(self.queries))
-        self.async_client = AsyncClient(lambda: self.dsn, AsyncStore(self.queries))
+        self.prepared_statements = prepared_statements_setting(prepared_statements)
+        self.sync_client = SyncClient(
+            lambda: self.dsn, SyncStore(self.queries), prepare=self.prepared_statements
+        )
+        self.async_client = AsyncClient(
+            lambda: self.dsn, AsyncStore(self.queries), prepare=self.prepared_statements
+        )
 
     def __repr__(self) -> str:
         return f"<skiplock.App schema={self.schema!r} tasks={sorted(self.tasks)}>"

@@ -3,6 +3,14 @@
 The DSN is, in order: the one passed in (``App(dsn=...)`` or ``--dsn``), then
 ``SKIPLOCK_DATABASE_URL``, then ``DATABASE_URL``, then the embedded server when the
 ``embedded`` extra is installed.  Otherwise a :class:`ConfigurationError` names both ways.
+
+Prepared statements: psycopg prepares a statement on a connection once it ran there a few
+times, and skiplock's small claims count on it (one plan per connection).  A transaction-mode
+pooler that does not track prepared statements (PgBouncer before 1.21, or with
+``max_prepared_statements = 0``) hands each transaction any server connection, where the
+statement is missing or already taken: such a setup turns them off (``App(prepared_statements=
+False)`` or ``SKIPLOCK_PREPARED_STATEMENTS=off``), and the errors it would otherwise get are
+translated into one that says so (:func:`translate`).
 """
 
 from __future__ import annotations
@@ -17,7 +25,10 @@ from . import embedded
 from .errors import ConfigurationError, DatabaseUnavailable, SchemaNotMigrated
 
 ENV_VARS = ("SKIPLOCK_DATABASE_URL", "DATABASE_URL")
+PREPARED_STATEMENTS_VAR = "SKIPLOCK_PREPARED_STATEMENTS"
 CONNECT_TIMEOUT = 5
+_ON = ("1", "true", "on", "yes")
+_OFF = ("0", "false", "off", "no")
 
 
 def resolve_dsn(explicit: str | None = None) -> str:
@@ -49,10 +60,28 @@ def redact(dsn: str) -> str:
     return conninfo.make_conninfo("", **{k: v for k, v in params.items() if v is not None})
 
 
-def connect_kwargs(dsn: str) -> dict[str, Any]:
-    """Keyword arguments for every connection skiplock opens itself."""
+def prepared_statements_setting(explicit: bool | None = None) -> bool:
+    """Whether skiplock's connections may use prepared statements: ``explicit`` if given,
+    else ``SKIPLOCK_PREPARED_STATEMENTS`` (on by default)."""
+    if explicit is not None:
+        return explicit
+    value = os.environ.get(PREPARED_STATEMENTS_VAR, "").strip().lower()
+    if not value or value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise ConfigurationError(
+        f"{PREPARED_STATEMENTS_VAR} must be one of {', '.join(_ON + _OFF)}, got {value!r}"
+    )
+
+
+def connect_kwargs(dsn: str, *, prepare: bool = True) -> dict[str, Any]:
+    """Keyword arguments for every connection skiplock opens itself; ``prepare=False`` keeps
+    psycopg from preparing statements on it (see the module's doc)."""
     params = conninfo.conninfo_to_dict(dsn)
     extra: dict[str, Any] = {"autocommit": True}
+    if not prepare:
+        extra["prepare_threshold"] = None
     if "connect_timeout" not in params:
         extra["connect_timeout"] = CONNECT_TIMEOUT
     if "application_name" not in params:
@@ -74,11 +103,30 @@ def translate(exc: psycopg.Error, schema: str) -> Exception:
     if isinstance(exc, psycopg.errors.UndefinedFunction | psycopg.errors.UndefinedColumn):
         # skiplock's statements name only what its migrations create: the schema is older.
         return SchemaNotMigrated(schema, detail=_first_line(exc))
+    if _prepared_statement_mixup(exc):
+        return ConfigurationError(
+            f"{_first_line(exc)}: a transaction-mode connection pooler (PgBouncer before 1.21, "
+            "or with max_prepared_statements = 0) seems to sit between skiplock and PostgreSQL. "
+            f"Turn prepared statements off for it: {PREPARED_STATEMENTS_VAR}=off, or "
+            "App(prepared_statements=False); on your own connections, prepare_threshold=None"
+        )
     if isinstance(exc, psycopg.OperationalError) and not isinstance(
         exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable
     ):
         return DatabaseUnavailable(f"lost the connection to PostgreSQL: {_first_line(exc)}")
     return exc
+
+
+def _prepared_statement_mixup(exc: psycopg.Error) -> bool:
+    """Whether psycopg's prepared statements went missing, clashed, or met another statement of
+    the same name: the server connection changed under the client's.  (skiplock names no
+    prepared statement itself; psycopg numbers them per connection, ``_pg3_0`` and on.)"""
+    if isinstance(
+        exc, psycopg.errors.DuplicatePreparedStatement | psycopg.errors.InvalidSqlStatementName
+    ):
+        return True
+    # "bind message supplies 3 parameters, but prepared statement "_pg3_0" requires 8"
+    return isinstance(exc, psycopg.errors.ProtocolViolation) and "prepared statement" in str(exc)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -57,7 +57,8 @@ def check_listen(doctor: Doctor, notify_dsn: str | None = None) -> Finding:
         "interval instead (a transaction-mode pooler such as PgBouncer "
         "pool_mode=transaction does this)",
         "point workers at PostgreSQL directly or through a session-mode pool; or run them "
-        "with --poll-only and a short --poll-interval",
+        "with --poll-only and a short --poll-interval (and, unless the pooler tracks prepared "
+        "statements, with SKIPLOCK_PREPARED_STATEMENTS=off: see docs/operations.md)",
         {"seconds": waited},
     )
 

@@ -37,8 +37,10 @@ class Listener:
         on_wake: Callable[[], None],
         *,
         max_backoff: float = 10.0,
+        prepare: bool = True,
     ) -> None:
         self.dsn = dsn
+        self.prepare = prepare
         self.store = store
         self.queues = queues
         self.on_wake = on_wake
@@ -54,7 +56,10 @@ class Listener:
             try:
                 conn = await AsyncConnection.connect(
                     self.dsn,
-                    **{**connect_kwargs(self.dsn), "application_name": "skiplock-listener"},
+                    **{
+                        **connect_kwargs(self.dsn, prepare=self.prepare),
+                        "application_name": "skiplock-listener",
+                    },
                 )
                 async with conn:
                     await self.store.channel_listen(conn)
@@ -89,7 +94,8 @@ class Listener:
 
     async def _send_probe(self, probe: str) -> None:
         try:
-            async with await AsyncConnection.connect(self.dsn, **connect_kwargs(self.dsn)) as conn:
+            kwargs = connect_kwargs(self.dsn, prepare=self.prepare)
+            async with await AsyncConnection.connect(self.dsn, **kwargs) as conn:
                 await self.store.channel_notify(conn, probe)
         except (psycopg.Error, SkiplockError) as exc:
             log.warning("could not send the LISTEN probe: %s", exc)
@@ -102,4 +108,10 @@ class Listener:
                 "(e.g. PgBouncer pool_mode=transaction) is probably in between. Jobs still run, "
                 "but only at each poll; point the worker at PostgreSQL directly or through a "
                 "session-mode pool for wake-ups, or run it with --poll-only to silence this."
+                + (
+                    ""
+                    if not self.prepare
+                    else " Unless the pooler tracks prepared statements (PgBouncer 1.21+ with "
+                    "max_prepared_statements), also set SKIPLOCK_PREPARED_STATEMENTS=off."
+                )
             )

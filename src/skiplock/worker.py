@@ -158,7 +158,9 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-task")
         pool_size = 6 + (self.concurrency if held else 0)
-        self._pool = await open_pool(dsn, min_size=2, max_size=pool_size)
+        self._pool = await open_pool(
+            dsn, min_size=2, max_size=pool_size, prepare=self.app.prepared_statements
+        )
         try:
             await self._check_schema()
         except BaseException:
@@ -205,7 +207,13 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
             services.append(asyncio.create_task(self.elector.run()))
             services.append(asyncio.create_task(self.maintenance.run()))
         if self.listen:
-            self.listener = Listener(dsn, self.store, set(queues), self._new_work)
+            self.listener = Listener(
+                dsn,
+                self.store,
+                set(queues),
+                self._new_work,
+                prepare=self.app.prepared_statements,
+            )
             services.append(asyncio.create_task(self.listener.run()))
         try:
             await self.settings.refresh()
