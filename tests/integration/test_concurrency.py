@@ -278,16 +278,15 @@ def test_entity_key_jobs_never_run_twice_at_once_across_worker_processes(
     def keyed(key: str, n: int) -> None: ...
 
     keys = [f"customer-{k}" for k in range(5)]
-    for n in range(200):
-        key = keys[n % 5]
-        keyed.with_options(entity_key=key).enqueue(key=key, n=n)
     (tmp_path / "keyed_tasks.py").write_text(WORKER_MODULE)
     run_log = tmp_path / "runs.jsonl"
     env = {**os.environ, "DSN": app.dsn, "SCHEMA": app.schema, "RUN_LOG": str(run_log)}
     monitor = RunningMonitor(app.dsn, jobs_table(app))
     monitor.start()
     command = [sys.executable, "-m", "skiplock", "worker", "keyed_tasks:app", "--dsn", app.dsn]
-    command += ["--concurrency", "3", "--poll-interval", "0.05"]
+    # No claiming ahead: a worker then holds at most 3 of the 5 keys, so the others always
+    # have keys to run (with a prefetch, one worker could reserve all five and run every job).
+    command += ["--concurrency", "3", "--prefetch", "0", "--poll-interval", "0.05"]
     workers: list[subprocess.Popen[bytes]] = []
     logs = []
     try:
@@ -303,6 +302,16 @@ def test_entity_key_jobs_never_run_twice_at_once_across_worker_processes(
                     stderr=subprocess.STDOUT,
                 )
             )
+        # The jobs come once every worker is up, so none of them drains the queue alone while
+        # the others are still starting.
+        deadline = time.monotonic() + 60
+        while not all("started:" in (tmp_path / f"worker-{i}.log").read_text() for i in range(4)):
+            assert time.monotonic() < deadline, "the workers did not start"
+            assert all(w.poll() is None for w in workers), "a worker exited early"
+            time.sleep(0.05)
+        for n in range(200):
+            key = keys[n % 5]
+            keyed.with_options(entity_key=key).enqueue(key=key, n=n)
         deadline = time.monotonic() + 90
         done = 0
         while time.monotonic() < deadline:
