@@ -309,6 +309,20 @@ class AsyncStore(AsyncStatements):
         }
         return bool(await self._rows(conn, "job_spend_rolled_back_attempt", params))
 
+    async def job_held_start_count(self, conn: AsyncConnection[Any], job_id: int) -> int:
+        """Record a start of a held-lock job (committed on ``conn``, autocommit, not the job's
+        own connection); how many starts the job had from the same version of its row."""
+        rows = await self._rows(conn, "job_held_start_count", {"id": job_id})
+        return int(rows[0][0]) if rows else 1
+
+    async def job_held_start_forget(self, conn: AsyncConnection[Any], job_id: int) -> None:
+        """Forget the last start of a held-lock job that its worker stopped on purpose."""
+        await self._rows(conn, "job_held_start_forget", {"id": job_id})
+
+    async def job_held_starts_prune(self, conn: AsyncConnection[Any]) -> int:
+        """Forget the held-lock starts of jobs whose row moved on; how many were forgotten."""
+        return len(await self._rows(conn, "job_held_starts_prune", {}))
+
     async def job_release_many(
         self, conn: AsyncConnection[Any], claims: Sequence[Claim]
     ) -> set[int]:

@@ -300,6 +300,20 @@ class SyncStore(SyncStatements):
         }
         return bool(self._rows(conn, "job_spend_rolled_back_attempt", params))
 
+    def job_held_start_count(self, conn: Connection[Any], job_id: int) -> int:
+        """Record a start of a held-lock job (committed on ``conn``, autocommit, not the job's
+        own connection); how many starts the job had from the same version of its row."""
+        rows = self._rows(conn, "job_held_start_count", {"id": job_id})
+        return int(rows[0][0]) if rows else 1
+
+    def job_held_start_forget(self, conn: Connection[Any], job_id: int) -> None:
+        """Forget the last start of a held-lock job that its worker stopped on purpose."""
+        self._rows(conn, "job_held_start_forget", {"id": job_id})
+
+    def job_held_starts_prune(self, conn: Connection[Any]) -> int:
+        """Forget the held-lock starts of jobs whose row moved on; how many were forgotten."""
+        return len(self._rows(conn, "job_held_starts_prune", {}))
+
     def job_release_many(self, conn: Connection[Any], claims: Sequence[Claim]) -> set[int]:
         """Give back claimed jobs that never started, without spending their attempt."""
         if not claims:

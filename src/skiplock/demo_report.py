@@ -21,8 +21,9 @@ class AtWorkState:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     events: list[str] = field(default_factory=list)
     executions: int = 0  # task runs started by this process's workers
-    recorded: int = 0  # outcomes that counted: done, retry, failed
+    recorded: int = 0  # outcomes of those runs that counted: done, retry, failed
     retried: int = 0
+    died: int = 0  # attempts whose worker died, counted at the job's next held-lock claim
     enqueued: int = 0
 
     def say(self, text: str) -> None:
@@ -32,9 +33,15 @@ class AtWorkState:
         if event.kind == "started":
             self.executions += 1
             return
-        self.recorded += event.outcome in ("done", "retry", "failed")
         job, error = event.job, _headline(event.error)
         name = f"job {job.id} ({job.task.removeprefix('demo.')})"
+        if error.startswith("WorkerDied"):
+            # The outcome of a run in a process that died (not one of these runs): counted now.
+            self.died += 1
+            self.say(f"{name}: attempt {job.attempts} died with its worker; the next claim "
+                     "counted it, and the job runs again after a backoff")  # fmt: skip
+            return
+        self.recorded += event.outcome in ("done", "retry", "failed")
         if event.outcome == "retry":
             self.retried += 1
             if self.retried <= 2:
@@ -53,6 +60,7 @@ class AtWorkResult:
     stuck: int
     duplicates: int
     retried: int
+    died: int
     recovered_lease: bool
     recovered_held: bool
     rolled_back_enqueue_absent: bool
@@ -115,6 +123,7 @@ def final_result(
         stuck=sum(n for status, n in tally.items() if status not in ("done", "failed")),
         duplicates=state.executions + victim_runs - state.recorded,
         retried=state.retried,
+        died=state.died,
         recovered_lease=recovered_by_another("lease")
         and lease_job is not None
         and lease_job.attempts == 2,

@@ -94,6 +94,22 @@ def rolled_back(job: Job, task: Task[Any, Any] | None, exc: Exception) -> tuple[
     )
 
 
+def died_while_held(job: Job, task: Task[Any, Any] | None, earlier_starts: int) -> Outcome:
+    """The outcome of a held-lock attempt whose worker died before writing one, found when the
+    job is claimed again (``job.attempts`` is that attempt's number, counted anew by this
+    claim): a failure like any other, with its backoff, or ``failed`` with the attempts spent.
+    So a task that kills its process runs at most ``max_attempts`` times."""
+    error = (
+        f"WorkerDied: the worker running attempt {job.attempts} of this held-lock job died "
+        "before recording its outcome (a crash, an out-of-memory kill, a lost machine or "
+        f"connection); seen {earlier_starts} time(s) in a row. The attempt is counted"
+    )
+    if job.attempts >= job.max_attempts:
+        return Outcome("failed", error=error)
+    policy = task.settings.retry if task else _UNKNOWN_TASK_RETRY
+    return Outcome("retry", delay=max(0.0, policy.delay(job.attempts)), error=error)
+
+
 async def run_job(
     job: Job,
     task: Task[Any, Any] | None,

@@ -2,14 +2,17 @@
 while the task runs and commits the outcome with it.
 
 A mixin of :class:`~skiplock.worker.Worker`.  A crash rolls the transaction back, so the job is
-claimable again at once and its attempt is not counted; a transaction that rolls back for
-another reason gets its attempt counted afterwards, with a backoff.
+claimable again at once; its attempt is counted at the next claim, which finds the start it
+recorded apart (``held_starts``, migration 0005) and writes that attempt's failure instead of
+running the job.  A transaction that rolls back while the worker lives gets its attempt
+counted at once, with a backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -20,7 +23,7 @@ from ._store_async import AsyncStore, roll_back_quietly
 from .app import App
 from .completer import Completer, Recorded
 from .errors import SkiplockError
-from .execution import Outcome, rolled_back
+from .execution import Outcome, died_while_held, rolled_back
 from .job import Job
 from .running import RunningJob
 from .task import WorkerModel
@@ -97,13 +100,19 @@ class HeldSlots:
                 try:
                     got.set_result(job)
                     if self._model_of(job) == "held":
+                        earlier = await self._earlier_held_starts(job)
+                        if earlier:
+                            await self._record_died_attempt(job, earlier, conn)
+                            return
                         running = self._track(job, "held")
                         self._emit_started(job)
                         await self._run_held(running, conn)
                         return
                     await conn.commit()  # a lease task: its claim commits, with its lease
-                except BaseException:
+                except BaseException as exc:
                     await roll_back_quietly(conn)  # and report what failed, not the rollback
+                    if running is not None and isinstance(exc, asyncio.CancelledError):
+                        await self._forget_held_start(running.job)
                     raise
             # A lease task claimed by a held-capable worker.
             running = self._track(job, "lease")
@@ -115,9 +124,46 @@ class HeldSlots:
                 got.set_exception(exc)
             elif running is not None and running.model == "held":
                 await self._spend_rolled_back_attempt(running.job, exc)
+            else:  # the claim's transaction failed after the claim: the job is pending again
+                log.warning("a held-lock claim's transaction failed and rolled back: %s", exc)
         finally:
             if running is not None and running.model == "held":
                 self._untrack(running)
+
+    async def _earlier_held_starts(self, job: Job) -> int:
+        """Record this start of a held-lock job, committed on another connection; how many
+        starts before it, from the same state of the job's row, died without an outcome (0
+        normally).  Best effort: if the record cannot be written, the job runs anyway."""
+        assert self._pool is not None
+        try:
+            async with self._pool.connection() as conn:
+                return await self.store.job_held_start_count(conn, job.id) - 1
+        except (psycopg.Error, SkiplockError) as exc:
+            log.warning("job %s: could not record its held-lock start (%s)", job.id, exc)
+            return 0
+
+    async def _forget_held_start(self, job: Job) -> None:
+        """The job was stopped (shutdown) and rolled back on purpose: its next start must not
+        take this one for a start whose worker died."""
+        assert self._pool is not None
+        try:
+            async with self._pool.connection() as conn:
+                await self.store.job_held_start_forget(conn, job.id)
+        except (psycopg.Error, SkiplockError) as exc:
+            log.warning("job %s: could not forget its stopped held-lock start: %s", job.id, exc)
+
+    async def _record_died_attempt(
+        self, job: Job, earlier: int, conn: AsyncConnection[Any]
+    ) -> None:
+        """The last start of this held-lock job died with its worker: write that attempt's
+        failure in this claim's transaction instead of running the job now."""
+        assert self._completer is not None
+        outcome = died_while_held(job, self.app.tasks.get(job.task), earlier)
+        log.error("job %s: %s", job.id, outcome.error)
+        started = time.monotonic()
+        owned = job.id in await self._completer.write(conn, [(job, outcome, started)])
+        await conn.commit()
+        self._recorded([Recorded(job, outcome, owned, started)])
 
     async def _spend_rolled_back_attempt(self, job: Job, exc: Exception) -> None:
         """The held transaction rolled back with its claim, so the attempt was not counted:

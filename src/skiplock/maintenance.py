@@ -136,5 +136,6 @@ class Maintenance:
     async def _prune(self, conn: AsyncConnection[Any]) -> None:
         pruned = await self.store.job_prune_by_retention(conn, self.app.retention)
         self.stats.pruned += sum(pruned.values())
+        await self.store.job_held_starts_prune(conn)
         if self.app.periodic_tasks:
             await self.store.periodic_prune_ticks(conn)

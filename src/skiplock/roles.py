@@ -6,8 +6,8 @@ Three roles without login, to be granted to the login users of each kind of proc
   the insert returns and the idempotency-key lookup needs; it cannot read payloads or change
   or delete any job;
 - **worker**: claims, runs and finishes jobs, reclaims expired leases, prunes, enqueues
-  periodic ticks and holds the maintenance leadership; no DDL, no CREATE on the schema, and
-  queue settings are read-only;
+  periodic ticks, holds the maintenance leadership and records held-lock starts; no DDL, no
+  CREATE on the schema, and queue settings are read-only;
 - **admin**: every row of every skiplock table (the admin CLI), plus ``pg_monitor`` so that
   ``skiplock doctor`` sees every session; still no DDL: migrations run as the schema's owner.
 
@@ -36,7 +36,7 @@ from .sql import parse_blocks
 
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 GRANTS = ("role_grant_enqueuer", "role_grant_worker", "role_grant_admin")
-TABLE_COUNT = 6  # the tables role_check_owner looks for (grants.sql)
+TABLE_COUNT = 7  # the tables role_check_owner looks for (grants.sql)
 
 
 def check_role_name(name: str) -> str:
@@ -93,6 +93,7 @@ def statement(name: str, schema: str, roles: RoleNames, role: str | None = None)
         "queues": sql.Identifier(schema, "queues"),
         "leaders": sql.Identifier(schema, "leaders"),
         "ticks": sql.Identifier(schema, "periodic_ticks"),
+        "held_starts": sql.Identifier(schema, "held_starts"),
         "migrations": sql.Identifier(schema, "migrations"),
         "enqueuer": sql.Identifier(roles.enqueuer),
         "worker": sql.Identifier(roles.worker),

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from skiplock import App, JobStatus
+from skiplock import App, FixedDelay, JobStatus
 from skiplock._store_sync import SyncStore
 from skiplock.migrations import all_migrations
 
@@ -30,10 +30,11 @@ pytestmark = pytest.mark.slow
 
 MODULE = '''
 import os
+import signal
 import time
 from pathlib import Path
 
-from skiplock import App
+from skiplock import App, FixedDelay
 
 app = App(os.environ["DSN"], os.environ["SCHEMA"])
 MARK = Path(os.environ["MARK"])
@@ -65,6 +66,13 @@ def stall(seconds: float) -> None:
 def linger(seconds: float) -> None:
     mark()
     time.sleep(seconds)
+
+
+@app.task(name="suicide", model="held", max_attempts=3, retry=FixedDelay(0))
+def suicide() -> None:
+    """Kills its own worker process, every time."""
+    mark()
+    os.kill(os.getpid(), signal.SIGKILL)
 '''
 
 
@@ -79,6 +87,9 @@ def register_stubs(app: App) -> None:
 
     @app.task(name="linger")
     def linger(seconds: float) -> None: ...
+
+    @app.task(name="suicide", model="held", max_attempts=3, retry=FixedDelay(0))
+    def suicide() -> None: ...
 
 
 @pytest.fixture
@@ -186,6 +197,26 @@ def test_held_worker_killed_mid_job_frees_the_job_at_once(workdir: Path, app: Ap
     job = app.get_job(job_id)
     assert job is not None
     assert (job.status, job.attempts) == (JobStatus.DONE, 1)
+
+
+def test_a_held_task_that_kills_its_worker_runs_max_attempts_times_then_fails(
+    workdir: Path, app: App, db: Any
+) -> None:
+    job_id = app.enqueue("suicide", {}).id
+    codes = []
+    while len(codes) < 8 and job_state(db, app, job_id)[0] != "failed":
+        with worker_process(workdir, app, "--burst", name=f"w{len(codes)}") as w:
+            codes.append(w.proc.wait(timeout=60))
+    # Three attempts each killed their worker; the fourth worker found the third dead and,
+    # with the attempts spent, failed the job without running it.
+    assert codes == [-signal.SIGKILL] * 3 + [0], codes
+    assert marks(workdir) == 3
+    job = app.get_job(job_id)
+    assert job is not None
+    assert (job.status, job.attempts) == (JobStatus.FAILED, 3)
+    assert job.last_error is not None and job.last_error.startswith(
+        "WorkerDied: the worker running attempt 3"
+    )
 
 
 def test_lease_worker_killed_mid_job_is_reclaimed_and_rerun(

@@ -74,6 +74,7 @@ class Queries:
             "queues": sql.Identifier(schema, "queues"),
             "leaders": sql.Identifier(schema, "leaders"),
             "ticks": sql.Identifier(schema, "periodic_ticks"),
+            "held_starts": sql.Identifier(schema, "held_starts"),
             "channel": sql.Identifier(self.channel),
             "entity_key_running": sql.Identifier(schema, "entity_key_running"),
         }

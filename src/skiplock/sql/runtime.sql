@@ -120,3 +120,38 @@ WHERE id = (SELECT id FROM {jobs}
             WHERE id = %(id)s AND status = 'pending' AND attempts = %(attempts)s - 1
             FOR UPDATE SKIP LOCKED)
 RETURNING id, status;
+
+-- name: job_held_start_count
+-- Record a start of a held-lock job, committed at once (apart from the job's transaction, on
+-- another connection) and without waiting for the WAL flush; returns how many times the job
+-- was started from the same version of its row.  This statement's snapshot sees the row as it
+-- was before the claim (the claim is not committed), so after a start whose worker died, the
+-- next start finds the same version (row_xmin): its count goes up.  Any outcome, snooze or
+-- release writes the row, and the next start counts from 1 again.
+WITH seen AS (
+    SELECT xmin::text::bigint AS row_xmin FROM {jobs} WHERE id = %(id)s
+), commit_mode AS MATERIALIZED (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+)
+INSERT INTO {held_starts} AS h (job_id, row_xmin, starts)
+SELECT %(id)s, seen.row_xmin, 1 FROM seen, commit_mode
+ON CONFLICT (job_id) DO UPDATE
+SET starts = CASE WHEN h.row_xmin = excluded.row_xmin THEN h.starts + 1 ELSE 1 END,
+    row_xmin = excluded.row_xmin,
+    last_at = now()
+RETURNING starts;
+
+-- name: job_held_starts_prune
+-- Forget the starts whose job's row has moved on to another version (an outcome was written,
+-- or the job is gone): only a start from a version still current can be followed by another
+-- from the same one.  A running held-lock job's row is seen as it was before its claim.
+DELETE FROM {held_starts} AS h
+WHERE NOT EXISTS (
+    SELECT 1 FROM {jobs} AS j WHERE j.id = h.job_id AND j.xmin::text::bigint = h.row_xmin
+)
+RETURNING h.job_id;
+
+-- name: job_held_start_forget
+-- A held-lock job was stopped by its worker (shutdown) and rolled back on purpose: its start
+-- must not count as one whose worker died.
+DELETE FROM {held_starts} WHERE job_id = %(id)s;

@@ -1,0 +1,179 @@
+"""Held-lock jobs whose worker died: the attempt is counted at the next claim (migration 0005).
+
+A held-lock job's claim, attempt count and outcome are one transaction; a worker that dies
+mid-job rolls all of it back.  Each start is also recorded apart (``held_starts``), so the next
+claim of the unchanged row knows the previous start died and writes that attempt's failure
+instead of running the job.  Here a death is a claim whose connection closes without a
+commit (what the server sees when a worker process dies); tests/e2e/test_worker_process.py
+kills real processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from skiplock import App, FixedDelay, Job, JobStatus, Retry, Worker
+from skiplock._store_async import AsyncStore
+from skiplock.execution import died_while_held
+from skiplock.sql import Queries
+
+QUEUE = "held"
+
+
+def held_starts(db: psycopg.Connection[Any], schema: str) -> list[tuple[int, int]]:
+    query = sql.SQL("SELECT job_id, starts FROM {} ORDER BY job_id")
+    return [tuple(r) for r in db.execute(query.format(sql.Identifier(schema, "held_starts")))]
+
+
+def job_row(db: psycopg.Connection[Any], schema: str, job_id: int) -> tuple[str, int, str | None]:
+    query = sql.SQL("SELECT status, attempts, last_error FROM {} WHERE id = %s")
+    row = db.execute(query.format(sql.Identifier(schema, "jobs")), [job_id]).fetchone()
+    assert row is not None
+    return row[0], row[1], row[2]
+
+
+def die_while_running(app: App, job_id: int) -> None:
+    """What a worker does up to running a held-lock job, then its end: the claim's connection
+    goes away without a commit."""
+    store = AsyncStore(Queries(app.schema))
+
+    async def start_and_die() -> None:
+        conn = await psycopg.AsyncConnection.connect(app.dsn, autocommit=True)
+        job = await store.job_claim_held(conn, [QUEUE], "doomed-worker", 30.0)
+        assert job is not None and job.id == job_id
+        async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as other:
+            assert await store.job_held_start_count(other, job.id) >= 1
+        await conn.close()  # the server rolls the claim back
+
+    asyncio.run(start_and_die())
+
+
+def prune_held_starts(app: App) -> int:
+    store = AsyncStore(Queries(app.schema))
+
+    async def prune() -> int:
+        async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
+            return await store.job_held_starts_prune(conn)
+
+    return asyncio.run(prune())
+
+
+def burst(app: App) -> Any:
+    return asyncio.run(Worker(app, queues=[QUEUE], burst=True, poll_interval=0.05).run())
+
+
+def test_a_death_counts_as_a_failed_attempt_and_the_job_runs_again(
+    app: App, db: psycopg.Connection[Any]
+) -> None:
+    runs: list[int] = []
+
+    @app.task(name="flaky", queue=QUEUE, model="held", max_attempts=3, retry=FixedDelay(0))
+    def flaky(n: int) -> None:
+        runs.append(n)
+
+    job_id = flaky.enqueue(n=7).id
+    die_while_running(app, job_id)
+    assert job_row(db, app.schema, job_id)[:2] == ("pending", 0)  # rolled back: no trace
+    assert held_starts(db, app.schema) == [(job_id, 1)]  # but the start was recorded
+    # Pruning keeps it: the job's row is still the version that start claimed.
+    assert prune_held_starts(app) == 0
+    assert held_starts(db, app.schema) == [(job_id, 1)]
+
+    stats = burst(app)
+    status, attempts, error = job_row(db, app.schema, job_id)
+    assert (status, attempts) == ("done", 2)  # the dead attempt, then the one that ran
+    assert runs == [7]
+    assert (stats.retried, stats.done, stats.failed) == (1, 1, 0)
+    assert error is not None and error.startswith("WorkerDied: the worker running attempt 1")
+    # The burst worker's last maintenance round pruned the record: the row has moved on.
+    assert held_starts(db, app.schema) == []
+
+
+def test_a_death_of_the_last_attempt_fails_the_job_without_running_it(
+    app: App, db: psycopg.Connection[Any]
+) -> None:
+    runs: list[int] = []
+
+    @app.task(name="poison", queue=QUEUE, model="held", max_attempts=1)
+    def poison(n: int) -> None:
+        runs.append(n)
+
+    job_id = poison.enqueue(n=1).id
+    die_while_running(app, job_id)
+    stats = burst(app)
+    status, attempts, error = job_row(db, app.schema, job_id)
+    assert (status, attempts) == ("failed", 1)
+    assert error is not None and error.startswith("WorkerDied")
+    assert runs == []
+    assert (stats.failed, stats.done) == (1, 0)
+
+
+def test_snoozes_and_retries_are_not_deaths(app: App, db: psycopg.Connection[Any]) -> None:
+    calls: list[int] = []
+
+    @app.task(name="patient", queue=QUEUE, model="held", max_attempts=5, retry=FixedDelay(0))
+    def patient(n: int) -> None:
+        calls.append(n)
+        if len(calls) <= 2:
+            raise Retry(0)  # snoozed: the attempt is not spent, the row written back
+        if len(calls) == 3:
+            raise ValueError("an ordinary failure")
+
+    job_id = patient.enqueue(n=1).id
+    stats = burst(app)
+    status, attempts, error = job_row(db, app.schema, job_id)
+    # Four claims (a snooze counts its claim and grants one more attempt), none a death.
+    assert (status, attempts) == ("done", 4)
+    assert len(calls) == 4
+    assert (stats.snoozed, stats.retried, stats.done) == (2, 1, 1)
+    assert error is not None and "ValueError" in error and "WorkerDied" not in error
+
+
+def test_a_job_stopped_at_shutdown_is_released_not_counted_as_a_death(
+    app: App, db: psycopg.Connection[Any]
+) -> None:
+    started = asyncio.Event()
+    runs: list[str] = []
+
+    @app.task(name="long", queue=QUEUE, model="held", max_attempts=1)
+    async def long(n: int) -> None:
+        runs.append("start")
+        if len(runs) == 1:
+            started.set()
+            await asyncio.sleep(60)
+
+    job_id = long.enqueue(n=1).id
+
+    async def stop_mid_job() -> None:
+        worker = Worker(app, queues=[QUEUE], poll_interval=0.05, shutdown_grace=0.0)
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(started.wait(), 20)
+        worker.stop()
+        await asyncio.wait_for(running, 30)
+
+    asyncio.run(stop_mid_job())
+    assert job_row(db, app.schema, job_id)[:2] == ("pending", 0)
+    assert held_starts(db, app.schema) == []  # the stopped start was forgotten
+    stats = burst(app)  # max_attempts=1: a start taken for a death would fail the job
+    assert job_row(db, app.schema, job_id)[:2] == ("done", 1)
+    assert runs == ["start", "start"] and stats.done == 1
+
+
+@pytest.mark.parametrize(("attempts", "kind"), [(1, "retry"), (2, "retry"), (3, "failed")])
+def test_the_outcome_of_a_dead_attempt(app: App, attempts: int, kind: str) -> None:
+    @app.task(name="t", model="held", max_attempts=3, retry=FixedDelay(4.5))
+    def t() -> None: ...
+
+    now = datetime.now(UTC)
+    claimed = Job(1, "default", "t", {}, JobStatus.RUNNING, 0, now, attempts, 3, "w", now,
+                  None, None, now)  # fmt: skip
+    outcome = died_while_held(claimed, t, earlier_starts=1)
+    assert outcome.kind == kind
+    assert outcome.delay == (4.5 if kind == "retry" else 0.0)
+    assert outcome.error is not None and f"attempt {attempts}" in outcome.error
