@@ -306,6 +306,20 @@ class SyncStore(SyncStatements):
         rows = self._rows(conn, "job_held_start_count", {"id": job_id})
         return int(rows[0][0]) if rows else 1
 
+    def job_count_dead_attempts(
+        self, conn: Connection[Any], claim: Claim, counted: int, error: str
+    ) -> bool:
+        """Give a claimed held-lock job (in its claim's transaction) ``counted`` attempts, for
+        starts that died with their worker; False if the claim no longer owns it."""
+        params = {
+            "id": claim.job_id,
+            "attempts": claim.attempt,
+            "worker": claim.worker,
+            "counted": counted,
+            "error": error,
+        }
+        return bool(self._rows(conn, "job_count_dead_attempts", params))
+
     def job_held_start_forget(self, conn: Connection[Any], job_id: int) -> None:
         """Forget the last start of a held-lock job that its worker stopped on purpose."""
         self._rows(conn, "job_held_start_forget", {"id": job_id})

@@ -312,8 +312,7 @@ def summary_view(r: AtWorkResult) -> Group:
         f"lease worker killed: job recovered {seconds(r.lease_recovery_seconds)} "
         "(once its lease expired).",
         f"held-lock worker killed: job recovered {seconds(r.held_recovery_seconds)} "
-        f"(its transaction rolled back; the next claim counted the dead attempt, {r.died} in "
-        "all, and the job ran again after a backoff).",
+        "(its transaction rolled back; the claim that found it counted the dead attempt).",
         f"{r.duplicates} job runs were repeated: a killed worker's side effects had happened "
         "(at-least-once: make tasks idempotent).",
         "rolled-back transactional enqueue left no job: "

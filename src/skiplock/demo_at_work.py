@@ -8,8 +8,8 @@
 * Two worker *processes*, each killed with SIGKILL in the middle of a job: a lease worker (its
   job stays ``running`` until the lease expires, then the leader reclaims it) and a held-lock
   worker (its transaction rolls back: the job is claimable at once, and the claim that finds it
-  counts the dead attempt, then the job runs after a backoff).  A standby worker runs both jobs
-  again: delivery is at-least-once, so their side effects happen twice.
+  counts the dead attempt).  A standby worker runs both jobs again: delivery is at-least-once,
+  so their side effects happen twice.
 
 The killed workers run the app of :mod:`skiplock.demo_app` in their own processes.
 """
@@ -241,7 +241,7 @@ def _recovery_text(model: str, job_id: int, attempts: int, seconds: float) -> st
         how = "its lease expired, the leader reclaimed it (attempt 1 spent)"
     else:
         how = (
-            "its transaction rolled back with the dead connection: claimable at once, its dead "
-            "attempt counted, run again after a backoff"
+            "its transaction rolled back with the dead connection: claimable at once (attempt 1 "
+            "counted by that claim)"
         )
     return f"job {job_id}: {how}; the standby ran it, done {seconds:.2f}s after the kill"

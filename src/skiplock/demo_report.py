@@ -23,7 +23,6 @@ class AtWorkState:
     executions: int = 0  # task runs started by this process's workers
     recorded: int = 0  # outcomes of those runs that counted: done, retry, failed
     retried: int = 0
-    died: int = 0  # attempts whose worker died, counted at the job's next held-lock claim
     enqueued: int = 0
 
     def say(self, text: str) -> None:
@@ -33,15 +32,9 @@ class AtWorkState:
         if event.kind == "started":
             self.executions += 1
             return
+        self.recorded += event.outcome in ("done", "retry", "failed")
         job, error = event.job, _headline(event.error)
         name = f"job {job.id} ({job.task.removeprefix('demo.')})"
-        if error.startswith("WorkerDied"):
-            # The outcome of a run in a process that died (not one of these runs): counted now.
-            self.died += 1
-            self.say(f"{name}: attempt {job.attempts} died with its worker; the next claim "
-                     "counted it, and the job runs again after a backoff")  # fmt: skip
-            return
-        self.recorded += event.outcome in ("done", "retry", "failed")
         if event.outcome == "retry":
             self.retried += 1
             if self.retried <= 2:
@@ -60,7 +53,6 @@ class AtWorkResult:
     stuck: int
     duplicates: int
     retried: int
-    died: int
     recovered_lease: bool
     recovered_held: bool
     rolled_back_enqueue_absent: bool
@@ -114,7 +106,9 @@ def final_result(
         return (job is not None and job.status == "done" and len(ran) >= 2
                 and ran[0] in pids and ran[-1] not in pids)  # fmt: skip
 
-    lease_job = jobs["lease"]
+    # Both killed runs were attempts: the lease one spent when it was claimed, the held-lock one
+    # counted by the claim that found it dead.
+    lease_job, held_job = jobs["lease"], jobs["held"]
     return AtWorkResult(
         enqueued=len(ids),
         done=tally.get("done", 0),
@@ -123,11 +117,12 @@ def final_result(
         stuck=sum(n for status, n in tally.items() if status not in ("done", "failed")),
         duplicates=state.executions + victim_runs - state.recorded,
         retried=state.retried,
-        died=state.died,
         recovered_lease=recovered_by_another("lease")
         and lease_job is not None
         and lease_job.attempts == 2,
-        recovered_held=recovered_by_another("held"),
+        recovered_held=recovered_by_another("held")
+        and held_job is not None
+        and held_job.attempts == 2,
         rolled_back_enqueue_absent=absent,
         lease_recovery_seconds=recovered.get("lease"),
         held_recovery_seconds=recovered.get("held"),

@@ -94,20 +94,30 @@ def rolled_back(job: Job, task: Task[Any, Any] | None, exc: Exception) -> tuple[
     )
 
 
-def died_while_held(job: Job, task: Task[Any, Any] | None, earlier_starts: int) -> Outcome:
-    """The outcome of a held-lock attempt whose worker died before writing one, found when the
-    job is claimed again (``job.attempts`` is that attempt's number, counted anew by this
-    claim): a failure like any other, with its backoff, or ``failed`` with the attempts spent.
-    So a task that kills its process runs at most ``max_attempts`` times."""
+@dataclass(frozen=True)
+class DeadStarts:
+    """What a held-lock claim does after finding ``earlier`` starts of the same row state that
+    died with their worker (see held_slots): they were attempts, so the job is given the next
+    attempt number and runs now, or fails without running once they used up its attempts.  So
+    a task that kills its process runs at most ``max_attempts`` times."""
+
+    attempts: int  # the job's attempt count from now on
+    error: str
+    spent: bool  # fail the job now, without running it
+
+
+def dead_starts(job: Job, earlier: int) -> DeadStarts:
+    """``job`` as claimed (its attempts counted anew by the claim) after ``earlier`` dead
+    starts: the claim's own attempt is the one after them."""
+    made = job.attempts - 1 + earlier  # attempts that ran: recorded ones, then the dead ones
     error = (
-        f"WorkerDied: the worker running attempt {job.attempts} of this held-lock job died "
-        "before recording its outcome (a crash, an out-of-memory kill, a lost machine or "
-        f"connection); seen {earlier_starts} time(s) in a row. The attempt is counted"
+        f"WorkerDied: the worker running attempt {made} of this held-lock job died before "
+        f"recording its outcome ({earlier} dead in a row: a crash, an out-of-memory kill, a "
+        "lost machine or connection)"
     )
-    if job.attempts >= job.max_attempts:
-        return Outcome("failed", error=error)
-    policy = task.settings.retry if task else _UNKNOWN_TASK_RETRY
-    return Outcome("retry", delay=max(0.0, policy.delay(job.attempts)), error=error)
+    if made >= job.max_attempts:
+        return DeadStarts(made, error, spent=True)
+    return DeadStarts(made + 1, error, spent=False)
 
 
 async def run_job(

@@ -2,10 +2,10 @@
 while the task runs and commits the outcome with it.
 
 A mixin of :class:`~skiplock.worker.Worker`.  A crash rolls the transaction back, so the job is
-claimable again at once; its attempt is counted at the next claim, which finds the start it
-recorded apart (``held_starts``, migration 0005) and writes that attempt's failure instead of
-running the job.  A transaction that rolls back while the worker lives gets its attempt
-counted at once, with a backoff.
+claimable again at once; the next claim finds the start recorded apart (``held_starts``,
+migration 0005), counts the dead attempt and runs the job as the attempt after it, or fails it
+when that was the last (see :func:`~skiplock.execution.dead_starts`).  A transaction that rolls
+back while the worker lives gets its attempt counted at once, with a backoff.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -23,7 +24,7 @@ from ._store_async import AsyncStore, roll_back_quietly
 from .app import App
 from .completer import Completer, Recorded
 from .errors import SkiplockError
-from .execution import Outcome, died_while_held, rolled_back
+from .execution import Outcome, dead_starts, rolled_back
 from .job import Job
 from .running import RunningJob
 from .task import WorkerModel
@@ -102,8 +103,10 @@ class HeldSlots:
                     if self._model_of(job) == "held":
                         earlier = await self._earlier_held_starts(job)
                         if earlier:
-                            await self._record_died_attempt(job, earlier, conn)
-                            return
+                            counted = await self._count_dead_starts(job, earlier, conn)
+                            if counted is None:
+                                return  # its attempts are spent: failed, not run
+                            job = counted
                         running = self._track(job, "held")
                         self._emit_started(job)
                         await self._run_held(running, conn)
@@ -152,18 +155,26 @@ class HeldSlots:
         except (psycopg.Error, SkiplockError) as exc:
             log.warning("job %s: could not forget its stopped held-lock start: %s", job.id, exc)
 
-    async def _record_died_attempt(
+    async def _count_dead_starts(
         self, job: Job, earlier: int, conn: AsyncConnection[Any]
-    ) -> None:
-        """The last start of this held-lock job died with its worker: write that attempt's
-        failure in this claim's transaction instead of running the job now."""
+    ) -> Job | None:
+        """The last ``earlier`` starts of this held-lock job died with their worker: count them
+        as attempts in this claim's transaction.  Returns the job to run now, as the attempt
+        after them; or None when they used up its attempts, after failing it (committed)."""
         assert self._completer is not None
-        outcome = died_while_held(job, self.app.tasks.get(job.task), earlier)
-        log.error("job %s: %s", job.id, outcome.error)
+        dead = dead_starts(job, earlier)
+        await self.store.job_count_dead_attempts(conn, job.claim, dead.attempts, dead.error)
+        job = replace(job, attempts=dead.attempts, last_error=dead.error)
+        if not dead.spent:
+            log.error("job %s: %s; running attempt %d now", job.id, dead.error, dead.attempts)
+            return job
+        log.error("job %s: %s; no attempt left, failed", job.id, dead.error)
+        outcome = Outcome("failed", error=dead.error)
         started = time.monotonic()
         owned = job.id in await self._completer.write(conn, [(job, outcome, started)])
         await conn.commit()
         self._recorded([Recorded(job, outcome, owned, started)])
+        return None
 
     async def _spend_rolled_back_attempt(self, job: Job, exc: Exception) -> None:
         """The held transaction rolled back with its claim, so the attempt was not counted:

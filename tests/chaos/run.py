@@ -47,9 +47,8 @@ EXPLANATIONS = {
         "**kill -9, held-lock model.** The same, with `--model held`: each job's row lock is "
         "held by an open transaction; when the process dies its backend sees the socket close, "
         "rolls back, and the job can be claimed again at once; that claim finds the dead "
-        "start's record (`held_starts`), counts the attempt (`WorkerDied`) and the job runs "
-        "again after its retry backoff. Checks as above; recovery is kill → job running again "
-        "(the backoff included)."
+        "start's record (`held_starts`) and counts the attempt (`WorkerDied`) before running "
+        "it. Checks as above; recovery is kill → job running again."
     ),
     "kill-leader": (
         "**kill -9 of the maintenance leader.** {rounds} round(s): two lease workers (lease "

@@ -122,8 +122,6 @@ def test_every_job_of_part_two_is_accounted_for(demo: dict[str, Any]) -> None:
     assert jobs >= 100 and uploads >= 5
     # Each upload fails twice before it works; the warehouse job is retried twice, then fails.
     assert work["retried"] == 2 * uploads + 2, work
-    # The killed held-lock worker's attempt, counted by the claim that found it dead.
-    assert work["died"] == 1, work
 
 
 def test_killed_workers_jobs_were_recovered_and_ran_again(demo: dict[str, Any]) -> None:

@@ -2,10 +2,10 @@
 
 A held-lock job's claim, attempt count and outcome are one transaction; a worker that dies
 mid-job rolls all of it back.  Each start is also recorded apart (``held_starts``), so the next
-claim of the unchanged row knows the previous start died and writes that attempt's failure
-instead of running the job.  Here a death is a claim whose connection closes without a
-commit (what the server sees when a worker process dies); tests/e2e/test_worker_process.py
-kills real processes.
+claim of the unchanged row knows how many starts died, counts them as attempts and runs the
+job as the attempt after them, or fails it when they were its last.  Here a death is a claim
+whose connection closes without a commit (what the server sees when a worker process dies);
+tests/e2e/test_worker_process.py kills real processes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from psycopg import sql
 
 from skiplock import App, FixedDelay, Job, JobStatus, Retry, Worker
 from skiplock._store_async import AsyncStore
-from skiplock.execution import died_while_held
+from skiplock.execution import dead_starts
 from skiplock.sql import Queries
 
 QUEUE = "held"
@@ -68,12 +68,12 @@ def burst(app: App) -> Any:
     return asyncio.run(Worker(app, queues=[QUEUE], burst=True, poll_interval=0.05).run())
 
 
-def test_a_death_counts_as_a_failed_attempt_and_the_job_runs_again(
+def test_a_death_counts_as_an_attempt_and_the_job_runs_again_at_once(
     app: App, db: psycopg.Connection[Any]
 ) -> None:
     runs: list[int] = []
 
-    @app.task(name="flaky", queue=QUEUE, model="held", max_attempts=3, retry=FixedDelay(0))
+    @app.task(name="flaky", queue=QUEUE, model="held", max_attempts=3)
     def flaky(n: int) -> None:
         runs.append(n)
 
@@ -89,10 +89,28 @@ def test_a_death_counts_as_a_failed_attempt_and_the_job_runs_again(
     status, attempts, error = job_row(db, app.schema, job_id)
     assert (status, attempts) == ("done", 2)  # the dead attempt, then the one that ran
     assert runs == [7]
-    assert (stats.retried, stats.done, stats.failed) == (1, 1, 0)
-    assert error is not None and error.startswith("WorkerDied: the worker running attempt 1")
+    assert (stats.claimed, stats.done, stats.retried, stats.failed) == (1, 1, 0, 0)
+    assert error is not None and error.startswith("WorkerDied: the worker running attempt 1 ")
     # The burst worker's last maintenance round pruned the record: the row has moved on.
     assert held_starts(db, app.schema) == []
+
+
+def test_deaths_in_a_row_are_each_an_attempt(app: App, db: psycopg.Connection[Any]) -> None:
+    runs: list[int] = []
+
+    @app.task(name="fragile", queue=QUEUE, model="held", max_attempts=4)
+    def fragile(n: int) -> None:
+        runs.append(n)
+
+    job_id = fragile.enqueue(n=1).id
+    for _ in range(3):
+        die_while_running(app, job_id)
+    assert held_starts(db, app.schema) == [(job_id, 3)]
+    stats = burst(app)
+    status, attempts, error = job_row(db, app.schema, job_id)
+    assert (status, attempts) == ("done", 4)  # three dead attempts, then the fourth ran
+    assert runs == [1] and stats.done == 1
+    assert error is not None and "attempt 3 " in error and "3 dead in a row" in error
 
 
 def test_a_death_of_the_last_attempt_fails_the_job_without_running_it(
@@ -165,15 +183,16 @@ def test_a_job_stopped_at_shutdown_is_released_not_counted_as_a_death(
     assert runs == ["start", "start"] and stats.done == 1
 
 
-@pytest.mark.parametrize(("attempts", "kind"), [(1, "retry"), (2, "retry"), (3, "failed")])
-def test_the_outcome_of_a_dead_attempt(app: App, attempts: int, kind: str) -> None:
-    @app.task(name="t", model="held", max_attempts=3, retry=FixedDelay(4.5))
-    def t() -> None: ...
-
+@pytest.mark.parametrize(
+    ("claimed", "earlier", "counted", "spent"),
+    [(1, 1, 2, False), (1, 2, 3, False), (2, 1, 3, False), (1, 3, 3, True), (3, 1, 3, True)],
+)
+def test_what_dead_starts_count(claimed: int, earlier: int, counted: int, spent: bool) -> None:
+    """``claimed``: the attempt number the claim gave the job (max 3)."""
     now = datetime.now(UTC)
-    claimed = Job(1, "default", "t", {}, JobStatus.RUNNING, 0, now, attempts, 3, "w", now,
-                  None, None, now)  # fmt: skip
-    outcome = died_while_held(claimed, t, earlier_starts=1)
-    assert outcome.kind == kind
-    assert outcome.delay == (4.5 if kind == "retry" else 0.0)
-    assert outcome.error is not None and f"attempt {attempts}" in outcome.error
+    job = Job(1, "default", "t", {}, JobStatus.RUNNING, 0, now, claimed, 3, "w", now,
+              None, None, now)  # fmt: skip
+    dead = dead_starts(job, earlier)
+    assert (dead.attempts, dead.spent) == (counted, spent)
+    made = claimed - 1 + earlier
+    assert f"running attempt {made} " in dead.error and f"({earlier} dead in a row" in dead.error

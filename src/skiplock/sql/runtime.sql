@@ -141,6 +141,15 @@ SET starts = CASE WHEN h.row_xmin = excluded.row_xmin THEN h.starts + 1 ELSE 1 E
     last_at = now()
 RETURNING starts;
 
+-- name: job_count_dead_attempts
+-- In a held-lock claim's transaction: the claimed job's earlier starts died with their worker
+-- (job_held_start_count), so they were attempts: count them and say so.  The claim is the
+-- ownership token; the caller holds the row lock.
+UPDATE {jobs}
+SET attempts = %(counted)s, last_error = %(error)s
+WHERE id = %(id)s AND status = 'running' AND locked_by = %(worker)s AND attempts = %(attempts)s
+RETURNING id;
+
 -- name: job_held_starts_prune
 -- Forget the starts whose job's row has moved on to another version (an outcome was written,
 -- or the job is gone): only a start from a version still current can be followed by another
