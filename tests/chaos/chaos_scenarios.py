@@ -157,12 +157,29 @@ def scenario_kill(dsn: str, full: bool, model: str = "lease") -> Result:
         result.expect(not exits, f"no worker exits by itself ({exits})")
         statuses = run.counts()
         result.expect(statuses == {"done": len(ids)}, f"every job done (got {statuses})")
+        if model == "held":
+            _expect_dead_attempts_counted(run, result)
         _common_expectations(result)
         _finish(run, result)
     finally:
         run.close()
     result.wall = time.time() - started
     return result
+
+
+def _expect_dead_attempts_counted(run: ChaosRun, result: Result) -> None:
+    """A held-lock run killed with its worker rolls back; the claim that finds the job again
+    counts that attempt (held_starts), so no two runs of a job have the same attempt number."""
+    attempts: dict[int, list[int]] = defaultdict(list)
+    for e in run.ledger():
+        attempts[e.job_id].append(e.attempt)
+    repeated = sorted(j for j, seen in attempts.items() if len(seen) != len(set(seen)))
+    rerun = sum(1 for seen in attempts.values() if len(seen) > 1)
+    result.notes["jobs_run_again_as_their_next_attempt"] = rerun
+    result.expect(
+        not repeated, f"every dead attempt counted (jobs run twice as one attempt: {repeated})"
+    )
+    result.expect(rerun >= 1, f"some killed job ran again (got {rerun})")
 
 
 def scenario_kill_leader(dsn: str, full: bool) -> Result:
