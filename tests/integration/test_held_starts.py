@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from skiplock import App, FixedDelay, Job, JobStatus, Retry, Worker
+from skiplock import App, FixedDelay, Job, JobContext, JobStatus, Retry, Worker
 from skiplock._store_async import AsyncStore
 from skiplock.execution import dead_starts
 from skiplock.sql import Queries
@@ -130,6 +130,60 @@ def test_a_death_of_the_last_attempt_fails_the_job_without_running_it(
     assert error is not None and error.startswith("WorkerDied")
     assert runs == []
     assert (stats.failed, stats.done) == (1, 0)
+
+
+def test_a_transaction_lost_after_dead_starts_counts_them_all(
+    app: App, db: psycopg.Connection[Any]
+) -> None:
+    """The worker lives but its claim's transaction is lost (here the task ends its own
+    session): that attempt is counted too, by the worker at once (with its backoff) or, when
+    another claim locked the row first, by that claim as a dead start."""
+    seen: list[int] = []
+
+    @app.task(name="cut_off", queue=QUEUE, model="held", max_attempts=5, retry=FixedDelay(0),
+              pass_context=True)  # fmt: skip
+    async def cut_off(ctx: JobContext, n: int) -> None:
+        seen.append(ctx.job.attempts)
+        if len(seen) == 1:
+            assert ctx.conn is not None
+            await ctx.conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    job_id = cut_off.enqueue(n=1).id
+    die_while_running(app, job_id)
+    burst(app)
+    status, attempts, error = job_row(db, app.schema, job_id)
+    assert seen == [2, 3]  # attempt 1 died; 2 lost its transaction; 3 ran
+    assert (status, attempts) == ("done", 3)
+    assert error is not None
+    assert error.startswith("the held-lock transaction rolled back") or (
+        "attempt 2 " in error and "2 dead in a row" in error
+    )
+
+
+def test_the_worker_counts_a_lost_transaction_above_the_dead_starts(
+    app: App, db: psycopg.Connection[Any]
+) -> None:
+    """The statement the worker runs after losing its transaction: the rollback took back the
+    claim's count and the dead starts' count with it; the row gets the claim's number again."""
+
+    @app.task(name="lost", queue=QUEUE, model="held", max_attempts=5)
+    def lost(n: int) -> None: ...
+
+    job_id = lost.enqueue(n=1).id
+    store = AsyncStore(Queries(app.schema))
+
+    async def claim_count_and_lose() -> bool:
+        async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
+            job = await store.job_claim_held(conn, [QUEUE], "w", 30.0)
+            assert job is not None and job.attempts == 1
+            # As after two dead starts: this claim runs attempt 3.
+            assert await store.job_count_dead_attempts(conn, job.claim, 3, "WorkerDied: ...")
+            await conn.rollback()  # the transaction is lost
+            claim = job.claim._replace(attempt=3)
+            return await store.job_spend_rolled_back_attempt(conn, claim, "rolled back", 60.0)
+
+    assert asyncio.run(claim_count_and_lose()) is True
+    assert job_row(db, app.schema, job_id) == ("scheduled", 3, "rolled back")
 
 
 def test_snoozes_and_retries_are_not_deaths(app: App, db: psycopg.Connection[Any]) -> None:

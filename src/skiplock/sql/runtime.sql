@@ -109,15 +109,18 @@ LIMIT %(limit)s;
 -- name: job_spend_rolled_back_attempt
 -- A held-lock job whose transaction rolled back (its outcome could not be written) gets the
 -- attempt counted anyway, with the error, and waits out a backoff: no hot loop of re-runs.
+-- The rollback took the claim's count back, and with it the count of any dead starts before
+-- the claim (job_count_dead_attempts): the row is back below the claim's attempt number, which
+-- it takes again here, as long as no other claim has written the row since.
 UPDATE {jobs}
-SET attempts = attempts + 1,
+SET attempts = %(attempts)s,
     last_error = %(error)s,
-    status = CASE WHEN attempts + 1 >= max_attempts THEN 'failed' ELSE 'scheduled' END,
-    finished_at = CASE WHEN attempts + 1 >= max_attempts THEN now() END,
-    run_at = CASE WHEN attempts + 1 >= max_attempts THEN run_at
+    status = CASE WHEN %(attempts)s >= max_attempts THEN 'failed' ELSE 'scheduled' END,
+    finished_at = CASE WHEN %(attempts)s >= max_attempts THEN now() END,
+    run_at = CASE WHEN %(attempts)s >= max_attempts THEN run_at
                   ELSE now() + make_interval(secs => %(retry_in)s) END
 WHERE id = (SELECT id FROM {jobs}
-            WHERE id = %(id)s AND status = 'pending' AND attempts = %(attempts)s - 1
+            WHERE id = %(id)s AND status = 'pending' AND attempts < %(attempts)s
             FOR UPDATE SKIP LOCKED)
 RETURNING id, status;
 
