@@ -163,7 +163,11 @@ class HeldSlots:
         after them; or None when they used up its attempts, after failing it (committed)."""
         assert self._completer is not None
         dead = dead_starts(job, earlier)
-        await self.store.job_count_dead_attempts(conn, job.claim, dead.attempts, dead.error)
+        if not await self.store.job_count_dead_attempts(
+            conn, job.claim, dead.attempts, dead.error
+        ):  # (cannot happen while this transaction holds the row: run it uncounted)
+            log.warning("job %s: could not count its dead attempts", job.id)
+            return job
         job = replace(job, attempts=dead.attempts, last_error=dead.error)
         if not dead.spent:
             log.error("job %s: %s; running attempt %d now", job.id, dead.error, dead.attempts)

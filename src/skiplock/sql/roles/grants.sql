@@ -1,7 +1,7 @@
 -- Least-privilege roles of one skiplock schema, for `skiplock roles` (src/skiplock/roles.py).
 -- Not loaded with the runtime statements: besides {schema}, {jobs}, {archive}, {queues},
--- {leaders}, {ticks}, {held_starts} and {migrations} these name the roles: {enqueuer}, {worker}, {admin}
--- (and {role} in role_create), all composed as quoted identifiers.
+-- {leaders}, {ticks}, {held_starts} and {migrations} these name the roles: {enqueuer},
+-- {worker}, {admin} (and {role} in role_create), all composed as quoted identifiers.
 
 -- name: role_find_existing
 -- Which of the given role names exist already in this cluster.
@@ -40,8 +40,8 @@ GRANT SELECT (id, queue, status, idempotency_key) ON {jobs} TO {enqueuer};
 -- name: role_grant_worker
 -- Worker: claim, heartbeat, finish, fail, reclaim, promote, prune and periodic ticks on jobs;
 -- archive finished jobs; read queue settings; hold the maintenance leadership; record the
--- starts of held-lock jobs.  No DDL, no
--- CREATE on the schema, no TRUNCATE, and queue settings are read-only.  The claims call the
+-- starts of held-lock jobs.  No DDL, no CREATE on the schema, no TRUNCATE, and queue
+-- settings are read-only.  The claims call the
 -- entity-key check (PostgreSQL lets everyone execute functions unless a DBA revoked that); a
 -- worker reads the migration record at start, to refuse a schema older than itself.
 GRANT USAGE ON SCHEMA {schema} TO {worker};
