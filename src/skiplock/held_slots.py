@@ -161,7 +161,6 @@ class HeldSlots:
         """The last ``earlier`` starts of this held-lock job died with their worker: count them
         as attempts in this claim's transaction.  Returns the job to run now, as the attempt
         after them; or None when they used up its attempts, after failing it (committed)."""
-        assert self._completer is not None
         dead = dead_starts(job, earlier)
         if not await self.store.job_count_dead_attempts(
             conn, job.claim, dead.attempts, dead.error
@@ -174,10 +173,7 @@ class HeldSlots:
             return job
         log.error("job %s: %s; no attempt left, failed", job.id, dead.error)
         outcome = Outcome("failed", error=dead.error)
-        started = time.monotonic()
-        owned = job.id in await self._completer.write(conn, [(job, outcome, started)])
-        await conn.commit()
-        self._recorded([Recorded(job, outcome, owned, started)])
+        await self._commit_outcome(conn, job, outcome, time.monotonic())
         return None
 
     async def _spend_rolled_back_attempt(self, job: Job, exc: Exception) -> None:
@@ -196,9 +192,14 @@ class HeldSlots:
     async def _run_held(self, running: RunningJob, conn: AsyncConnection[Any]) -> None:
         """Run a held-lock job in its claim's transaction, write its outcome there and commit
         (no buffering)."""
-        assert self._completer is not None
         outcome = await self._outcome(running, conn)
-        entry = (running.job, outcome, running.started)
-        owned = running.job.id in await self._completer.write(conn, [entry])
+        await self._commit_outcome(conn, running.job, outcome, running.started)
+
+    async def _commit_outcome(
+        self, conn: AsyncConnection[Any], job: Job, outcome: Outcome, started: float
+    ) -> None:
+        """Write a held-lock job's outcome in its claim's transaction, commit, report it."""
+        assert self._completer is not None
+        owned = job.id in await self._completer.write(conn, [(job, outcome, started)])
         await conn.commit()
-        self._recorded([Recorded(*entry[:2], owned, running.started)])
+        self._recorded([Recorded(job, outcome, owned, started)])
