@@ -34,6 +34,8 @@ NAMES = {
     "_statements_async": "_statements_sync",
     "_store_async": "_store_sync",
     "_client_async": "_client_sync",
+    "AsyncCallerConnection": "CallerConnection",
+    "caller_connection_async": "caller_connection",
 }
 
 REWRITES = [

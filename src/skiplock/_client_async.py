@@ -19,6 +19,7 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from ._store_async import AsyncStore
+from .caller_connection import AsyncCallerConnection, caller_connection_async
 from .database import connect_kwargs, unavailable
 from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
@@ -73,11 +74,12 @@ class AsyncClient:
 
     @asynccontextmanager
     async def connection(
-        self, conn: AsyncConnection[Any] | None = None
+        self, conn: AsyncCallerConnection | None = None
     ) -> AsyncIterator[AsyncConnection[Any]]:
-        """The caller's connection if given, else one from the pool."""
+        """The caller's connection if given (see :mod:`skiplock.caller_connection`), else one
+        from the pool."""
         if conn is not None:
-            yield conn
+            yield await caller_connection_async(conn)
             return
         pool = await self._open_pool()
         async with pool.connection() as pooled:
@@ -89,7 +91,7 @@ class AsyncClient:
             self._pool = None
 
     async def enqueue_many(
-        self, jobs: Sequence[NewJob], conn: AsyncConnection[Any] | None = None
+        self, jobs: Sequence[NewJob], conn: AsyncCallerConnection | None = None
     ) -> list[Enqueued]:
         if not jobs:
             return []
@@ -97,13 +99,13 @@ class AsyncClient:
             return await self.store.job_insert_many(c, jobs)
 
     async def enqueue_batch(
-        self, jobs: NewJobs, conn: AsyncConnection[Any] | None = None
+        self, jobs: NewJobs, conn: AsyncCallerConnection | None = None
     ) -> list[Enqueued]:
         """Enqueue the jobs of one call (one statement, on the caller's connection if given)."""
         if not jobs.count:
             return []
         if conn is not None:
-            return await self.store.job_insert_batch(conn, jobs)
+            return await self.store.job_insert_batch(await caller_connection_async(conn), jobs)
         # The pool's connections are in autocommit: no transaction to end, so the connection is
         # taken and given back directly, without the context managers' overhead (about 30 us of
         # a single enqueue's CPU here).

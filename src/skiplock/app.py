@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
-from psycopg import AsyncConnection, Connection
-
 from ._client_async import AsyncClient
 from ._client_sync import SyncClient
 from ._store_async import AsyncStore
 from ._store_sync import SyncStore
+from .caller_connection import AsyncCallerConnection, CallerConnection
 from .database import check_dsn, prepared_statements_setting, resolve_dsn
 from .enqueue import EnqueueOptions, NewJob, NewJobs, build_job, build_jobs
 from .errors import ConfigurationError, UnknownTask
@@ -227,7 +226,7 @@ class App:
         task_name: str,
         payload: Mapping[str, Any] | None = None,
         *,
-        conn: Connection[Any] | None = None,
+        conn: CallerConnection | None = None,
         **options: Any,
     ) -> Enqueued:
         """Enqueue one job of a registered task; options as in :meth:`Task.with_options`."""
@@ -238,7 +237,7 @@ class App:
         task_name: str,
         payload: Mapping[str, Any] | None = None,
         *,
-        conn: AsyncConnection[Any] | None = None,
+        conn: AsyncCallerConnection | None = None,
         **options: Any,
     ) -> Enqueued:
         return (await self.enqueue_many_async(task_name, [payload or {}], conn=conn, **options))[0]
@@ -248,7 +247,7 @@ class App:
         task_name: str,
         payloads: Iterable[Mapping[str, Any]],
         *,
-        conn: Connection[Any] | None = None,
+        conn: CallerConnection | None = None,
         **options: Any,
     ) -> list[Enqueued]:
         """Enqueue one job per payload in one statement (thousands per round trip)."""
@@ -260,7 +259,7 @@ class App:
         task_name: str,
         payloads: Iterable[Mapping[str, Any]],
         *,
-        conn: AsyncConnection[Any] | None = None,
+        conn: AsyncCallerConnection | None = None,
         **options: Any,
     ) -> list[Enqueued]:
         jobs = self.build_jobs(task_name, payloads, EnqueueOptions(**options))

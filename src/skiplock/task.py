@@ -9,8 +9,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
-from psycopg import AsyncConnection, Connection
+from psycopg import AsyncConnection
 
+from .caller_connection import AsyncCallerConnection, CallerConnection
 from .enqueue import EnqueueOptions
 from .job import Enqueued, Job
 from .retry import RetryPolicy
@@ -102,17 +103,17 @@ class Task(Generic[P, R]):
     def _call(self) -> TaskCall:
         return TaskCall(self, self.settings.options)
 
-    def enqueue(self, *, conn: Connection[Any] | None = None, **payload: Any) -> Enqueued:
+    def enqueue(self, *, conn: CallerConnection | None = None, **payload: Any) -> Enqueued:
         """Enqueue one job; with ``conn``, inside that connection's current transaction."""
         return self._call().enqueue(conn=conn, **payload)
 
     async def enqueue_async(
-        self, *, conn: AsyncConnection[Any] | None = None, **payload: Any
+        self, *, conn: AsyncCallerConnection | None = None, **payload: Any
     ) -> Enqueued:
         return await self._call().enqueue_async(conn=conn, **payload)
 
     def enqueue_many(
-        self, payloads: Iterable[Mapping[str, Any]], *, conn: Connection[Any] | None = None
+        self, payloads: Iterable[Mapping[str, Any]], *, conn: CallerConnection | None = None
     ) -> list[Enqueued]:
         """Enqueue one job per payload in a single statement."""
         return self._call().enqueue_many(payloads, conn=conn)
@@ -121,7 +122,7 @@ class Task(Generic[P, R]):
         self,
         payloads: Iterable[Mapping[str, Any]],
         *,
-        conn: AsyncConnection[Any] | None = None,
+        conn: AsyncCallerConnection | None = None,
     ) -> list[Enqueued]:
         return await self._call().enqueue_many_async(payloads, conn=conn)
 
@@ -136,16 +137,16 @@ class TaskCall:
     def with_options(self, **options: Any) -> TaskCall:
         return replace(self, options=self.options.merged(EnqueueOptions(**options)))
 
-    def enqueue(self, *, conn: Connection[Any] | None = None, **payload: Any) -> Enqueued:
+    def enqueue(self, *, conn: CallerConnection | None = None, **payload: Any) -> Enqueued:
         return self.enqueue_many([payload], conn=conn)[0]
 
     async def enqueue_async(
-        self, *, conn: AsyncConnection[Any] | None = None, **payload: Any
+        self, *, conn: AsyncCallerConnection | None = None, **payload: Any
     ) -> Enqueued:
         return (await self.enqueue_many_async([payload], conn=conn))[0]
 
     def enqueue_many(
-        self, payloads: Iterable[Mapping[str, Any]], *, conn: Connection[Any] | None = None
+        self, payloads: Iterable[Mapping[str, Any]], *, conn: CallerConnection | None = None
     ) -> list[Enqueued]:
         jobs = self.task.app.build_jobs(self.task.name, payloads, self.options)
         return self.task.app.sync_client.enqueue_batch(jobs, conn)
@@ -154,7 +155,7 @@ class TaskCall:
         self,
         payloads: Iterable[Mapping[str, Any]],
         *,
-        conn: AsyncConnection[Any] | None = None,
+        conn: AsyncCallerConnection | None = None,
     ) -> list[Enqueued]:
         jobs = self.task.app.build_jobs(self.task.name, payloads, self.options)
         return await self.task.app.async_client.enqueue_batch(jobs, conn)

@@ -180,3 +180,31 @@ def test_async_enqueue_in_the_callers_transaction(
     assert counts(db, app, orders) == (1, 50)
     job = app.get_job(job_id)
     assert job is not None and job.payload == {"order_id": order_id}
+
+
+def test_a_conn_skiplock_cannot_write_through_is_refused_and_nothing_is_enqueued(
+    app: App, db: Any, orders: str, receipt: Task[Any, Any]
+) -> None:
+    """A psycopg2 connection, an async connection given to a sync method (and the reverse),
+    or a DSN string where the connection goes: a TypeError that says what to pass."""
+    import psycopg2
+
+    old = psycopg2.connect(app.dsn)
+    try:
+        with pytest.raises(TypeError, match="psycopg2 connection: skiplock runs on psycopg 3"):
+            receipt.enqueue(order_id=1, conn=old)
+    finally:
+        old.close()
+    with pytest.raises(TypeError, match=r"must be a psycopg Connection, .* not builtins\.str"):
+        receipt.enqueue(order_id=1, conn=app.dsn)  # type: ignore[arg-type]
+
+    async def mismatched() -> None:
+        async with await psycopg.AsyncConnection.connect(app.dsn) as aconn:
+            with pytest.raises(TypeError, match=r"asynchronous \(psycopg\.AsyncConnection\)"):
+                receipt.enqueue(order_id=1, conn=aconn)  # type: ignore[arg-type]
+        with psycopg.connect(app.dsn) as conn:
+            with pytest.raises(TypeError, match=r"synchronous \(psycopg\.Connection\)"):
+                await receipt.enqueue_async(order_id=1, conn=conn)  # type: ignore[arg-type]
+
+    asyncio.run(mismatched())
+    assert counts(db, app, orders) == (0, 0)

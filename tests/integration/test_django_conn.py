@@ -1,0 +1,155 @@
+"""``enqueue(conn=django.db.connection)``: the job commits or rolls back with the Django
+transaction it was enqueued in (``atomic()``, its savepoints, or Django's autocommit), and a
+worker runs it.  A real Django (the ``test`` extra) on the test server; no models needed: the
+business write goes through Django's own cursor, so it is in Django's transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import django
+import psycopg
+import pytest
+from django.conf import settings
+from django.db import connection, connections, transaction
+from psycopg.conninfo import conninfo_to_dict
+
+from skiplock import App, ConfigurationError, Task, Worker
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.fixture(scope="module", autouse=True)
+def django_settings(pg_dsn: str) -> Iterator[None]:
+    """Django pointed at the test server (``default``) and at an SQLite database (``lite``)."""
+    params: dict[str, Any] = dict(conninfo_to_dict(pg_dsn))
+    default = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": params.pop("dbname", ""),
+        "USER": params.pop("user", ""),
+        "PASSWORD": params.pop("password", ""),
+        "HOST": params.pop("host", ""),
+        "PORT": params.pop("port", ""),
+        "OPTIONS": params,
+    }
+    lite = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+    if not settings.configured:
+        settings.configure(DATABASES={"default": default, "lite": lite}, USE_TZ=True)
+        django.setup()
+    yield
+    connections.close_all()
+
+
+@pytest.fixture
+def orders(app: App, db: psycopg.Connection[Any]) -> str:
+    table = f'"{app.schema}".orders'
+    db.execute(f"CREATE TABLE {table} (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY)")
+    return table
+
+
+@pytest.fixture
+def ran() -> list[int]:
+    return []
+
+
+@pytest.fixture
+def receipt(app: App, ran: list[int]) -> Task[Any, Any]:
+    @app.task(name="send_receipt", queue="receipts")
+    def send_receipt(order_id: int) -> None:
+        ran.append(order_id)
+
+    return send_receipt
+
+
+def insert_order(orders: str) -> int:
+    """The business write, through Django (so inside whatever transaction Django has open)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {orders} DEFAULT VALUES RETURNING id")
+        return int(cursor.fetchone()[0])
+
+
+def committed(db: psycopg.Connection[Any], app: App, orders: str) -> tuple[list[int], list[int]]:
+    """Order ids, and the order ids of the jobs, that another session sees."""
+    order_ids = [r[0] for r in db.execute(f"SELECT id FROM {orders} ORDER BY id")]
+    job_orders = db.execute(
+        f"SELECT (payload->>'order_id')::bigint FROM \"{app.schema}\".jobs ORDER BY 1"
+    )
+    return order_ids, [r[0] for r in job_orders]
+
+
+def test_a_job_enqueued_in_atomic_commits_with_the_order_and_a_worker_runs_it(
+    app: App, db: Any, orders: str, receipt: Task[Any, Any], ran: list[int]
+) -> None:
+    with transaction.atomic():
+        order_id = insert_order(orders)
+        enqueued = receipt.enqueue(order_id=order_id, conn=connection)
+        assert committed(db, app, orders) == ([], [])  # not yet visible to anyone else
+    assert committed(db, app, orders) == ([order_id], [order_id])
+    job = app.get_job(enqueued.id)
+    assert job is not None and job.status == "pending"
+    assert asyncio.run(Worker(app, burst=True).run()).done == 1
+    assert ran == [order_id]
+
+
+def test_an_exception_in_atomic_rolls_back_the_order_and_its_job(
+    app: App, db: Any, orders: str, receipt: Task[Any, Any]
+) -> None:
+    with pytest.raises(Boom), transaction.atomic():
+        enqueued = receipt.enqueue(order_id=insert_order(orders), conn=connection)
+        raise Boom
+    assert committed(db, app, orders) == ([], [])
+    assert app.get_job(enqueued.id) is None
+
+
+def test_a_rolled_back_savepoint_takes_only_its_own_job(
+    app: App, db: Any, orders: str, receipt: Task[Any, Any]
+) -> None:
+    with transaction.atomic():
+        kept = insert_order(orders)
+        receipt.enqueue(order_id=kept, conn=connection)
+        with pytest.raises(Boom), transaction.atomic():  # a savepoint
+            receipt.enqueue(order_id=insert_order(orders), conn=connection)
+            raise Boom
+    assert committed(db, app, orders) == ([kept], [kept])
+
+
+def test_outside_atomic_django_autocommits_and_so_does_the_job(
+    app: App, db: Any, orders: str, receipt: Task[Any, Any]
+) -> None:
+    connection.close()  # not connected yet: enqueue connects it, as a query would
+    receipt.enqueue(order_id=7, conn=connection)
+    assert connection.get_autocommit()
+    assert committed(db, app, orders) == ([], [7])
+
+
+def test_connections_by_alias_enqueue_many_and_app_enqueue_take_part_in_atomic(
+    app: App, db: Any, orders: str, receipt: Task[Any, Any]
+) -> None:
+    with pytest.raises(Boom), transaction.atomic():
+        receipt.enqueue_many([{"order_id": i} for i in (1, 2, 3)], conn=connections["default"])
+        app.enqueue("send_receipt", {"order_id": 4}, conn=connection)
+        assert len(committed(db, app, orders)[1]) == 0
+        raise Boom
+    assert committed(db, app, orders) == ([], [])
+    with transaction.atomic():
+        receipt.enqueue_many([{"order_id": i} for i in (1, 2, 3)], conn=connections["default"])
+        app.enqueue("send_receipt", {"order_id": 4}, conn=connection)
+    assert committed(db, app, orders) == ([], [1, 2, 3, 4])
+
+
+def test_the_async_methods_refuse_django_connection_with_the_way_out(
+    app: App, db: Any, orders: str, receipt: Task[Any, Any]
+) -> None:
+    with pytest.raises(TypeError, match=r"synchronous: call enqueue\(\)"):
+        asyncio.run(receipt.enqueue_async(order_id=1, conn=connection))  # type: ignore[arg-type]
+    assert committed(db, app, orders) == ([], [])
+
+
+def test_a_django_connection_to_another_database_is_refused(receipt: Task[Any, Any]) -> None:
+    with pytest.raises(ConfigurationError, match="is to sqlite, not PostgreSQL"):
+        receipt.enqueue(order_id=1, conn=connections["lite"])
