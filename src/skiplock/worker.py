@@ -23,7 +23,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -51,6 +50,7 @@ from .payload import check_queue_name
 from .queue_settings import QueueSettings
 from .running import RunningJob
 from .task import WorkerModel
+from .task_threads import TaskThreads
 
 log = logging.getLogger("skiplock.worker")
 
@@ -136,7 +136,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
         self._pool: AsyncConnectionPool | None = None
         self._claim_conn: AsyncConnection[Any] | None = None  # see claiming.py
         self._completer: Completer | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: TaskThreads | None = None
 
     # -- public --------------------------------------------------------------------------
 
@@ -156,7 +156,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
         dsn = self.app.dsn
         held = self._held = self._claims_held(queues)
         self._wake = asyncio.Event()
-        self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-task")
+        self._executor = TaskThreads(self.concurrency)
         pool_size = 6 + (self.concurrency if held else 0)
         self._pool = await open_pool(
             dsn, min_size=2, max_size=pool_size, prepare=self.app.prepared_statements

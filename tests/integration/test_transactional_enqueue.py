@@ -202,9 +202,11 @@ def test_a_conn_skiplock_cannot_write_through_is_refused_and_nothing_is_enqueued
         async with await psycopg.AsyncConnection.connect(app.dsn) as aconn:
             with pytest.raises(TypeError, match=r"asynchronous \(psycopg\.AsyncConnection\)"):
                 receipt.enqueue(order_id=1, conn=aconn)  # type: ignore[arg-type]
-        with psycopg.connect(app.dsn) as conn:
-            with pytest.raises(TypeError, match=r"synchronous \(psycopg\.Connection\)"):
-                await receipt.enqueue_async(order_id=1, conn=conn)  # type: ignore[arg-type]
+        with (
+            psycopg.connect(app.dsn) as conn,
+            pytest.raises(TypeError, match=r"synchronous \(psycopg\.Connection\)"),
+        ):
+            await receipt.enqueue_async(order_id=1, conn=conn)  # type: ignore[arg-type]
 
     asyncio.run(mismatched())
     assert counts(db, app, orders) == (0, 0)
