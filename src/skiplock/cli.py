@@ -2,37 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import gc
-import importlib
-import logging
-import os
-import signal
-import sys
-import threading
-import time
 from typing import Any
 
 import click
 
-from . import admin, doctor, roles
+from . import admin, doctor, roles, worker_cli
 from .admin import dsn_option, schema_option
-from .app import App
 from .errors import SkiplockError
 from .migrations import render_sql
 from .payload import check_schema_name
-from .supervisor import Supervisor
-from .worker import Worker
-
-SIGNAL_ECHO = 1.0  # seconds within which a second stop signal counts as the same one
-
-# The ``skiplock worker`` process is ours (a Worker in someone else's process leaves the
-# collector alone).  Young objects are collected every 10,000 net allocations instead of 700: a
-# worker allocates a few short-lived objects per job, most freed at once by reference counting,
-# and at 700 the collector ran ~900 times per 100,000 jobs, each time walking the jobs then in
-# flight.  A 100,000-job drain spent 0.24-0.33 s in the collector with Python's defaults, 0.02 s
-# with this threshold and the freeze of what is loaded at start (in worker()).
-GC_YOUNG_THRESHOLD = 10_000
 
 
 class SkiplockGroup(click.Group):
@@ -53,25 +31,8 @@ def main() -> None:
 
 
 admin.register(main)
-for extra in (doctor.command, roles.command):
+for extra in (doctor.command, roles.command, worker_cli.command):
     main.add_command(extra)
-
-
-def load_app(spec: str) -> App:
-    """Import ``module:attribute`` (the current directory is importable)."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter(f"expected module:attribute, got {spec!r}", param_hint="APP")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="APP") from exc
-    app = getattr(module, attribute, None)
-    if not isinstance(app, App):
-        raise click.BadParameter(f"{spec!r} is not a skiplock.App", param_hint="APP")
-    return app
 
 
 @main.command()
@@ -91,200 +52,6 @@ def migrate(dsn: str | None, schema: str, print_sql: bool) -> None:
         )
     else:
         click.echo(f"schema {schema} is up to date")
-
-
-@main.command()
-@click.argument("app_spec", metavar="APP")
-@dsn_option
-@click.option(
-    "--queues", envvar="SKIPLOCK_QUEUES", help="Comma-separated (default: all the app's)."
-)
-@click.option(
-    "--concurrency",
-    envvar="SKIPLOCK_CONCURRENCY",
-    type=click.IntRange(1),
-    default=10,
-    show_default=True,
-    help="Jobs run at once by each worker process.",
-)
-@click.option(
-    "--prefetch",
-    envvar="SKIPLOCK_PREFETCH",
-    type=click.IntRange(0),
-    default=500,
-    show_default=True,
-    help="Most jobs claimed ahead of free slots; the worker claims ahead only what it would "
-    "start within 0.1 s at its recent rate (0: claim only for free slots).",
-)
-@click.option(
-    "--max-in-flight",
-    envvar="SKIPLOCK_MAX_IN_FLIGHT",
-    type=click.IntRange(1),
-    default=None,
-    help="Most claimed jobs not yet recorded, per process: a kill -9 runs at most this many "
-    "again (default: concurrency + prefetch + up to max(concurrency, 300) unwritten outcomes). "
-    "At least --concurrency.",
-)
-@click.option(
-    "--processes",
-    envvar="SKIPLOCK_PROCESSES",
-    type=click.IntRange(1),
-    default=1,
-    show_default=True,
-    help="Worker processes on this host, restarted if they die.",
-)
-@click.option(
-    "--model",
-    envvar="SKIPLOCK_MODEL",
-    type=click.Choice(["lease", "held"]),
-    help="Run every task with this worker model (default: each task's own, else lease).",
-)
-@click.option(
-    "--lease",
-    "lease_seconds",
-    envvar="SKIPLOCK_LEASE",
-    type=click.FloatRange(min=0.1),
-    default=30.0,
-    show_default=True,
-    help="Lease length in seconds.",
-)
-@click.option(
-    "--poll-interval",
-    envvar="SKIPLOCK_POLL_INTERVAL",
-    type=click.FloatRange(min=0.01),
-    default=1.0,
-    show_default=True,
-    help="Seconds between polls when no NOTIFY comes.",
-)
-@click.option(
-    "--poll-only",
-    envvar="SKIPLOCK_POLL_ONLY",
-    is_flag=True,
-    help="Do not LISTEN (for transaction-mode poolers such as PgBouncer).",
-)
-@click.option(
-    "--shutdown-grace",
-    envvar="SKIPLOCK_SHUTDOWN_GRACE",
-    type=click.FloatRange(min=0),
-    default=30.0,
-    show_default=True,
-    help="Seconds running jobs get to finish on SIGTERM.",
-)
-@click.option(
-    "--burst", is_flag=True, envvar="SKIPLOCK_BURST", help="Run what is due, then exit 0."
-)
-@click.option(
-    "--log-level",
-    envvar="SKIPLOCK_LOG_LEVEL",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-)
-def worker(
-    app_spec: str,
-    dsn: str | None,
-    queues: str | None,
-    concurrency: int,
-    prefetch: int,
-    max_in_flight: int | None,
-    processes: int,
-    model: str | None,
-    lease_seconds: float,
-    poll_interval: float,
-    poll_only: bool,
-    shutdown_grace: float,
-    burst: bool,
-    log_level: str,
-) -> None:
-    """Run the tasks of APP (module:attribute) until SIGTERM/SIGINT (or, with --burst, done)."""
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
-    )
-    if max_in_flight is not None and max_in_flight < concurrency:
-        raise click.BadParameter(
-            f"{max_in_flight} is less than --concurrency {concurrency}: every slot holds a "
-            "claimed job",
-            param_hint="--max-in-flight",
-        )
-    if processes > 1:
-        if dsn:
-            os.environ["SKIPLOCK_DATABASE_URL"] = dsn  # not on the children's command lines
-        args = [app_spec, "--concurrency", str(concurrency), "--prefetch", str(prefetch),
-                "--lease", str(lease_seconds),
-                "--poll-interval", str(poll_interval), "--shutdown-grace", str(shutdown_grace),
-                "--log-level", log_level]  # fmt: skip
-        args += ["--max-in-flight", str(max_in_flight)] if max_in_flight else []
-        args += ["--queues", queues] if queues else []
-        args += ["--model", model] if model else []
-        args += ["--poll-only"] if poll_only else []
-        raise SystemExit(Supervisor(args, processes, burst=burst).run())
-    # Before the app is loaded, so that its module may set a threshold of its own.
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    app = load_app(app_spec)
-    if dsn:
-        app.use_dsn(dsn)
-    # What is loaded by now (modules, the app) lives as long as the process: frozen, the
-    # collector's full collections no longer walk it.
-    gc.freeze()
-    runner = Worker(
-        app,
-        queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
-        concurrency=concurrency,
-        prefetch=prefetch,
-        max_in_flight=max_in_flight,
-        model=model,  # type: ignore[arg-type]
-        lease_seconds=lease_seconds,
-        poll_interval=poll_interval,
-        listen=not poll_only,
-        shutdown_grace=shutdown_grace,
-        burst=burst,
-    )
-    asyncio.run(_run_worker(runner))
-    _exit_despite_stuck_threads()
-
-
-async def _run_worker(runner: Worker) -> None:
-    loop = asyncio.get_running_loop()
-    signals = 0
-    first_signal = 0.0
-
-    def on_signal() -> None:
-        nonlocal signals, first_signal
-        if signals and time.monotonic() - first_signal < SIGNAL_ECHO:
-            return  # the same stop request delivered twice (e.g. systemd and a supervisor)
-        signals += 1
-        first_signal = first_signal or time.monotonic()
-        if signals == 1:
-            logging.getLogger("skiplock.worker").info(
-                "stopping: no new jobs; running ones get %.0fs (signal again to exit now)",
-                runner.shutdown_grace,
-            )
-            runner.stop()
-        else:
-            logging.getLogger("skiplock.worker").warning("exiting now")
-            os._exit(130)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
-    await runner.run()
-
-
-def _exit_despite_stuck_threads() -> None:
-    """A sync task that ignored its cancel flag still runs in its thread; its job was released
-    already, so exit now rather than wait for it at interpreter shutdown."""
-    threads = [t for t in threading.enumerate() if t.name.startswith("skiplock-task")]
-    for thread in threads:
-        thread.join(timeout=0.5)  # idle pool threads exit as soon as they see the shutdown
-    busy = [t for t in threads if t.is_alive()]
-    if busy:
-        logging.getLogger("skiplock.worker").warning(
-            "%d sync task(s) still running in threads after shutdown; exiting anyway", len(busy)
-        )
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
 
 
 @main.command()
