@@ -53,7 +53,14 @@ def _stop_signals_held() -> Iterator[None]:
 
 
 class Supervisor:
-    def __init__(self, worker_args: Sequence[str], processes: int, *, burst: bool = False) -> None:
+    def __init__(
+        self,
+        worker_args: Sequence[str],
+        processes: int,
+        *,
+        burst: bool = False,
+        metrics_port: int | None = None,
+    ) -> None:
         self.command = [
             sys.executable,
             "-m",
@@ -66,6 +73,7 @@ class Supervisor:
         ]
         self.processes = processes
         self.burst = burst
+        self.metrics_port = metrics_port  # process k serves its metrics on metrics_port + k
         self.children: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
         self.restarts = 0
         self.signals = 0
@@ -78,7 +86,10 @@ class Supervisor:
             if self.signals:
                 return
             # Own process group: a Ctrl-C reaches the supervisor only, which forwards SIGTERM.
-            child = subprocess.Popen(self.command, process_group=0, preexec_fn=_prepare_child)
+            command = self.command
+            if self.metrics_port is not None:
+                command = [*command, "--metrics-port", str(self.metrics_port + slot)]
+            child = subprocess.Popen(command, process_group=0, preexec_fn=_prepare_child)
             self.children[slot] = (child, time.monotonic())
         log.info("worker process %d started (pid %d)", slot, child.pid)
 

@@ -1,5 +1,5 @@
 """The ``skiplock worker`` command: its options, one worker process (or a supervisor of
-several), and its signals."""
+several), its signals, and its optional Prometheus metrics endpoint."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ import time
 
 import click
 
+from . import __version__
 from .admin import dsn_option
 from .app import App
+from .events import new_worker_id
+from .metrics import WorkerMetrics
 from .supervisor import Supervisor
 from .worker import Worker
 
@@ -135,6 +138,21 @@ def load_app(spec: str) -> App:
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@click.option(
+    "--metrics-port",
+    envvar="SKIPLOCK_METRICS_PORT",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics at http://ADDR:PORT/metrics (needs skiplock[metrics]); "
+    "with --processes N, process k serves on PORT + k.",
+)
+@click.option(
+    "--metrics-addr",
+    envvar="SKIPLOCK_METRICS_ADDR",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address the metrics endpoint listens on.",
+)
 def command(
     app_spec: str,
     dsn: str | None,
@@ -150,6 +168,8 @@ def command(
     shutdown_grace: float,
     burst: bool,
     log_level: str,
+    metrics_port: int | None,
+    metrics_addr: str,
 ) -> None:
     """Run the tasks of APP (module:attribute) until SIGTERM/SIGINT (or, with --burst, done)."""
     logging.basicConfig(
@@ -174,7 +194,15 @@ def command(
         args += ["--queues", queues] if queues else []
         args += ["--model", model] if model else []
         args += ["--poll-only"] if poll_only else []
-        raise SystemExit(Supervisor(args, processes, burst=burst).run())
+        if metrics_port is not None:
+            if metrics_port + processes - 1 > 65535:
+                raise click.BadParameter(
+                    f"ports {metrics_port}-{metrics_port + processes - 1} do not all exist",
+                    param_hint="--metrics-port",
+                )
+            args += ["--metrics-addr", metrics_addr]
+        supervisor = Supervisor(args, processes, burst=burst, metrics_port=metrics_port)
+        raise SystemExit(supervisor.run())
     # Before the app is loaded, so that its module may set a threshold of its own.
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     app = load_app(app_spec)
@@ -183,6 +211,16 @@ def command(
     # What is loaded by now (modules, the app) lives as long as the process: frozen, the
     # collector's full collections no longer walk it.
     gc.freeze()
+    worker_id = new_worker_id()
+    metrics = None
+    if metrics_port is not None:
+        metrics = WorkerMetrics(worker_id, __version__)
+        try:
+            metrics.serve(metrics_port, metrics_addr)
+        except OSError as exc:
+            raise click.ClickException(
+                f"cannot serve metrics on {metrics_addr}:{metrics_port}: {exc.strerror or exc}"
+            ) from None
     runner = Worker(
         app,
         queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
@@ -195,6 +233,8 @@ def command(
         listen=not poll_only,
         shutdown_grace=shutdown_grace,
         burst=burst,
+        worker_id=worker_id,
+        on_event=metrics.on_event if metrics is not None else None,
     )
     asyncio.run(_run_worker(runner))
     _exit_despite_stuck_threads()

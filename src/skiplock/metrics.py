@@ -1,0 +1,145 @@
+"""Prometheus metrics of a worker process: ``skiplock worker --metrics-port PORT``.
+
+Needs the ``metrics`` extra (``pip install 'skiplock[metrics]'``, which brings
+``prometheus-client``).  The metrics come from the worker's job events (see
+:mod:`skiplock.events`), so they cost nothing when not asked for:
+
+- ``skiplock_jobs_started_total{queue, task}``: jobs this process started (claimed into a slot).
+- ``skiplock_jobs_finished_total{queue, task, outcome}``: outcomes recorded, by kind: ``done``,
+  ``retry``, ``failed``, ``snooze``, ``cancelled``, ``release`` (given back at shutdown) and
+  ``lost`` (the claim had been taken away, so the outcome did not count).  Jobs claimed ahead
+  and given back unstarted count here too, not as started.
+- ``skiplock_job_duration_seconds{queue, task}``: how long each started job ran until its
+  outcome was recorded (histogram).
+- ``skiplock_jobs_running{queue}``: jobs started and not finished yet.
+- ``skiplock_worker_info{worker_id, version}``: 1, to tell processes apart.
+
+Each process serves its own: with ``--processes N`` process *k* listens on PORT + *k*.  Queue
+depth is a property of the table, not of a worker: ``skiplock status --json`` gives it.
+
+An event only adds to plain dictionaries (about 1 us per job); the Prometheus metrics are
+built from them when scraped (a custom collector), not kept up to date per job: updating
+prometheus-client's own counters and histogram cost ~8 us per job, a third of what a worker
+spends on a short job, and a 50,000-job no-op drain ran 29% slower with them (now ~15%, most
+of it making the two events per job, which the worker skips when nothing listens).  The
+dictionaries are copied (atomic under the GIL) before they are read on the HTTP server's
+thread.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator
+from itertools import accumulate
+from typing import TYPE_CHECKING
+
+from .errors import ConfigurationError
+from .events import JobEvent
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
+
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class WorkerMetrics:
+    """Prometheus metrics fed by a worker's events: pass :meth:`on_event` as
+    ``Worker(on_event=...)`` and serve :attr:`registry` (its own unless one is given)."""
+
+    def __init__(
+        self, worker_id: str, version: str, registry: CollectorRegistry | None = None
+    ) -> None:
+        try:
+            from prometheus_client import CollectorRegistry
+        except ImportError:
+            raise ConfigurationError(
+                "metrics need prometheus-client: pip install 'skiplock[metrics]'"
+            ) from None
+        self.worker_id = worker_id
+        self.version = version
+        self._started: dict[tuple[str, str], int] = {}  # (queue, task) -> jobs
+        self._finished: dict[tuple[str, str, str], int] = {}  # (queue, task, outcome) -> jobs
+        self._running: dict[str, int] = {}  # queue -> jobs
+        # (queue, task) -> [sum of durations, count per bucket of DURATION_BUCKETS..., +Inf]
+        self._durations: dict[tuple[str, str], list[float]] = {}
+        self._in_flight: set[int] = set()  # ids of jobs started and not finished
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry.register(self)  # a collector: prometheus-client calls collect()
+
+    def on_event(self, event: JobEvent) -> None:
+        job = event.job
+        if event.kind == "started":
+            key = (job.queue, job.task)
+            self._started[key] = self._started.get(key, 0) + 1
+            self._running[job.queue] = self._running.get(job.queue, 0) + 1
+            self._in_flight.add(job.id)
+            return
+        outcome = (job.queue, job.task, event.outcome or "done")
+        self._finished[outcome] = self._finished.get(outcome, 0) + 1
+        if job.id not in self._in_flight:
+            return  # claimed ahead and given back (shutdown, cancel) without starting
+        self._in_flight.discard(job.id)
+        self._running[job.queue] -= 1
+        if event.duration is not None:
+            key = (job.queue, job.task)
+            histogram = self._durations.get(key)
+            if histogram is None:
+                histogram = self._durations[key] = [0.0] * (len(DURATION_BUCKETS) + 2)
+            histogram[0] += event.duration
+            histogram[1 + bisect_left(DURATION_BUCKETS, event.duration)] += 1
+
+    def collect(self) -> Iterator[Metric]:
+        """The metrics as of now (prometheus-client calls this on each scrape)."""
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        started = CounterMetricFamily(
+            "skiplock_jobs_started", "Jobs this worker process started.", labels=["queue", "task"]
+        )
+        for (queue, task), count in self._started.copy().items():
+            started.add_metric([queue, task], count)
+        yield started
+        finished = CounterMetricFamily(
+            "skiplock_jobs_finished",
+            "Job outcomes this worker process recorded, by outcome.",
+            labels=["queue", "task", "outcome"],
+        )
+        for labels, count in self._finished.copy().items():
+            finished.add_metric(list(labels), count)
+        yield finished
+        durations = HistogramMetricFamily(
+            "skiplock_job_duration_seconds",
+            "How long started jobs ran until their outcome was recorded, in seconds.",
+            labels=["queue", "task"],
+        )
+        bounds = [repr(float(b)) for b in DURATION_BUCKETS] + ["+Inf"]
+        for (queue, task), histogram in self._durations.copy().items():
+            total, *counts = list(histogram)
+            buckets = list(zip(bounds, accumulate(counts), strict=True))
+            durations.add_metric([queue, task], buckets, sum_value=total)
+        yield durations
+        running = GaugeMetricFamily(
+            "skiplock_jobs_running",
+            "Jobs this worker process started and has not finished.",
+            labels=["queue"],
+        )
+        for queue, count in self._running.copy().items():
+            running.add_metric([queue], count)
+        yield running
+        info = GaugeMetricFamily(
+            "skiplock_worker_info",
+            "This worker process (always 1).",
+            labels=["worker_id", "version"],
+        )
+        info.add_metric([self.worker_id, self.version], 1)
+        yield info
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Serve ``/metrics`` over HTTP on a daemon thread (prometheus-client's server)."""
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr, registry=self.registry)

@@ -1,0 +1,121 @@
+"""What the Prometheus metrics make of a worker's job events (no server needed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime
+
+import pytest
+from prometheus_client import generate_latest
+
+from skiplock.events import JobEvent
+from skiplock.job import Job
+from skiplock.metrics import WorkerMetrics
+
+NOW = datetime(2026, 12, 4, tzinfo=UTC)
+
+
+def job(job_id: int, queue: str = "mail", task: str = "send") -> Job:
+    return Job(job_id, queue, task, {}, "running", 0, NOW, 1, 3, "w", None, None, None, NOW)
+
+
+def value(metrics: WorkerMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_started_and_finished_jobs_are_counted_by_queue_task_and_outcome() -> None:
+    metrics = WorkerMetrics("host:1:abc", "0.1.0")
+    for n in (1, 2, 3):
+        metrics.on_event(JobEvent("started", job(n), "w"))
+    metrics.on_event(JobEvent("started", job(4, "report", "build"), "w"))
+    metrics.on_event(JobEvent("finished", job(1), "w", "done", 0.002))
+    metrics.on_event(JobEvent("finished", job(2), "w", "retry", 0.2, "ValueError: no"))
+    assert value(metrics, "skiplock_jobs_started_total", queue="mail", task="send") == 3
+    assert value(metrics, "skiplock_jobs_started_total", queue="report", task="build") == 1
+    finished = "skiplock_jobs_finished_total"
+    assert value(metrics, finished, queue="mail", task="send", outcome="done") == 1
+    assert value(metrics, finished, queue="mail", task="send", outcome="retry") == 1
+    assert value(metrics, "skiplock_jobs_running", queue="mail") == 1
+    assert value(metrics, "skiplock_jobs_running", queue="report") == 1
+    duration = "skiplock_job_duration_seconds"
+    assert value(metrics, f"{duration}_count", queue="mail", task="send") == 2
+    assert value(metrics, f"{duration}_sum", queue="mail", task="send") == pytest.approx(0.202)
+    assert value(metrics, f"{duration}_bucket", queue="mail", task="send", le="0.005") == 1
+    assert value(metrics, "skiplock_worker_info", worker_id="host:1:abc", version="0.1.0") == 1
+
+
+def test_a_job_given_back_unstarted_counts_as_finished_but_never_ran() -> None:
+    """Jobs claimed ahead and released at shutdown (or cancelled) were never started: the
+    running gauge must not go below zero and no duration is made up for them."""
+    metrics = WorkerMetrics("w", "0.1.0")
+    metrics.on_event(JobEvent("finished", job(9), "w", "release", 0.0))
+    metrics.on_event(JobEvent("finished", job(9), "w", "cancelled", 0.0))
+    finished = "skiplock_jobs_finished_total"
+    assert value(metrics, finished, queue="mail", task="send", outcome="release") == 1
+    assert value(metrics, "skiplock_jobs_running", queue="mail") is None  # never touched
+    assert value(metrics, "skiplock_job_duration_seconds_count", queue="mail", task="send") is None
+
+
+def test_each_worker_metrics_has_a_registry_of_its_own() -> None:
+    first, second = WorkerMetrics("a", "0.1.0"), WorkerMetrics("b", "0.1.0")
+    first.on_event(JobEvent("started", job(1), "a"))
+    assert value(second, "skiplock_jobs_started_total", queue="mail", task="send") is None
+
+
+def test_without_prometheus_client_the_error_names_the_extra() -> None:
+    script = (
+        "import sys; sys.modules['prometheus_client'] = None\n"
+        "from skiplock.metrics import WorkerMetrics\n"
+        "from skiplock import ConfigurationError\n"
+        "try:\n    WorkerMetrics('w', '0')\n"
+        "except ConfigurationError as exc:\n    print(exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "pip install 'skiplock[metrics]'" in result.stdout
+
+
+def test_durations_fall_in_the_buckets_prometheus_expects() -> None:
+    """``le`` is inclusive and cumulative; past the last bound only +Inf counts it."""
+    metrics = WorkerMetrics("w", "0.1.0")
+    for n, seconds in enumerate((0.005, 0.0051, 400.0), start=1):
+        metrics.on_event(JobEvent("started", job(n), "w"))
+        metrics.on_event(JobEvent("finished", job(n), "w", "done", seconds))
+    bucket = "skiplock_job_duration_seconds_bucket"
+    assert value(metrics, bucket, queue="mail", task="send", le="0.001") == 0
+    assert value(metrics, bucket, queue="mail", task="send", le="0.005") == 1
+    assert value(metrics, bucket, queue="mail", task="send", le="0.01") == 2
+    assert value(metrics, bucket, queue="mail", task="send", le="300.0") == 2
+    assert value(metrics, bucket, queue="mail", task="send", le="+Inf") == 3
+    assert value(metrics, "skiplock_job_duration_seconds_count", queue="mail", task="send") == 3
+
+
+def test_scrapes_on_another_thread_while_events_arrive_never_fail() -> None:
+    """The HTTP server reads on its own thread while the worker's loop adds new label sets."""
+    metrics = WorkerMetrics("w", "0.1.0")
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def scrape() -> None:
+        while not done.is_set():
+            try:
+                generate_latest(metrics.registry)
+            except BaseException as exc:
+                failures.append(exc)
+                return
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        for n in range(10_000):
+            queue, task = f"q{n % 500}", f"t{n}"  # new keys: the dictionaries keep growing
+            metrics.on_event(JobEvent("started", job(n, queue, task), "w"))
+            metrics.on_event(JobEvent("finished", job(n, queue, task), "w", "done", 0.01))
+    finally:
+        done.set()
+        scraper.join()
+    assert failures == []
+    assert sum(metrics._started.values()) == 10_000
