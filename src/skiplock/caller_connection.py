@@ -80,6 +80,11 @@ _ASYNC_SESSION = {
 }
 _ASYNC_CONNECTION = "sqlalchemy.ext.asyncio.engine.AsyncConnection"
 _ENGINES = {"sqlalchemy.engine.base.Engine", "sqlalchemy.ext.asyncio.engine.AsyncEngine"}
+# Any backend's DatabaseWrapper (PostGIS, instrumented wrappers...), and django.db.connection.
+_DJANGO = {
+    "django.db.backends.base.base.BaseDatabaseWrapper",
+    "django.utils.connection.ConnectionProxy",
+}
 
 
 def caller_connection(conn: CallerConnection) -> Connection[Any]:
@@ -95,7 +100,7 @@ def caller_connection(conn: CallerConnection) -> Connection[Any]:
         if not obj.in_transaction():
             obj.begin()  # what its own execute() would do first
         return _psycopg(obj.connection.driver_connection, Connection, "this SQLAlchemy engine")
-    if _package(obj) == "django" and hasattr(obj, "ensure_connection"):
+    if kinds & _DJANGO:
         if obj.vendor != "postgresql":
             raise ConfigurationError(f"this Django connection is to {obj.vendor}, not PostgreSQL")
         obj.ensure_connection()
@@ -147,7 +152,7 @@ def _unsupported(conn: object, kinds: set[str], *, sync: bool) -> str:
         return f"conn is asynchronous ({name}): call the _async method, or pass a sync connection"
     if not sync and is_sync:
         return f"conn is synchronous ({name}): call the method without _async, or pass an async one"
-    if not sync and _package(conn) == "django":
+    if not sync and kinds & _DJANGO:
         return (
             "Django's connection is synchronous: call enqueue() (from async code through "
             "asgiref's sync_to_async, as for any ORM call)"

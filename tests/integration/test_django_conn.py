@@ -7,6 +7,7 @@ business write goes through Django's own cursor, so it is in Django's transactio
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,9 +25,25 @@ class Boom(Exception):
     pass
 
 
+# A database backend of another package, as instrumented ones (django-prometheus...) are.
+WRAPPED_BACKEND = """
+from django.db.backends.postgresql.base import DatabaseWrapper as PostgresWrapper
+
+
+class DatabaseWrapper(PostgresWrapper):
+    pass
+"""
+
+
 @pytest.fixture(scope="module", autouse=True)
-def django_settings(pg_dsn: str) -> Iterator[None]:
-    """Django pointed at the test server (``default``) and at an SQLite database (``lite``)."""
+def django_settings(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Django pointed at the test server (``default``, and ``wrapped`` through a backend of
+    another package) and at an SQLite database (``lite``)."""
+    folder = tmp_path_factory.mktemp("backends")
+    (folder / "wrapped_backend").mkdir()
+    (folder / "wrapped_backend" / "__init__.py").write_text("")
+    (folder / "wrapped_backend" / "base.py").write_text(WRAPPED_BACKEND)
+    sys.path.insert(0, str(folder))
     params: dict[str, Any] = dict(conninfo_to_dict(pg_dsn))
     default = {
         "ENGINE": "django.db.backends.postgresql",
@@ -37,12 +54,15 @@ def django_settings(pg_dsn: str) -> Iterator[None]:
         "PORT": params.pop("port", ""),
         "OPTIONS": params,
     }
+    wrapped = {**default, "ENGINE": "wrapped_backend"}
     lite = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
     if not settings.configured:
-        settings.configure(DATABASES={"default": default, "lite": lite}, USE_TZ=True)
+        databases = {"default": default, "wrapped": wrapped, "lite": lite}
+        settings.configure(DATABASES=databases, USE_TZ=True)
         django.setup()
     yield
     connections.close_all()
+    sys.path.remove(str(folder))
 
 
 @pytest.fixture
@@ -140,6 +160,19 @@ def test_connections_by_alias_enqueue_many_and_app_enqueue_take_part_in_atomic(
         receipt.enqueue_many([{"order_id": i} for i in (1, 2, 3)], conn=connections["default"])
         app.enqueue("send_receipt", {"order_id": 4}, conn=connection)
     assert committed(db, app, orders) == ([], [1, 2, 3, 4])
+
+
+def test_a_backend_of_another_package_is_recognised_by_its_class(
+    app: App, db: Any, orders: str, receipt: Task[Any, Any]
+) -> None:
+    wrapped = connections["wrapped"]
+    assert type(wrapped).__module__ == "wrapped_backend.base"
+    with pytest.raises(Boom), transaction.atomic(using="wrapped"):
+        receipt.enqueue(order_id=1, conn=wrapped)
+        raise Boom
+    with transaction.atomic(using="wrapped"):
+        receipt.enqueue(order_id=2, conn=wrapped)
+    assert committed(db, app, orders) == ([], [2])
 
 
 def test_the_async_methods_refuse_django_connection_with_the_way_out(
