@@ -21,10 +21,13 @@ hops per job would be too much to spend on every async task, most of which never
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
+
+log = logging.getLogger("skiplock.worker")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -55,8 +58,12 @@ def django_is_set_up() -> bool:
 def _as_request(call: Callable[[], R]) -> R:
     from django.db import close_old_connections
 
-    close_old_connections()
+    close_old_connections()  # if this fails, the task has not run: its attempt fails
     try:
         return call()
     finally:
-        close_old_connections()
+        try:
+            close_old_connections()
+        except Exception:
+            # The task's outcome stands: closing a connection after it is not part of it.
+            log.warning("closing Django's connections after a task failed", exc_info=True)
