@@ -80,6 +80,12 @@ _ASYNC_SESSION = {
 }
 _ASYNC_CONNECTION = "sqlalchemy.ext.asyncio.engine.AsyncConnection"
 _ENGINES = {"sqlalchemy.engine.base.Engine", "sqlalchemy.ext.asyncio.engine.AsyncEngine"}
+# (who connects, what to do) when the driver under a framework's object is not psycopg 3
+_SQLALCHEMY_DRIVER = (
+    "this SQLAlchemy engine",
+    "create the engine with a postgresql+psycopg:// URL",
+)
+_DJANGO_DRIVER = ("Django", "Django 4.2 or later uses psycopg 3, which skiplock installs")
 # Any backend's DatabaseWrapper (PostGIS, instrumented wrappers...), and django.db.connection.
 _DJANGO = {
     "django.db.backends.base.base.BaseDatabaseWrapper",
@@ -99,12 +105,12 @@ def caller_connection(conn: CallerConnection) -> Connection[Any]:
     if _CONNECTION in kinds:
         if not obj.in_transaction():
             obj.begin()  # what its own execute() would do first
-        return _psycopg(obj.connection.driver_connection, Connection, "this SQLAlchemy engine")
+        return _psycopg(obj.connection.driver_connection, Connection, *_SQLALCHEMY_DRIVER)
     if kinds & _DJANGO:
         if obj.vendor != "postgresql":
             raise ConfigurationError(f"this Django connection is to {obj.vendor}, not PostgreSQL")
         obj.ensure_connection()
-        return _psycopg(obj.connection, Connection, "Django")
+        return _psycopg(obj.connection, Connection, *_DJANGO_DRIVER)
     raise TypeError(_unsupported(obj, kinds, sync=True))
 
 
@@ -121,21 +127,16 @@ async def caller_connection_async(conn: AsyncCallerConnection) -> AsyncConnectio
         if not obj.in_transaction():
             await obj.begin()  # what its own execute() would do first
         raw = await obj.get_raw_connection()
-        return _psycopg(raw.driver_connection, AsyncConnection, "this SQLAlchemy engine")
+        return _psycopg(raw.driver_connection, AsyncConnection, *_SQLALCHEMY_DRIVER)
     raise TypeError(_unsupported(obj, kinds, sync=False))
 
 
-def _psycopg(driver: object, expected: type[C], owner: str) -> C:
+def _psycopg(driver: object, expected: type[C], owner: str, hint: str) -> C:
     if isinstance(driver, expected):
         return driver
-    package = _package(driver)
-    if owner == "Django":
-        hint = "Django 4.2 or later uses psycopg 3, which skiplock installs"
-    else:
-        hint = "create the engine with a postgresql+psycopg:// URL"
     raise TypeError(
-        f"{owner} connects with {package}, not psycopg 3, so skiplock cannot write in its "
-        f"transaction: {hint}"
+        f"{owner} connects with {_package(driver)}, not psycopg 3, so skiplock cannot write in "
+        f"its transaction: {hint}"
     )
 
 

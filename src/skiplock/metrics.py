@@ -29,6 +29,7 @@ thread.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterator
 from itertools import accumulate
 from typing import TYPE_CHECKING
@@ -60,10 +61,9 @@ class WorkerMetrics:
         self.version = version
         self._started: dict[tuple[str, str], int] = {}  # (queue, task) -> jobs
         self._finished: dict[tuple[str, str, str], int] = {}  # (queue, task, outcome) -> jobs
-        self._running: dict[str, int] = {}  # queue -> jobs
         # (queue, task) -> [sum of durations, count per bucket of DURATION_BUCKETS..., +Inf]
         self._durations: dict[tuple[str, str], list[float]] = {}
-        self._in_flight: set[int] = set()  # ids of jobs started and not finished
+        self._in_flight: dict[int, str] = {}  # id -> queue of jobs started, not finished
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(self)  # a collector: prometheus-client calls collect()
 
@@ -72,15 +72,12 @@ class WorkerMetrics:
         if event.kind == "started":
             key = (job.queue, job.task)
             self._started[key] = self._started.get(key, 0) + 1
-            self._running[job.queue] = self._running.get(job.queue, 0) + 1
-            self._in_flight.add(job.id)
+            self._in_flight[job.id] = job.queue
             return
         outcome = (job.queue, job.task, event.outcome or "done")
         self._finished[outcome] = self._finished.get(outcome, 0) + 1
-        if job.id not in self._in_flight:
+        if self._in_flight.pop(job.id, None) is None:
             return  # claimed ahead and given back (shutdown, cancel) without starting
-        self._in_flight.discard(job.id)
-        self._running[job.queue] -= 1
         if event.duration is not None:
             key = (job.queue, job.task)
             histogram = self._durations.get(key)
@@ -127,8 +124,9 @@ class WorkerMetrics:
             "Jobs this worker process started and has not finished.",
             labels=["queue"],
         )
-        for queue, count in self._running.copy().items():
-            running.add_metric([queue], count)
+        in_flight = Counter(self._in_flight.copy().values())
+        for queue in {queue for queue, _ in self._started.copy()}:  # 0 once all finished
+            running.add_metric([queue], in_flight[queue])
         yield running
         info = GaugeMetricFamily(
             "skiplock_worker_info",
