@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from .app import App
+from .bulk import CancelledJobs, RetriedJobs
 from .errors import (
     ConfigurationError,
     DatabaseUnavailable,
+    IdempotencyConflict,
     InvalidName,
     InvalidPayload,
     Retry,
@@ -20,17 +22,20 @@ from .worker import Worker, WorkerStats
 
 __all__ = [
     "App",
+    "CancelledJobs",
     "Claim",
     "ConfigurationError",
     "DatabaseUnavailable",
     "Enqueued",
     "ExponentialBackoff",
     "FixedDelay",
+    "IdempotencyConflict",
     "InvalidName",
     "InvalidPayload",
     "Job",
     "JobContext",
     "JobStatus",
+    "RetriedJobs",
     "Retry",
     "RetryPolicy",
     "SchemaNotMigrated",

@@ -19,6 +19,7 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from ._store_async import AsyncStore
+from .bulk import BULK_BATCH, CancelledJobs, JobFilter, RetriedJobs
 from .caller_connection import AsyncCallerConnection, caller_connection_async
 from .database import connect_kwargs, unavailable
 from .enqueue import NewJob, NewJobs
@@ -127,6 +128,53 @@ class AsyncClient:
     async def cancel_job(self, job_id: int, conn: AsyncConnection[Any] | None = None) -> bool:
         async with self.connection(conn) as c:
             return await self.store.job_cancel(c, job_id)
+
+    async def retry_jobs(
+        self,
+        jobs: JobFilter,
+        statuses: Sequence[str],
+        *,
+        batch: int = BULK_BATCH,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> RetriedJobs:
+        """Retry every matching job in ``statuses`` (failed, cancelled), a batch per statement."""
+        retried = skipped = after_id = 0
+        async with self.connection(conn) as c:
+            while True:
+                seen, after_id, n = await self.store.job_retry_many(
+                    c, jobs, statuses, after_id, batch
+                )
+                retried, skipped = retried + n, skipped + seen - n
+                if seen < batch:
+                    return RetriedJobs(retried, skipped)
+
+    async def cancel_jobs(
+        self,
+        jobs: JobFilter,
+        *,
+        running: bool = False,
+        batch: int = BULK_BATCH,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> CancelledJobs:
+        """Cancel every matching job that has not started, a batch per statement; with
+        ``running``, ask the workers running the matching leased jobs to cancel them too."""
+        if jobs.finished_within is not None:
+            raise ValueError("finished_within selects finished jobs, which cannot be cancelled")
+        cancelled = after_id = 0
+        async with self.connection(conn) as c:
+            while True:
+                n, after_id = await self.store.job_cancel_many(c, jobs, after_id, batch)
+                cancelled += n
+                if n < batch:
+                    break
+            requested = await self.store.job_request_cancel_many(c, jobs) if running else 0
+        return CancelledJobs(cancelled, requested)
+
+    async def count_matching(
+        self, jobs: JobFilter, statuses: Sequence[str], conn: AsyncConnection[Any] | None = None
+    ) -> dict[str, int]:
+        async with self.connection(conn) as c:
+            return await self.store.job_count_matching(c, jobs, statuses)
 
     async def counts(self, conn: AsyncConnection[Any] | None = None) -> list[tuple[str, str, int]]:
         async with self.connection(conn) as c:

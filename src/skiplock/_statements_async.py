@@ -17,11 +17,12 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from psycopg.pq import ExecStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 
+from .bulk import JobFilter
 from .database import translate
-from .errors import SchemaNotMigrated
+from .errors import IdempotencyConflict, SchemaNotMigrated
 from .job import Job
 from .sql import Queries
 
@@ -102,16 +103,79 @@ class AsyncStatements:
         return jobs[0] if jobs else None
 
     async def job_retry_failed(self, conn: AsyncConnection[Any], job_id: int) -> bool:
-        rows = await self._rows(
-            conn, "job_retry_failed", {"id": job_id, "channel": self.queries.channel}
-        )
-        return bool(rows)
+        """Retry one failed or cancelled job now; False if it is in another state.  Raises
+        :class:`IdempotencyConflict` when an unfinished job holds its idempotency key."""
+        params = {"id": job_id, "channel": self.queries.channel}
+        rows = await self._unfinishing(conn, "job_retry_failed", params)
+        if not rows:
+            return False
+        _, holder, key, _ = rows[0]
+        if holder is not None:
+            raise IdempotencyConflict(job_id, key, holder)
+        return True
+
+    async def job_retry_many(
+        self,
+        conn: AsyncConnection[Any],
+        jobs: JobFilter,
+        statuses: Sequence[str],
+        after_id: int,
+        batch: int,
+    ) -> tuple[int, int, int]:
+        """One batch of a bulk retry: (jobs looked at, last id looked at, jobs retried)."""
+        params = {
+            **jobs.params(),
+            "statuses": list(statuses),
+            "after_id": after_id,
+            "batch": batch,
+            "channel": self.queries.channel,
+        }
+        ((seen, last_id, retried),) = await self._unfinishing(conn, "job_retry_many", params)
+        return seen, last_id or after_id, retried
+
+    async def _unfinishing(
+        self, conn: AsyncConnection[Any], name: str, params: dict[str, Any]
+    ) -> list[Any]:
+        """Run a statement that makes finished jobs unfinished again.  It leaves alone the jobs
+        whose idempotency key an unfinished job holds, as of its snapshot; a job enqueued with
+        such a key since then makes the unique index refuse it, and the statement runs again
+        (its next snapshot sees that job).  In a caller's transaction, under a savepoint."""
+        in_transaction = conn.info.transaction_status != TransactionStatus.IDLE
+        for attempt in range(3):
+            try:
+                if not in_transaction:
+                    return await self._rows(conn, name, params)
+                async with conn.transaction():
+                    return await self._rows(conn, name, params)
+            except psycopg.errors.UniqueViolation:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def job_count_matching(
+        self, conn: AsyncConnection[Any], jobs: JobFilter, statuses: Sequence[str]
+    ) -> dict[str, int]:
+        """How many jobs of each of ``statuses`` match (those without any are left out)."""
+        params = {**jobs.params(), "statuses": list(statuses)}
+        return dict(await self._rows(conn, "job_count_matching", params))
 
     async def job_cancel(self, conn: AsyncConnection[Any], job_id: int) -> bool:
         return bool(await self._rows(conn, "job_cancel", {"id": job_id}))
 
+    async def job_cancel_many(
+        self, conn: AsyncConnection[Any], jobs: JobFilter, after_id: int, batch: int
+    ) -> tuple[int, int]:
+        """One batch of a bulk cancel: (jobs cancelled, last id cancelled)."""
+        params = {**jobs.params(), "after_id": after_id, "batch": batch}
+        ((cancelled, last_id),) = await self._rows(conn, "job_cancel_many", params)
+        return cancelled, last_id or after_id
+
     async def job_request_cancel(self, conn: AsyncConnection[Any], job_id: int) -> bool:
         return bool(await self._rows(conn, "job_request_cancel", {"id": job_id}))
+
+    async def job_request_cancel_many(self, conn: AsyncConnection[Any], jobs: JobFilter) -> int:
+        """Ask the workers running the matching leased jobs to cancel them; how many were asked."""
+        return len(await self._rows(conn, "job_request_cancel_many", jobs.params()))
 
     async def queue_status(self, conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
         return await self._fetch(conn, "queue_status", {}, dict_row)

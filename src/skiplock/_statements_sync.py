@@ -18,11 +18,12 @@ from typing import Any
 
 import psycopg
 from psycopg import Connection
-from psycopg.pq import ExecStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 
+from .bulk import JobFilter
 from .database import translate
-from .errors import SchemaNotMigrated
+from .errors import IdempotencyConflict, SchemaNotMigrated
 from .job import Job
 from .sql import Queries
 
@@ -97,14 +98,77 @@ class SyncStatements:
         return jobs[0] if jobs else None
 
     def job_retry_failed(self, conn: Connection[Any], job_id: int) -> bool:
-        rows = self._rows(conn, "job_retry_failed", {"id": job_id, "channel": self.queries.channel})
-        return bool(rows)
+        """Retry one failed or cancelled job now; False if it is in another state.  Raises
+        :class:`IdempotencyConflict` when an unfinished job holds its idempotency key."""
+        params = {"id": job_id, "channel": self.queries.channel}
+        rows = self._unfinishing(conn, "job_retry_failed", params)
+        if not rows:
+            return False
+        _, holder, key, _ = rows[0]
+        if holder is not None:
+            raise IdempotencyConflict(job_id, key, holder)
+        return True
+
+    def job_retry_many(
+        self,
+        conn: Connection[Any],
+        jobs: JobFilter,
+        statuses: Sequence[str],
+        after_id: int,
+        batch: int,
+    ) -> tuple[int, int, int]:
+        """One batch of a bulk retry: (jobs looked at, last id looked at, jobs retried)."""
+        params = {
+            **jobs.params(),
+            "statuses": list(statuses),
+            "after_id": after_id,
+            "batch": batch,
+            "channel": self.queries.channel,
+        }
+        ((seen, last_id, retried),) = self._unfinishing(conn, "job_retry_many", params)
+        return seen, last_id or after_id, retried
+
+    def _unfinishing(self, conn: Connection[Any], name: str, params: dict[str, Any]) -> list[Any]:
+        """Run a statement that makes finished jobs unfinished again.  It leaves alone the jobs
+        whose idempotency key an unfinished job holds, as of its snapshot; a job enqueued with
+        such a key since then makes the unique index refuse it, and the statement runs again
+        (its next snapshot sees that job).  In a caller's transaction, under a savepoint."""
+        in_transaction = conn.info.transaction_status != TransactionStatus.IDLE
+        for attempt in range(3):
+            try:
+                if not in_transaction:
+                    return self._rows(conn, name, params)
+                with conn.transaction():
+                    return self._rows(conn, name, params)
+            except psycopg.errors.UniqueViolation:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def job_count_matching(
+        self, conn: Connection[Any], jobs: JobFilter, statuses: Sequence[str]
+    ) -> dict[str, int]:
+        """How many jobs of each of ``statuses`` match (those without any are left out)."""
+        params = {**jobs.params(), "statuses": list(statuses)}
+        return dict(self._rows(conn, "job_count_matching", params))
 
     def job_cancel(self, conn: Connection[Any], job_id: int) -> bool:
         return bool(self._rows(conn, "job_cancel", {"id": job_id}))
 
+    def job_cancel_many(
+        self, conn: Connection[Any], jobs: JobFilter, after_id: int, batch: int
+    ) -> tuple[int, int]:
+        """One batch of a bulk cancel: (jobs cancelled, last id cancelled)."""
+        params = {**jobs.params(), "after_id": after_id, "batch": batch}
+        ((cancelled, last_id),) = self._rows(conn, "job_cancel_many", params)
+        return cancelled, last_id or after_id
+
     def job_request_cancel(self, conn: Connection[Any], job_id: int) -> bool:
         return bool(self._rows(conn, "job_request_cancel", {"id": job_id}))
+
+    def job_request_cancel_many(self, conn: Connection[Any], jobs: JobFilter) -> int:
+        """Ask the workers running the matching leased jobs to cancel them; how many were asked."""
+        return len(self._rows(conn, "job_request_cancel_many", jobs.params()))
 
     def queue_status(self, conn: Connection[Any]) -> list[dict[str, Any]]:
         return self._fetch(conn, "queue_status", {}, dict_row)

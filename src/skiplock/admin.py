@@ -73,7 +73,7 @@ def emit_json(data: Any) -> None:
 
 def register(main: click.Group) -> None:
     """Add the administration commands to the ``skiplock`` group."""
-    for command in (status, jobs, retry, cancel, enqueue, pause, resume, limit, prune):
+    for command in (status, jobs, enqueue, pause, resume, limit, prune):
         main.add_command(command)
 
 
@@ -162,40 +162,6 @@ def jobs_show(job_id: int, dsn: str | None, schema: str, as_json: bool) -> None:
             click.echo(f"{key:>16}: {json.dumps(value) if key == 'payload' else value}")
     if job.last_error:
         click.echo(f"{'last_error':>16}:\n{job.last_error}")
-
-
-@click.command()
-@click.argument("job_id", type=int)
-@dsn_option
-@schema_option
-def retry(job_id: int, dsn: str | None, schema: str) -> None:
-    """Give a failed or cancelled job one more attempt now."""
-    with open_app(dsn, schema) as app:
-        if not app.retry_job(job_id):
-            click.echo(f"job {job_id} is not failed or cancelled; nothing to retry", err=True)
-            raise SystemExit(NOT_CHANGED)
-    click.echo(f"job {job_id} is pending again")
-
-
-@click.command()
-@click.argument("job_id", type=int)
-@dsn_option
-@schema_option
-def cancel(job_id: int, dsn: str | None, schema: str) -> None:
-    """Cancel a job; a running leased job is asked to stop at its worker's next heartbeat."""
-    with open_app(dsn, schema) as app:
-        result = app.sync_client.cancel_or_request(job_id)
-    if result == "unchanged":
-        click.echo(f"job {job_id} has finished or does not exist; nothing to cancel", err=True)
-        raise SystemExit(NOT_CHANGED)
-    if result == "held":
-        click.echo(
-            f"job {job_id} is running under a held row lock and cannot be interrupted; "
-            "it finishes (or rolls back) by itself",
-            err=True,
-        )
-        raise SystemExit(NOT_CHANGED)
-    click.echo(f"job {job_id}: {'cancelled' if result == 'cancelled' else 'cancel requested'}")
 
 
 @click.command()

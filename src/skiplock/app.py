@@ -9,6 +9,7 @@ from ._client_async import AsyncClient
 from ._client_sync import SyncClient
 from ._store_async import AsyncStore
 from ._store_sync import SyncStore
+from .bulk import CancelledJobs, JobFilter, RetriedJobs, retry_statuses
 from .caller_connection import AsyncCallerConnection, CallerConnection
 from .database import check_dsn, prepared_statements_setting, resolve_dsn
 from .enqueue import EnqueueOptions, NewJob, NewJobs, build_job, build_jobs
@@ -281,12 +282,36 @@ class App:
         return await self.async_client.get_job(job_id)
 
     def retry_job(self, job_id: int) -> bool:
-        """Give a failed or cancelled job one more attempt now; False if it is in another state."""
+        """Give a failed or cancelled job one more attempt now; False if it is in another state.
+        Raises :class:`IdempotencyConflict` if an unfinished job holds its idempotency key."""
         return self.sync_client.retry_job(job_id)
+
+    def retry_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        statuses: Iterable[str] = ("failed",),
+        finished_within: float | None = None,
+    ) -> RetriedJobs:
+        """Give every failed (and/or cancelled) job of ``queue`` and ``task`` (None: any),
+        finished in the last ``finished_within`` seconds (None: whenever), one more attempt now,
+        in batches of short transactions.  Jobs whose idempotency key an unfinished job holds
+        stay as they are and are counted as skipped."""
+        jobs = JobFilter(queue, task, finished_within)
+        return self.sync_client.retry_jobs(jobs, retry_statuses(statuses))
 
     def cancel_job(self, job_id: int) -> bool:
         """Cancel a job that has not started; False if it already started or finished."""
         return self.sync_client.cancel_job(job_id)
+
+    def cancel_jobs(
+        self, *, queue: str | None = None, task: str | None = None, running: bool = False
+    ) -> CancelledJobs:
+        """Cancel every job of ``queue`` and ``task`` (None: any) that has not started, in batches
+        of short transactions; with ``running``, also ask the workers running the matching leased
+        jobs to cancel them (held-lock jobs cannot be interrupted and are left to finish)."""
+        return self.sync_client.cancel_jobs(JobFilter(queue, task), running=running)
 
     def close(self) -> None:
         self.sync_client.close()

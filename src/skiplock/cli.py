@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from . import admin, doctor, roles, worker_cli
+from . import admin, doctor, job_actions_cli, roles, worker_cli
 from .admin import dsn_option, schema_option
 from .errors import SkiplockError
 from .migrations import render_sql
@@ -31,7 +31,13 @@ def main() -> None:
 
 
 admin.register(main)
-for extra in (doctor.command, roles.command, worker_cli.command):
+for extra in (
+    doctor.command,
+    roles.command,
+    worker_cli.command,
+    job_actions_cli.retry,
+    job_actions_cli.cancel,
+):
     main.add_command(extra)
 
 

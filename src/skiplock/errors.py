@@ -59,6 +59,20 @@ class InvalidName(SkiplockError):
     """A queue, task or schema name skiplock does not accept."""
 
 
+class IdempotencyConflict(SkiplockError):
+    """A failed or cancelled job cannot be retried: an unfinished job holds its idempotency key
+    (two unfinished jobs never share one)."""
+
+    def __init__(self, job_id: int, key: str, holder_id: int) -> None:
+        super().__init__(
+            f"job {job_id} cannot be retried: unfinished job {holder_id} holds its idempotency "
+            f"key {key!r}; wait for that job to finish, or cancel it, then retry"
+        )
+        self.job_id = job_id
+        self.key = key
+        self.holder_id = holder_id
+
+
 class Retry(Exception):
     """Raise in a task to run the job again after ``delay`` seconds without spending an attempt."""
 

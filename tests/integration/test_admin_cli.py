@@ -47,7 +47,12 @@ def run_all(app: App, *commands: list[str]) -> list[Result]:
             (
                 command,
                 subprocess.Popen(
-                    argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                    argv,
+                    env=env,
+                    stdin=subprocess.DEVNULL,  # no terminal: a command never waits for an answer
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
                 ),
             )
         )
@@ -187,6 +192,94 @@ def test_retry_and_cancel_exit_codes(tasks: App, db: Any) -> None:
     for r in results:
         if r.code == 3:
             assert r.err.strip(), f"no explanation on stderr: {r}"
+
+
+def test_bulk_retry_and_cancel_from_the_command_line(tasks: App, db: Any) -> None:
+    app = tasks
+    mails = [e.id for e in app.enqueue_many("mail.send", [{"to": f"u{i}"} for i in range(5)])]
+    video = [e.id for e in app.enqueue_many("video.encode", [{"n": i} for i in range(2)])]
+    set_status(db, app, mails[:3] + video[:1], "failed")
+
+    def statuses() -> dict[int, str]:
+        return dict(db.execute(f"SELECT id, status FROM {jobs_table(app)}").fetchall())
+
+    before = statuses()
+    usage = run_all(
+        app,
+        ["retry"],
+        ["retry", str(mails[0]), "--all"],
+        ["retry", str(mails[0]), "--queue", "emails"],
+        ["cancel", "--all", "--queue", "emails"],  # no terminal to ask on, and no --yes
+        ["retry", "--all", "--queue", "emails", "--dry-run", "--json"],
+        ["cancel", "--all", "--running", "--dry-run"],
+        ["retry", "--all", "--queue", "no_jobs_here", "--yes"],
+    )
+    assert [r.code for r in usage] == [2, 2, 2, 2, 0, 0, 3], "\n".join(map(str, usage))
+    assert "--yes" in usage[3].err and "pending: 2" in usage[3].err
+    assert json.loads(usage[4].out) == {"matching": {"failed": 3}}
+    assert usage[5].out.strip() == "3 matching jobs (pending: 3)"
+    assert statuses() == before, "a refused or dry run changed jobs"
+
+    retried = run(app, "retry", "--all", "--queue", "emails", "--yes", "--json")
+    assert retried.code == 0 and json.loads(retried.out) == {"retried": 3, "skipped": 0}, retried
+    after = statuses()
+    assert {after[i] for i in mails} == {"pending"} and after[video[0]] == "failed"
+
+    cancelled = run(app, "cancel", "--all", "--task", "mail.send", "-y")
+    assert cancelled.code == 0, cancelled
+    assert cancelled.out.strip() == "cancelled 5 jobs of task mail.send that had not started"
+    assert run(app, "cancel", "--all", "--task", "mail.send", "-y").code == 3
+    after = statuses()
+    assert {after[i] for i in mails} == {"cancelled"} and after[video[1]] == "pending"
+
+
+def run_in_terminal(app: App, answer: str, *command: str) -> Result:
+    """Run a command whose stdin is a terminal that has ``answer`` typed into it."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+    argv = [sys.executable, "-m", "skiplock", *command, "--dsn", app.dsn, "--schema", app.schema]
+    try:
+        os.write(controller, answer.encode() + b"\n")
+        proc = subprocess.run(
+            argv, env=env, stdin=terminal, capture_output=True, text=True, timeout=60
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    return Result(list(command), proc.returncode, proc.stdout, proc.stderr)
+
+
+def test_a_bulk_change_asks_first_on_a_terminal(tasks: App, db: Any) -> None:
+    app = tasks
+    ids = [e.id for e in app.enqueue_many("mail.send", [{"to": f"u{i}"} for i in range(3)])]
+    set_status(db, app, ids, "failed")
+    count = f"SELECT count(*) FROM {jobs_table(app)} WHERE status = 'failed'"
+
+    refused = run_in_terminal(app, "n", "retry", "--all", "--queue", "emails")
+    assert refused.code == 1, refused
+    assert "Retry 3 jobs of queue emails (failed: 3)? [y/N]" in refused.out, refused
+    assert db.execute(count).fetchone() == (3,)
+
+    accepted = run_in_terminal(app, "y", "retry", "--all", "--queue", "emails")
+    assert accepted.code == 0, accepted
+    assert "retried 3 jobs of queue emails" in accepted.out
+    assert db.execute(count).fetchone() == (0,)
+
+
+def test_retry_of_a_job_whose_key_is_taken_says_which_job_holds_it(tasks: App, db: Any) -> None:
+    app = tasks
+    send = app.get_task("mail.send").with_options(idempotency_key="welcome:7")
+    failed = send.enqueue(to="a").id
+    set_status(db, app, [failed], "failed")
+    holder = send.enqueue(to="b").id
+    result = run(app, "retry", str(failed))
+    assert result.code == 1, result
+    assert result.err.strip() == (
+        f"error: job {failed} cannot be retried: unfinished job {holder} holds its idempotency"
+        " key 'welcome:7'; wait for that job to finish, or cancel it, then retry"
+    )
 
 
 def test_enqueue_from_the_command_line(tasks: App, db: Any) -> None:

@@ -25,7 +25,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from skiplock import App, FixedDelay, Retry, SkiplockError, Worker
+from skiplock import App, CancelledJobs, FixedDelay, RetriedJobs, Retry, SkiplockError, Worker
 from skiplock.doctor import Doctor, Thresholds
 from skiplock.roles import RoleNames
 
@@ -371,11 +371,13 @@ def test_admin_manages_jobs_and_queues_and_doctor_sees_everything(
         assert job is not None and job.payload == {"n": 1}
         assert admin.retry_job(a) is True
         assert admin.cancel_job(b) is True
+        assert admin.retry_jobs(statuses=["cancelled"]) == RetriedJobs(1)
+        assert admin.cancel_jobs(queue="default", running=True) == CancelledJobs(2)
         admin.sync_client.set_paused("default", True)
         admin.sync_client.set_concurrency_limit("default", 3)
         assert {r["queue"] for r in admin.sync_client.queue_status()} == {"default"}
         assert len(admin.sync_client.list_jobs(limit=10)) == 2
-        assert admin.sync_client.prune({"cancelled": 0.0}) == {"cancelled": 1}
+        assert admin.sync_client.prune({"cancelled": 0.0}) == {"cancelled": 2}
         with psycopg.connect(roles.dsn["admin"], autocommit=True) as conn:
             conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(schema, "jobs_archive")))
             for statement in (

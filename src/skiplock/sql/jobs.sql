@@ -349,25 +349,6 @@ WITH due AS (
 SELECT q.queue, q.n, pg_notify(%(channel)s, q.queue)
 FROM (SELECT queue, count(*) AS n FROM promoted GROUP BY queue) AS q;
 
--- name: job_retry_failed
--- Admin: give a failed (or cancelled) job one more attempt, now.
-WITH retried AS (
-    UPDATE {jobs}
-    SET status = 'pending', run_at = now(), finished_at = NULL, cancel_requested = false,
-        max_attempts = greatest(max_attempts, attempts + 1)
-    WHERE id = %(id)s AND status IN ('failed', 'cancelled')
-    RETURNING id, queue
-)
-SELECT id, pg_notify(%(channel)s, queue) FROM retried;
-
--- name: job_cancel
--- Admin: cancel a job that has not started.  NOWAIT: a pending-looking row that is locked is
--- running under a held lock, and waiting for it would block until the job ends.
-UPDATE {jobs} SET status = 'cancelled', finished_at = now()
-WHERE id = (SELECT id FROM {jobs} WHERE id = %(id)s AND status IN ('scheduled', 'pending')
-            FOR UPDATE NOWAIT)
-RETURNING id;
-
 -- name: job_get
 -- One job by id, with its current state.
 SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,

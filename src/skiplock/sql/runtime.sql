@@ -1,5 +1,5 @@
 -- Statements of the worker runtime: queue settings, leadership, periodic ticks, pruning,
--- cancellation and status.  Placeholders as in jobs.sql.
+-- released and held-lock jobs, and status.  Placeholders as in jobs.sql.
 
 -- name: queue_settings
 -- Pause flags and concurrency limits of the given queues (queues without a row have neither).
@@ -62,12 +62,6 @@ DELETE FROM {jobs} WHERE id IN (
 )
 RETURNING id;
 
--- name: job_request_cancel
--- Admin: ask the worker running a leased job to cancel it (it sees the flag on its next heartbeat).
-UPDATE {jobs} SET cancel_requested = true
-WHERE id = (SELECT id FROM {jobs} WHERE id = %(id)s AND status = 'running' FOR UPDATE NOWAIT)
-RETURNING id;
-
 -- name: job_release_many
 -- Give back claimed jobs that never started (graceful shutdown): pending again, attempt unspent.
 UPDATE {jobs} AS j
@@ -94,17 +88,6 @@ SELECT queue,
 FROM {jobs}
 GROUP BY queue
 ORDER BY queue;
-
--- name: job_list
--- Admin: jobs filtered by queue, status and task (NULL = any), newest first.
-SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
-       locked_until, entity_key, idempotency_key, created_at, last_error, finished_at
-FROM {jobs}
-WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-ORDER BY id DESC
-LIMIT %(limit)s;
 
 -- name: job_spend_rolled_back_attempt
 -- A held-lock job whose transaction rolled back (its outcome could not be written) gets the

@@ -1,0 +1,92 @@
+"""Changing many jobs at once: which jobs (:class:`JobFilter`) and what was done
+(:class:`RetriedJobs`, :class:`CancelledJobs`).  Pure values and checks, no I/O.
+
+A bulk retry or cancel walks the matching jobs in id order, :data:`BULK_BATCH` at a time, each
+batch a short transaction of its own (see ``sql/admin.sql``).  Jobs changed by a batch stay
+changed if a later batch fails: the operation can simply be run again, it only touches jobs
+still in the state it changes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .job import JobStatus
+from .payload import check_queue_name, check_task_name
+
+# Jobs per statement: small enough that a batch's locks and WAL stay short, large enough that a
+# million jobs take a thousand statements, not a million.
+BULK_BATCH = 1000
+
+RETRYABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Jobs of ``queue`` and of ``task`` (None: any), and for a retry, finished within the last
+    ``finished_within`` seconds (None: whenever)."""
+
+    queue: str | None = None
+    task: str | None = None
+    finished_within: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.queue is not None:
+            check_queue_name(self.queue)
+        if self.task is not None:
+            check_task_name(self.task)
+        within = self.finished_within
+        if within is not None and not (
+            isinstance(within, int | float) and math.isfinite(within) and within > 0
+        ):
+            raise ValueError(f"finished_within must be a number of seconds > 0, got {within!r}")
+
+    def params(self) -> dict[str, Any]:
+        return {"queue": self.queue, "task": self.task, "finished_within": self.finished_within}
+
+    def describe(self) -> str:
+        """The filter in words, for messages: ' of queue mail, task send_receipt'."""
+        parts = []
+        if self.queue is not None:
+            parts.append(f"queue {self.queue}")
+        if self.task is not None:
+            parts.append(f"task {self.task}")
+        if self.finished_within is not None:
+            parts.append(f"finished in the last {self.finished_within:g}s")
+        return f" of {', '.join(parts)}" if parts else ""
+
+
+def retry_statuses(statuses: Iterable[JobStatus | str]) -> list[str]:
+    """The statuses a bulk retry takes jobs from: failed and/or cancelled, nothing else."""
+    chosen = []
+    for status in statuses:
+        value = JobStatus(status)
+        if value not in RETRYABLE:
+            raise ValueError(f"only failed and cancelled jobs can be retried, not {value.value!r}")
+        if value.value not in chosen:
+            chosen.append(value.value)
+    if not chosen:
+        raise ValueError("name at least one status to retry jobs from (failed, cancelled)")
+    return chosen
+
+
+@dataclass(frozen=True)
+class RetriedJobs:
+    """What a bulk retry did: ``retried`` jobs are pending again; ``skipped`` ones stay as they
+    were because an unfinished job holds their idempotency key (or a newer job of theirs with the
+    same key was retried instead)."""
+
+    retried: int = 0
+    skipped: int = 0
+
+
+@dataclass(frozen=True)
+class CancelledJobs:
+    """What a bulk cancel did: ``cancelled`` jobs had not started and never will; ``requested``
+    running jobs were asked to stop (their workers cancel them at the next heartbeat)."""
+
+    cancelled: int = 0
+    requested: int = 0

@@ -1,0 +1,141 @@
+-- Statements an operator runs on jobs: list them, retry failed ones, cancel unstarted ones, ask
+-- running ones to stop; one job by id, or every job matching filters (NULL = any), in batches.
+-- Placeholders as in jobs.sql.
+--
+-- A bulk change goes through the matching jobs in id order, %(batch)s at a time from
+-- %(after_id)s, each batch a statement (and a transaction) of its own: a million failed jobs are
+-- retried without one long transaction holding back vacuum or piling up WAL, and the rows each
+-- batch locks are few.  SKIP LOCKED: a row another session has locked is left alone, never
+-- waited on (for a pending-looking row, that session is a held-lock worker running the job, or
+-- a claim taking it).
+
+-- name: job_list
+-- Admin: jobs filtered by queue, status and task (NULL = any), newest first.
+SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
+       locked_until, entity_key, idempotency_key, created_at, last_error, finished_at
+FROM {jobs}
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_count_matching
+-- Admin: how many jobs of each of %(statuses)s match the filters (what a bulk change would touch).
+SELECT status, count(*) FROM {jobs}
+WHERE status = ANY(%(statuses)s::text[])
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(finished_within)s::float8 IS NULL
+       OR finished_at > now() - make_interval(secs => %(finished_within)s))
+GROUP BY status;
+
+-- name: job_retry_failed
+-- Admin: give a failed (or cancelled) job one more attempt, now, unless an unfinished job holds
+-- its idempotency key (the unique index would refuse the row).  No row: the job is not failed or
+-- cancelled.  Else its id, the job holding its key (NULL: retried) and the key.
+WITH target AS (
+    SELECT id, idempotency_key FROM {jobs}
+    WHERE id = %(id)s AND status IN ('failed', 'cancelled')
+    FOR UPDATE
+), holder AS (
+    SELECT u.id FROM {jobs} AS u, target
+    WHERE u.idempotency_key = target.idempotency_key
+      AND u.status IN ('scheduled', 'pending', 'running')
+    LIMIT 1
+), retried AS (
+    UPDATE {jobs} AS j
+    SET status = 'pending', run_at = now(), finished_at = NULL, cancel_requested = false,
+        max_attempts = greatest(j.max_attempts, j.attempts + 1)
+    FROM target
+    WHERE j.id = target.id AND NOT EXISTS (SELECT 1 FROM holder)
+    RETURNING j.queue
+)
+SELECT target.id, (SELECT id FROM holder), target.idempotency_key,
+       (SELECT count(pg_notify(%(channel)s, queue)) FROM retried)
+FROM target;
+
+-- name: job_retry_many
+-- Admin: give the jobs in %(statuses)s (failed, cancelled) matching the filters one more attempt,
+-- now; one batch.  Of the jobs of a batch sharing an idempotency key only the newest is retried,
+-- and none while an unfinished job holds the key: those stay as they are (skipped).  Returns
+-- the jobs looked at, the last id looked at and the jobs retried; one NOTIFY per queue.
+WITH candidates AS (
+    SELECT id, idempotency_key FROM {jobs}
+    WHERE id > %(after_id)s
+      AND status = ANY(%(statuses)s::text[])
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+      AND (%(task)s::text IS NULL OR task = %(task)s)
+      AND (%(finished_within)s::float8 IS NULL
+           OR finished_at > now() - make_interval(secs => %(finished_within)s))
+    ORDER BY id
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), newest_per_key AS (
+    SELECT DISTINCT ON (idempotency_key) id, idempotency_key
+    FROM candidates WHERE idempotency_key IS NOT NULL
+    ORDER BY idempotency_key, id DESC
+), chosen AS (
+    SELECT id FROM candidates WHERE idempotency_key IS NULL
+    UNION ALL
+    SELECT k.id FROM newest_per_key AS k
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {jobs} AS u
+        WHERE u.idempotency_key = k.idempotency_key
+          AND u.status IN ('scheduled', 'pending', 'running'))
+), retried AS (
+    UPDATE {jobs} AS j
+    SET status = 'pending', run_at = now(), finished_at = NULL, cancel_requested = false,
+        max_attempts = greatest(j.max_attempts, j.attempts + 1)
+    FROM chosen WHERE j.id = chosen.id
+    RETURNING j.queue
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM retried) AS q
+)
+SELECT (SELECT count(*) FROM candidates), (SELECT max(id) FROM candidates),
+       (SELECT count(*) FROM retried)
+FROM woken;
+
+-- name: job_cancel
+-- Admin: cancel a job that has not started.  NOWAIT: a pending-looking row that is locked is
+-- running under a held lock, and waiting for it would block until the job ends.
+UPDATE {jobs} SET status = 'cancelled', finished_at = now()
+WHERE id = (SELECT id FROM {jobs} WHERE id = %(id)s AND status IN ('scheduled', 'pending')
+            FOR UPDATE NOWAIT)
+RETURNING id;
+
+-- name: job_cancel_many
+-- Admin: cancel the jobs matching the filters that have not started (scheduled or pending);
+-- one batch.  Returns the jobs cancelled and the last id cancelled.
+WITH candidates AS (
+    SELECT id FROM {jobs}
+    WHERE id > %(after_id)s
+      AND status IN ('scheduled', 'pending')
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+      AND (%(task)s::text IS NULL OR task = %(task)s)
+    ORDER BY id
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), cancelled AS (
+    UPDATE {jobs} AS j SET status = 'cancelled', finished_at = now()
+    FROM candidates WHERE j.id = candidates.id
+    RETURNING j.id
+)
+SELECT count(*), max(id) FROM cancelled;
+
+-- name: job_request_cancel
+-- Admin: ask the worker running a leased job to cancel it (it sees the flag on its next heartbeat).
+UPDATE {jobs} SET cancel_requested = true
+WHERE id = (SELECT id FROM {jobs} WHERE id = %(id)s AND status = 'running' FOR UPDATE NOWAIT)
+RETURNING id;
+
+-- name: job_request_cancel_many
+-- Admin: ask the workers running the leased jobs that match the filters to cancel them (each sees
+-- the flag on its next heartbeat); jobs already asked are not counted again.  The running jobs
+-- of one queue are few (what its workers hold), so one statement.
+UPDATE {jobs} SET cancel_requested = true
+WHERE status = 'running' AND NOT cancel_requested
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+RETURNING id;
