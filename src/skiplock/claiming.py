@@ -33,6 +33,7 @@ from .errors import SkiplockError
 from .job import Job
 from .maintenance import Maintenance
 from .queue_settings import QueueSettings
+from .recycling import Recycling
 from .running import RunningJob
 
 log = logging.getLogger("skiplock.worker")
@@ -52,6 +53,7 @@ class Claiming:
     store: AsyncStore
     settings: QueueSettings | None
     maintenance: Maintenance | None
+    recycling: Recycling
     _pool: AsyncConnectionPool | None
     _claim_conn: AsyncConnection[Any] | None
     _completer: Completer | None
@@ -91,8 +93,14 @@ class Claiming:
         assert self._completer is not None
         unwritten = self._completer.pending
         if self._held:  # one transaction per slot; a finished job keeps its slot until written
-            return self.concurrency - len(self._tasks) - unwritten
-        return self.capacity.to_claim(len(self._tasks), len(self._reserved), unwritten)
+            want = self.concurrency - len(self._tasks) - unwritten
+        else:
+            want = self.capacity.to_claim(len(self._tasks), len(self._reserved), unwritten)
+        if self.recycling.enabled:  # no more than its share (--max-jobs), none once it is due
+            left = self.recycling.claimable()
+            if left is not None:
+                return min(want, left)
+        return want
 
     def _capacity_freed(self) -> None:
         """A job finished or its outcome was written: start what is reserved, claim if due."""
@@ -146,6 +154,8 @@ class Claiming:
                 idle_rounds = 0
                 continue
             in_flight = self._tasks or self._reserved or self._completer.pending
+            if self.recycling.reason is not None and not in_flight:
+                return  # recycled: every job it claimed has run and been recorded
             if self.burst and not in_flight:
                 # Nothing claimable, nothing running: run maintenance once more, then finish.
                 idle_rounds += 1
@@ -191,6 +201,7 @@ class Claiming:
                 if attempt or not (failed and conn.broken):
                     raise
                 log.info("the claim connection was lost (%s); claiming on a new one", exc)
+        self.recycling.count_claimed(len(jobs))
         for job in jobs:
             self._reserved.append(self._track(job, "lease"))
         self._start_reserved()

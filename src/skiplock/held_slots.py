@@ -26,6 +26,7 @@ from .completer import Completer, Recorded
 from .errors import SkiplockError
 from .execution import Outcome, dead_starts, rolled_back
 from .job import Job
+from .recycling import Recycling
 from .running import RunningJob
 from .task import WorkerModel
 
@@ -39,6 +40,7 @@ class HeldSlots:
     lease_seconds: float
     worker_id: str
     store: AsyncStore
+    recycling: Recycling
     _pool: AsyncConnectionPool | None
     _completer: Completer | None
     _tasks: set[asyncio.Task[None]]
@@ -85,6 +87,7 @@ class HeldSlots:
                 break
             slot.add_done_callback(self._slot_freed)
             claimed += 1
+            self.recycling.count_claimed(1)
         return claimed
 
     async def _held_slot(self, queues: list[str], got: asyncio.Future[Job | None]) -> None:

@@ -1,7 +1,8 @@
 """``skiplock worker --processes N``: N worker processes on one host, kept alive.
 
 The supervisor starts each worker as ``python -m skiplock worker ... --processes 1``, restarts
-one that dies (logging its exit status, backing off when it keeps dying at start), and passes
+one that dies (logging its exit status, backing off when it keeps dying at start) or recycles
+itself (``--max-jobs``, ``--max-memory``: exit status 75, replaced at once), and passes
 SIGTERM/SIGINT on to all of them: they shut down gracefully and the supervisor exits 0 once
 they have.  A second signal kills them at once.  With ``--burst`` each worker runs once, as
 ``--processes 1 --burst`` would: none is restarted, and the supervisor exits once all have,
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -22,8 +24,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
+from .recycling import RECYCLED_EXIT
+
 log = logging.getLogger("skiplock.supervisor")
 
+# Set in each child's environment: the child runs the worker itself, whatever its options.
+SUPERVISED_VAR = "SKIPLOCK_SUPERVISED"
 PR_SET_PDEATHSIG = 1
 QUICK_DEATH = 5.0  # a worker that dies sooner than this after starting backs off
 MAX_BACKOFF = 30.0
@@ -89,7 +95,12 @@ class Supervisor:
             command = self.command
             if self.metrics_port is not None:
                 command = [*command, "--metrics-port", str(self.metrics_port + slot)]
-            child = subprocess.Popen(command, process_group=0, preexec_fn=_prepare_child)
+            child = subprocess.Popen(
+                command,
+                process_group=0,
+                preexec_fn=_prepare_child,
+                env={**os.environ, SUPERVISED_VAR: "1"},
+            )
             self.children[slot] = (child, time.monotonic())
         log.info("worker process %d started (pid %d)", slot, child.pid)
 
@@ -104,7 +115,9 @@ class Supervisor:
     def _stopped_cleanly(self, code: int) -> bool:
         """0; or, after one stop request, killed by the SIGTERM it passed on (or the terminal's
         SIGINT) before it had set up its handler: a child still starting has claimed nothing."""
-        return code == 0 or (self.signals == 1 and code in (-signal.SIGTERM, -signal.SIGINT))
+        if code in (0, RECYCLED_EXIT):  # recycled just before the stop: nothing was cut short
+            return True
+        return self.signals == 1 and code in (-signal.SIGTERM, -signal.SIGINT)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -122,7 +135,13 @@ class Supervisor:
                     continue
                 if self.signals or self.burst:
                     continue  # stopping, or its burst is over
-                if slot not in not_before:
+                if slot not in not_before and code == RECYCLED_EXIT:
+                    log.info(
+                        "worker process %d (pid %d) recycled; starting a fresh one", slot, child.pid
+                    )
+                    self._failures[slot] = 0
+                    not_before[slot] = time.monotonic()
+                elif slot not in not_before:
                     quick = time.monotonic() - started < QUICK_DEATH
                     self._failures[slot] = self._failures.get(slot, 0) + 1 if quick else 0
                     delay = min(MAX_BACKOFF, 0.5 * 2 ** self._failures[slot]) if quick else 0.0

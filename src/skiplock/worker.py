@@ -10,6 +10,8 @@ transaction that keeps the row locked; a crash rolls it back and the job is clai
 
 Shutdown (:meth:`Worker.stop`): stop claiming, give running jobs ``shutdown_grace`` seconds,
 cancel the rest and give them back without spending their attempt, flush, resign leadership.
+A worker given ``max_jobs`` or ``max_memory`` (:mod:`skiplock.recycling`) stops claiming once
+due, and :meth:`Worker.run` returns when every job it claimed has been run and recorded.
 
 This module has the worker's life cycle, running jobs and recording outcomes; claiming is in
 :mod:`skiplock.claiming`, the slots that run leased jobs in :mod:`skiplock.leased_slots`, the
@@ -48,6 +50,7 @@ from .maintenance import Maintenance
 from .migrations import all_migrations
 from .payload import check_queue_name
 from .queue_settings import QueueSettings
+from .recycling import Recycling
 from .running import RunningJob
 from .task import WorkerModel
 from .task_threads import TaskThreads
@@ -95,6 +98,8 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
         worker_id: str | None = None,
         on_event: Callable[[JobEvent], None] | None = None,
         leader_ttl: float = 10.0,
+        max_jobs: int | None = None,
+        max_memory: int | None = None,
     ) -> None:
         if concurrency < 1 or prefetch < 0:
             raise ValueError("concurrency must be >= 1 and prefetch >= 0")
@@ -115,6 +120,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
         self.leader_ttl = leader_ttl
         self.worker_id = worker_id or new_worker_id()
         self.on_event = on_event
+        self.recycling = Recycling(max_jobs=max_jobs, max_memory=max_memory)
         self.store = AsyncStore(app.queries)
         self.stats = WorkerStats()
         self.listener: Listener | None = None
@@ -143,6 +149,11 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
     @property
     def running_jobs(self) -> list[Job]:
         return [r.job for r in self._running.values()]
+
+    @property
+    def recycled(self) -> str | None:
+        """Why this worker stopped claiming to make way for a fresh one (None: it did not)."""
+        return self.recycling.reason
 
     def stop(self) -> None:
         """Stop claiming; :meth:`run` returns after the shutdown described in the module doc."""
@@ -206,6 +217,8 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
         if not self.burst:
             services.append(asyncio.create_task(self.elector.run()))
             services.append(asyncio.create_task(self.maintenance.run()))
+        if self.recycling.max_memory is not None:
+            services.append(asyncio.create_task(self.recycling.watch_memory(self._nudge)))
         if self.listen:
             self.listener = Listener(
                 dsn,
@@ -295,6 +308,8 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
             self.claim_cursor.rescan()
         if self.capacity.max_in_flight is not None and not self._drained:
             self._nudge()  # only written outcomes make room under the bound
+        if self.recycling.reason is not None:
+            self._nudge()  # it may be the last job this recycled worker waited for
         self._capacity_freed()
 
     def _emit(self, event: JobEvent) -> None:

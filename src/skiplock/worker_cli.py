@@ -20,7 +20,8 @@ from .admin import dsn_option
 from .app import App
 from .events import new_worker_id
 from .metrics import WorkerMetrics
-from .supervisor import Supervisor
+from .recycling import RECYCLED_EXIT
+from .supervisor import SUPERVISED_VAR, Supervisor
 from .worker import Worker
 
 SIGNAL_ECHO = 1.0  # seconds within which a second stop signal counts as the same one
@@ -92,6 +93,23 @@ def load_app(spec: str) -> App:
     help="Worker processes on this host, restarted if they die.",
 )
 @click.option(
+    "--max-jobs",
+    envvar="SKIPLOCK_MAX_JOBS",
+    type=click.IntRange(1),
+    default=None,
+    help="Replace each worker process with a fresh one after it has run this many jobs "
+    "(for tasks that leak memory).",
+)
+@click.option(
+    "--max-memory",
+    envvar="SKIPLOCK_MAX_MEMORY",
+    type=click.IntRange(1),
+    default=None,
+    metavar="MIB",
+    help="Replace each worker process with a fresh one once its resident memory passes MIB "
+    "MiB (checked every second; it finishes the jobs it holds first).",
+)
+@click.option(
     "--model",
     envvar="SKIPLOCK_MODEL",
     type=click.Choice(["lease", "held"]),
@@ -161,6 +179,8 @@ def command(
     prefetch: int,
     max_in_flight: int | None,
     processes: int,
+    max_jobs: int | None,
+    max_memory: int | None,
     model: str | None,
     lease_seconds: float,
     poll_interval: float,
@@ -183,7 +203,9 @@ def command(
             "claimed job",
             param_hint="--max-in-flight",
         )
-    if processes > 1:
+    supervised = os.environ.pop(SUPERVISED_VAR, None) == "1"  # not for this process's children
+    recycles = (max_jobs or max_memory) and not burst
+    if processes > 1 or (recycles and not supervised):  # a supervisor replaces recycled ones
         if dsn:
             os.environ["SKIPLOCK_DATABASE_URL"] = dsn  # not on the children's command lines
         args = [app_spec, "--concurrency", str(concurrency), "--prefetch", str(prefetch),
@@ -194,6 +216,8 @@ def command(
         args += ["--queues", queues] if queues else []
         args += ["--model", model] if model else []
         args += ["--poll-only"] if poll_only else []
+        args += ["--max-jobs", str(max_jobs)] if max_jobs else []
+        args += ["--max-memory", str(max_memory)] if max_memory else []
         if metrics_port is not None:
             if metrics_port + processes - 1 > 65535:
                 raise click.BadParameter(
@@ -235,9 +259,14 @@ def command(
         burst=burst,
         worker_id=worker_id,
         on_event=metrics.on_event if metrics is not None else None,
+        max_jobs=max_jobs,
+        max_memory=max_memory * 2**20 if max_memory else None,
     )
     asyncio.run(_run_worker(runner))
-    _exit_despite_stuck_threads()
+    # Recycled: the supervisor starts a fresh process in its place (a burst just ends).
+    code = RECYCLED_EXIT if runner.recycled and not burst else 0
+    _exit_despite_stuck_threads(code)
+    raise SystemExit(code)
 
 
 async def _run_worker(runner: Worker) -> None:
@@ -266,7 +295,7 @@ async def _run_worker(runner: Worker) -> None:
     await runner.run()
 
 
-def _exit_despite_stuck_threads() -> None:
+def _exit_despite_stuck_threads(code: int) -> None:
     """A sync task that ignored its cancel flag still runs in its thread; its job was released
     already, so exit now rather than wait for it at interpreter shutdown."""
     threads = [t for t in threading.enumerate() if t.name.startswith("skiplock-task")]
@@ -279,4 +308,4 @@ def _exit_despite_stuck_threads() -> None:
         )
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(code)
