@@ -20,7 +20,7 @@ from psycopg.pq import TransactionStatus
 from ._statements_sync import SyncStatements
 from .enqueue import InsertOutcome, NewJob, NewJobs, insert_params, shared_key_results
 from .job import Claim, ClaimKey, Enqueued, Job
-from .statement_params import claim_arrays, claim_statement
+from .statement_params import claim_arrays, claim_statement, result_arrays
 
 ENTITY_KEY_RETRIES = 5
 
@@ -206,6 +206,26 @@ class SyncStore(SyncStatements):
             "archive": "job_archive_many",
         }[completion]
         return {row[0] for row in self._rows(conn, name, claim_arrays(claims))}
+
+    def job_finish_with_results_many(
+        self, conn: Connection[Any], results: Sequence[tuple[Claim, str]], completion: str
+    ) -> set[int]:
+        """Complete claimed jobs with what their tasks returned (JSON text), kept as done or
+        archived (results need done jobs kept); returns the ids still owned.  Archiving takes
+        two statements: the caller runs them in one transaction."""
+        if not results:
+            return set()
+        if completion == "archive":
+            self.job_record_results(conn, results)
+            return self.job_finish_many(conn, [claim for claim, _ in results], completion)
+        params = result_arrays(results)
+        return {row[0] for row in self._rows(conn, "job_complete_with_results_many", params)}
+
+    def job_record_results(
+        self, conn: Connection[Any], results: Sequence[tuple[Claim, str]]
+    ) -> None:
+        """Store what the tasks of claimed jobs returned (JSON text), before they are archived."""
+        self._rows(conn, "job_record_results", result_arrays(results))
 
     def job_cancel_claimed_many(self, conn: Connection[Any], claims: Sequence[Claim]) -> set[int]:
         """Record that running jobs were cancelled; returns the ids still owned."""

@@ -159,7 +159,7 @@ def jobs_show(job_id: int, dsn: str | None, schema: str, as_json: bool) -> None:
         return
     for key, value in job_dict(job).items():
         if key != "last_error":
-            click.echo(f"{key:>16}: {json.dumps(value) if key == 'payload' else value}")
+            click.echo(f"{key:>16}: {json.dumps(value) if key in ('payload', 'result') else value}")
     if job.last_error:
         click.echo(f"{'last_error':>16}:\n{job.last_error}")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
@@ -114,6 +116,7 @@ class App:
         pass_context: bool = False,
         timeout: float | None = None,
         secret: Iterable[str] = (),
+        store_result: bool = False,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # mypy cannot match a ParamSpec bound only by the result
@@ -130,6 +133,7 @@ class App:
         pass_context: bool = False,
         timeout: float | None = None,
         secret: Iterable[str] = (),
+        store_result: bool = False,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task; its keyword arguments are the job's JSON payload.
 
@@ -138,6 +142,9 @@ class App:
         to the worker (lease by default).  ``timeout`` (seconds) fails an attempt that runs
         longer; it is then retried like any failure.  ``secret`` names payload fields whose
         values are replaced by ``***`` in stored errors and logs (payloads are never logged).
+        ``store_result`` keeps what the task returns (JSON, within ``max_payload_bytes``) on
+        its done job, as ``Job.result`` (see :meth:`wait_for_job`); a return value that cannot
+        be stored fails the attempt.  It needs finished jobs kept (completion keep or archive).
         """
 
         def register(func: Callable[P, R]) -> Task[P, R]:
@@ -156,6 +163,11 @@ class App:
                 raise ConfigurationError(f"timeout must be > 0 seconds, got {timeout!r}")
             if isinstance(secret, str):
                 raise ConfigurationError("secret must be a list of field names, not a string")
+            if store_result and self.completion == "delete":
+                raise ConfigurationError(
+                    f"task {task_name!r} stores its result, but this app deletes done jobs "
+                    "(completion='delete'): keep them (completion='keep' or 'archive')"
+                )
             settings = TaskSettings(
                 task_name,
                 options,
@@ -164,6 +176,7 @@ class App:
                 pass_context,
                 timeout,
                 frozenset(secret),
+                store_result,
             )
             registered = Task(self, func, settings)
             self.tasks[task_name] = registered
@@ -281,6 +294,29 @@ class App:
     async def get_job_async(self, job_id: int) -> Job | None:
         return await self.async_client.get_job(job_id)
 
+    def wait_for_job(self, job_id: int, timeout: float = 60.0, poll: float = 0.1) -> Job:
+        """The job once it has finished (done, failed or cancelled), read every ``poll``
+        seconds; ``TimeoutError`` after ``timeout`` seconds, ``LookupError`` if there is no
+        such job (it may have been deleted: completion='delete', pruned)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.get_job(job_id)
+            if finished(job_id, job, deadline, timeout):
+                assert job is not None
+                return job
+            time.sleep(poll)
+
+    async def wait_for_job_async(
+        self, job_id: int, timeout: float = 60.0, poll: float = 0.1
+    ) -> Job:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = await self.get_job_async(job_id)
+            if finished(job_id, job, deadline, timeout):
+                assert job is not None
+                return job
+            await asyncio.sleep(poll)
+
     def retry_job(self, job_id: int) -> bool:
         """Give a failed or cancelled job one more attempt now; False if it is in another state.
         Raises :class:`IdempotencyConflict` if an unfinished job holds its idempotency key."""
@@ -318,3 +354,14 @@ class App:
 
     async def close_async(self) -> None:
         await self.async_client.close()
+
+
+def finished(job_id: int, job: Job | None, deadline: float, timeout: float) -> bool:
+    """Whether a waited-for job has finished; raises if it never will within the wait."""
+    if job is None:
+        raise LookupError(f"no job {job_id} (never enqueued, or deleted when it finished)")
+    if job.status.finished:
+        return True
+    if time.monotonic() >= deadline:
+        raise TimeoutError(f"job {job_id} is still {job.status.value} after {timeout:g}s")
+    return False

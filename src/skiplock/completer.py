@@ -169,8 +169,11 @@ class Completer:
             kinds.setdefault(group, []).append((job, outcome))
         owned: set[int] = set()
         # Several kinds go in one transaction, so a retried flush never finds half of its batch
-        # already written (the held-lock caller is in a transaction already).
-        async with conn.transaction() if len(kinds) > 1 else contextlib.nullcontext():
+        # already written (the held-lock caller is in a transaction already); so do the results
+        # of done jobs and their completion.
+        results = any(o.result is not None for _, o in kinds.get("done", ()))
+        several = len(kinds) > 1 or results
+        async with conn.transaction() if several else contextlib.nullcontext():
             for kind, entries in kinds.items():
                 owned |= await self._write_kind(conn, kind, entries)
         return owned
@@ -180,7 +183,14 @@ class Completer:
     ) -> set[int]:
         claims = [job.claim for job, _ in entries]
         if kind == "done":
-            return await self.store.job_finish_many(conn, claims, self.completion)
+            results = [(job.claim, o.result) for job, o in entries if o.result is not None]
+            if not results:
+                return await self.store.job_finish_many(conn, claims, self.completion)
+            plain = [job.claim for job, o in entries if o.result is None]
+            owned = await self.store.job_finish_many(conn, plain, self.completion)
+            return owned | await self.store.job_finish_with_results_many(
+                conn, results, self.completion
+            )
         if kind == "snooze":
             return await self.store.job_snooze_many(
                 conn, [(job.claim, o.delay) for job, o in entries]

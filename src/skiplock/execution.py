@@ -16,6 +16,7 @@ from psycopg import AsyncConnection
 
 from .errors import Retry, UnknownTask
 from .job import Job
+from .payload import encode_result
 from .retry import ExponentialBackoff, RetryPolicy
 from .task import JobContext, Task
 
@@ -42,6 +43,7 @@ class Outcome:
     delay: float = 0.0
     error: str | None = None
     timed_out: bool = False
+    result: str | None = None  # done: what the task returned, as JSON (store_result=True)
 
 
 DONE = Outcome("done")  # the outcome of almost every job: made once
@@ -172,14 +174,25 @@ async def _call(
                 # roll back if it fails while the job row stays locked.  A task without the
                 # context cannot write there, and skips the savepoint's two round trips.
                 async with conn.transaction():
-                    await task.fn(*args, **job.payload)
+                    value = await task.fn(*args, **job.payload)
+                    # In the savepoint: a result that cannot be stored undoes the writes too.
+                    result = stored_result(value, task)
             else:
-                await task.fn(*args, **job.payload)
+                result = stored_result(await task.fn(*args, **job.payload), task)
         else:
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(executor, functools.partial(task.fn, *args, **job.payload))
+            call = functools.partial(task.fn, *args, **job.payload)
+            result = stored_result(await loop.run_in_executor(executor, call), task)
     except Retry as request:
         return Outcome("snooze", delay=request.delay)
     except Exception as exc:
         return failure(job, exc, task.settings.retry, task.settings.secret)
-    return DONE
+    return DONE if result is None else Outcome("done", result=result)
+
+
+def stored_result(value: Any, task: Task[Any, Any]) -> str | None:
+    """What the task returned, as JSON to store, if it stores results (None: nothing to store);
+    :class:`InvalidPayload` when it cannot be stored."""
+    if value is None or not task.settings.store_result:
+        return None
+    return encode_result(value, max_bytes=task.app.max_payload_bytes, task=task.name)

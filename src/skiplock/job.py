@@ -55,6 +55,7 @@ class Job:
     created_at: datetime
     last_error: str | None = None
     finished_at: datetime | None = None
+    result: Any = None  # what the task returned, for tasks with store_result=True
 
     @classmethod
     def from_tuple(cls, row: tuple[Any, ...]) -> Job:

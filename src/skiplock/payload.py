@@ -61,27 +61,44 @@ def encode_payload(payload: Mapping[str, Any], *, max_bytes: int, task: str) -> 
     """The payload as JSON text, or :class:`InvalidPayload` naming what is wrong."""
     if not isinstance(payload, Mapping):
         raise InvalidPayload(f"payload of task {task!r} must be a mapping of keyword arguments")
+    return _encode_checked(
+        payload,
+        f"payload of task {task!r}",
+        max_bytes,
+        "store large data elsewhere and pass a reference (or raise App(max_payload_bytes=...))",
+    )
+
+
+def encode_result(value: Any, *, max_bytes: int, task: str) -> str:
+    """What a task returned, as JSON text, or :class:`InvalidPayload` naming what is wrong."""
+    return _encode_checked(
+        value,
+        f"the return value of task {task!r}",
+        max_bytes,
+        "store large results elsewhere and return a reference "
+        "(or raise App(max_payload_bytes=...))",
+    )
+
+
+def _encode_checked(value: Any, what: str, max_bytes: int, too_large_hint: str) -> str:
     try:
-        text = _ENCODER.encode(payload)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(
-            f"payload of task {task!r} is not JSON-serialisable ({exc}); pass only str, int, "
-            "float, bool, None, lists and dicts (convert dates, UUIDs and objects first)"
+            f"{what} is not JSON-serialisable ({exc}); use only str, int, float, bool, None, "
+            "lists and dicts (convert dates, UUIDs and objects first)"
         ) from None
-    if "\\u0000" in text and _contains_nul(payload):
-        raise InvalidPayload(
-            f"payload of task {task!r} contains a NUL character, which jsonb rejects"
-        )
+    if "\\u0000" in text and _contains_nul(value):
+        raise InvalidPayload(f"{what} contains a NUL character, which jsonb rejects")
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
         raise InvalidPayload(
-            f"payload of task {task!r} contains text that is not valid Unicode (a lone surrogate)"
+            f"{what} contains text that is not valid Unicode (a lone surrogate)"
         ) from None
     if size > max_bytes:
         raise InvalidPayload(
-            f"payload of task {task!r} is {size} bytes, over the limit of {max_bytes} bytes: "
-            "store large data elsewhere and pass a reference (or raise App(max_payload_bytes=...))"
+            f"{what} is {size} bytes, over the limit of {max_bytes} bytes: {too_large_hint}"
         )
     return text
 

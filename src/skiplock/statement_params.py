@@ -26,6 +26,11 @@ def claim_arrays(claims: Sequence[Claim]) -> dict[str, Any]:
     }
 
 
+def result_arrays(results: Sequence[tuple[Claim, str]]) -> dict[str, Any]:
+    """The claims of done jobs and what their tasks returned (JSON text), as parallel arrays."""
+    return {**claim_arrays([claim for claim, _ in results]), "results": [r for _, r in results]}
+
+
 def int_array(values: Sequence[int]) -> str:
     """A PostgreSQL array literal of integers, for a parameter cast to ``bigint[]``/``int[]``.
     psycopg dumps a list element by element in Python (~1 us each: a worker's batch of 100

@@ -51,6 +51,7 @@ class TaskSettings:
     pass_context: bool
     timeout: float | None = None
     secret: frozenset[str] = frozenset()
+    store_result: bool = False
 
 
 class Task(Generic[P, R]):

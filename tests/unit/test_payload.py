@@ -397,3 +397,14 @@ def test_load_json_raises_json_loads_error_on_bad_text(text: str) -> None:
         json.loads(text)
     with pytest.raises(json.JSONDecodeError):
         load_json(text.encode())
+
+
+def test_a_result_is_encoded_with_the_payload_checks_and_named_as_a_return_value() -> None:
+    from skiplock.payload import encode_result
+
+    assert encode_result({"a": [1, "é"]}, max_bytes=100, task="t") == '{"a":[1,"é"]}'
+    assert encode_result(3.5, max_bytes=100, task="t") == "3.5"
+    with pytest.raises(InvalidPayload, match="the return value of task 't' is not JSON"):
+        encode_result(object(), max_bytes=100, task="t")
+    with pytest.raises(InvalidPayload, match="return value of task 't' is 12 bytes, over"):
+        encode_result("x" * 10, max_bytes=11, task="t")

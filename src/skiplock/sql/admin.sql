@@ -12,7 +12,7 @@
 -- name: job_list
 -- Admin: jobs filtered by queue, status and task (NULL = any), newest first.
 SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
-       locked_until, entity_key, idempotency_key, created_at, last_error, finished_at
+       locked_until, entity_key, idempotency_key, created_at, last_error, finished_at, result
 FROM {jobs}
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)

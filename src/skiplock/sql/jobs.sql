@@ -244,6 +244,27 @@ WHERE j.id = c.id
   AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
 RETURNING j.id;
 
+-- name: job_complete_with_results_many
+-- Mark claimed jobs done with what their tasks returned (tasks with store_result=True), if
+-- each claim still owns its job; returns the ids it changed.
+UPDATE {jobs} AS j
+SET status = 'done', finished_at = now(), locked_until = NULL, result = c.result
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::jsonb[])
+     AS c(id, attempts, result)
+WHERE j.id = c.id
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
+RETURNING j.id;
+
+-- name: job_record_results
+-- Store what the tasks of claimed jobs returned, just before they are archived in the same
+-- transaction, if each claim still owns its job.
+UPDATE {jobs} AS j
+SET result = r.result
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::jsonb[])
+     AS r(id, attempts, result)
+WHERE j.id = r.id
+  AND coalesce(j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false);
+
 -- name: job_delete_many
 -- Delete claimed jobs that finished, if each claim still owns its job.
 DELETE FROM {jobs} AS j
@@ -263,9 +284,9 @@ WITH moved AS (
 )
 INSERT INTO {archive} (id, queue, task, payload, status, priority, run_at, attempts,
                        max_attempts, locked_by, entity_key, idempotency_key, last_error,
-                       created_at, finished_at)
+                       created_at, finished_at, result)
 SELECT id, queue, task, payload, 'done', priority, run_at, attempts, max_attempts, locked_by,
-       entity_key, idempotency_key, last_error, created_at, now()
+       entity_key, idempotency_key, last_error, created_at, now(), result
 FROM moved
 RETURNING id;
 
@@ -352,7 +373,7 @@ FROM (SELECT queue, count(*) AS n FROM promoted GROUP BY queue) AS q;
 -- name: job_get
 -- One job by id, with its current state.
 SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
-       locked_until, entity_key, idempotency_key, created_at, last_error, finished_at
+       locked_until, entity_key, idempotency_key, created_at, last_error, finished_at, result
 FROM {jobs} WHERE id = %(id)s;
 
 -- name: job_count_by_queue_and_status
