@@ -55,15 +55,18 @@ def one_or_all(
 
 
 def confirmed(
+    app: App,
     jobs: JobFilter,
-    counted: dict[str, int],
+    statuses: list[str],
     question: str,
     *,
     dry_run: bool,
     yes: bool,
     as_json: bool,
 ) -> bool:
-    """Whether to go on with a bulk change of the ``counted`` jobs (status -> jobs)."""
+    """Whether to go on with a bulk change of the matching jobs in ``statuses``: counted, then
+    shown (--dry-run, and stop), asked about on a terminal, or taken as confirmed (--yes)."""
+    counted = app.sync_client.count_matching(jobs, statuses)
     total = sum(counted.values())
     listed = ", ".join(f"{status}: {n:,}" for status, n in sorted(counted.items()))
     if dry_run:
@@ -126,9 +129,8 @@ def retry(
             return
         jobs = JobFilter(queue, task, finished_within)
         statuses = ["failed", "cancelled"] if cancelled else ["failed"]
-        counted = app.sync_client.count_matching(jobs, statuses)
         flags = {"dry_run": dry_run, "yes": yes, "as_json": as_json}
-        if not confirmed(jobs, counted, "Retry {total} jobs", **flags):
+        if not confirmed(app, jobs, statuses, "Retry {total} jobs", **flags):
             return
         result = app.sync_client.retry_jobs(jobs, statuses)
     if as_json:
@@ -177,9 +179,8 @@ def cancel(
             return
         jobs = JobFilter(queue, task)
         statuses = ["scheduled", "pending", *(["running"] if running else [])]
-        counted = app.sync_client.count_matching(jobs, statuses)
         flags = {"dry_run": dry_run, "yes": yes, "as_json": as_json}
-        if not confirmed(jobs, counted, "Cancel {total} jobs", **flags):
+        if not confirmed(app, jobs, statuses, "Cancel {total} jobs", **flags):
             return
         result = app.sync_client.cancel_jobs(jobs, running=running)
     if as_json:
