@@ -265,6 +265,13 @@ def command(
     asyncio.run(_run_worker(runner))
     # Recycled: the supervisor starts a fresh process in its place (a burst just ends).
     code = RECYCLED_EXIT if runner.recycled and not burst else 0
+    if runner.recycled and not runner.recycling.claimed:
+        # Over --max-memory before its first job: a fresh process would be no better, and
+        # replacing it at once would loop.  An error, so the supervisor backs off.
+        logging.getLogger("skiplock.worker").error(
+            "this worker %s before claiming any job: raise --max-memory", runner.recycled
+        )
+        code = 1
     _exit_despite_stuck_threads(code)
     raise SystemExit(code)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -141,3 +142,21 @@ def test_max_memory_replaces_a_process_that_leaks(tmp_path: Path, app: App, db: 
     # 40 jobs x 16 MiB = 640 MiB in one process without the limit; with it, several processes.
     assert len(per_process) >= 3, (per_process, log)
     assert "(--max-memory)" in log and "recycled; starting a fresh one" in log
+
+
+def test_a_limit_below_a_fresh_process_is_an_error_not_a_restart_loop(
+    tmp_path: Path, app: App
+) -> None:
+    stubs(app)
+    proc = run_worker(tmp_path, app, "--max-memory", "1")  # 1 MiB: no process fits
+    try:
+        time.sleep(5)
+        stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (tmp_path / "stderr").read_text()
+    assert "before claiming any job: raise --max-memory" in log, log
+    # A death the supervisor backs off from (1 s, 2 s, 4 s ...), not a recycle replaced at once.
+    assert re.search(r"exited with status 1; restarting in [1-9]\.\ds", log), log
+    assert "recycled; starting a fresh one" not in log
