@@ -39,8 +39,10 @@ class JobFilter:
         if self.task is not None:
             check_task_name(self.task)
         within = self.finished_within
-        if within is not None and not (
-            isinstance(within, int | float) and math.isfinite(within) and within > 0
+        if within is not None and (
+            isinstance(within, bool)
+            or not isinstance(within, int | float)
+            or not (math.isfinite(within) and within > 0)
         ):
             raise ValueError(f"finished_within must be a number of seconds > 0, got {within!r}")
 

@@ -21,7 +21,7 @@ def test_a_filter_checks_its_names_and_its_time_window() -> None:
         JobFilter(queue="two words")
     with pytest.raises(InvalidName, match="invalid task name"):
         JobFilter(task="")
-    for bad in (0, -1, math.nan, math.inf, "60"):
+    for bad in (0, -1, math.nan, math.inf, "60", True):
         with pytest.raises(ValueError, match="finished_within"):
             JobFilter(finished_within=bad)  # type: ignore[arg-type]
 
