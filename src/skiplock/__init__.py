@@ -15,6 +15,7 @@ from .errors import (
     SkiplockError,
     UnknownTask,
 )
+from .events import JobEvent
 from .job import Claim, Enqueued, Job, JobStatus
 from .retry import ExponentialBackoff, FixedDelay, RetryPolicy
 from .task import JobContext, Task
@@ -34,6 +35,7 @@ __all__ = [
     "InvalidPayload",
     "Job",
     "JobContext",
+    "JobEvent",
     "JobStatus",
     "RetriedJobs",
     "Retry",

@@ -16,6 +16,7 @@ from .caller_connection import AsyncCallerConnection, CallerConnection
 from .database import check_dsn, prepared_statements_setting, resolve_dsn
 from .enqueue import EnqueueOptions, NewJob, NewJobs, build_job, build_jobs
 from .errors import ConfigurationError, UnknownTask
+from .events import JobEvent
 from .job import Enqueued, Job
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name, check_schema_name, check_task_name
 from .periodic import PeriodicTask, Schedule
@@ -68,6 +69,7 @@ class App:
         self.queries = Queries(self.schema)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodic_tasks: dict[str, PeriodicTask] = {}
+        self.event_listeners: list[Callable[[JobEvent], None]] = []
         self.retention = dict(DEFAULT_RETENTION)
         for status, seconds in (retention or {}).items():
             if status not in DEFAULT_RETENTION:
@@ -210,6 +212,15 @@ class App:
             return registered
 
         return register
+
+    def on_event(self, listener: Callable[[JobEvent], None]) -> Callable[[JobEvent], None]:
+        """Register ``listener`` (usable as a decorator) to receive every :class:`JobEvent` of
+        the workers that run this app, ``skiplock worker`` included: a job started, a job
+        finished with its outcome and error (e.g. report ``failed`` ones to an error tracker).
+        It runs in the worker's event loop: keep it quick, hand slow work to a thread; an
+        exception it raises is logged, never the job's outcome."""
+        self.event_listeners.append(listener)
+        return listener
 
     def get_task(self, name: str) -> Task[Any, Any]:
         try:

@@ -119,7 +119,8 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
         self.shutdown_grace = shutdown_grace
         self.leader_ttl = leader_ttl
         self.worker_id = worker_id or new_worker_id()
-        self.on_event = on_event
+        self.listeners = [*app.event_listeners, *([on_event] if on_event else [])]
+        self.on_event = self._emit_to_listeners if self.listeners else None
         self.recycling = Recycling(max_jobs=max_jobs, max_memory=max_memory)
         self.store = AsyncStore(app.queries)
         self.stats = WorkerStats()
@@ -315,10 +316,16 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
     def _emit(self, event: JobEvent) -> None:
         log_event(event)
         if self.on_event is not None:
+            self.on_event(event)
+
+    def _emit_to_listeners(self, event: JobEvent) -> None:
+        """Each listener in turn (the app's, then ``on_event``): one that fails is logged, the
+        others still hear of the event."""
+        for listener in self.listeners:
             try:
-                self.on_event(event)
+                listener(event)
             except Exception:
-                log.exception("on_event hook failed")
+                log.exception("job event listener %r failed", listener)
 
     # -- shutdown ------------------------------------------------------------------------
 
