@@ -169,11 +169,12 @@ class Completer:
             kinds.setdefault(group, []).append((job, outcome))
         owned: set[int] = set()
         # Several kinds go in one transaction, so a retried flush never finds half of its batch
-        # already written (the held-lock caller is in a transaction already); so do the results
-        # of done jobs and their completion.
-        results = any(o.result is not None for _, o in kinds.get("done", ()))
-        several = len(kinds) > 1 or results
-        async with conn.transaction() if several else contextlib.nullcontext():
+        # already written (the held-lock caller is in a transaction already); so do done jobs
+        # with and without results, and results stored before their jobs are archived.
+        done = kinds.get("done", [])
+        results = sum(o.result is not None for _, o in done)
+        split = results and (results < len(done) or self.completion == "archive")
+        async with conn.transaction() if len(kinds) > 1 or split else contextlib.nullcontext():
             for kind, entries in kinds.items():
                 owned |= await self._write_kind(conn, kind, entries)
         return owned
