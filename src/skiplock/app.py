@@ -1,9 +1,8 @@
-"""The application object: task registry, settings, and the enqueue/admin entry points."""
+"""The application object: task registry, settings, and the enqueue entry points (job and schema
+administration come from :class:`~skiplock.app_admin.JobAdmin`)."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
@@ -11,13 +10,13 @@ from ._client_async import AsyncClient
 from ._client_sync import SyncClient
 from ._store_async import AsyncStore
 from ._store_sync import SyncStore
-from .bulk import CancelledJobs, JobFilter, RetriedJobs, retry_statuses
+from .app_admin import JobAdmin
 from .caller_connection import AsyncCallerConnection, CallerConnection
 from .database import check_dsn, prepared_statements_setting, resolve_dsn
 from .enqueue import EnqueueOptions, NewJob, NewJobs, build_job, build_jobs
 from .errors import ConfigurationError, UnknownTask
 from .events import JobEvent
-from .job import Enqueued, Job
+from .job import Enqueued
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name, check_schema_name, check_task_name
 from .periodic import PeriodicTask, Schedule
 from .retry import ExponentialBackoff, RetryPolicy
@@ -34,7 +33,7 @@ DEFAULT_RETENTION: dict[str, float | None] = {"done": DAY, "cancelled": DAY, "fa
 COMPLETIONS: tuple[Completion, ...] = ("keep", "delete", "archive")
 
 
-class App:
+class App(JobAdmin):
     """A skiplock application.
 
     ``dsn`` may be left out: skiplock then uses ``SKIPLOCK_DATABASE_URL``, ``DATABASE_URL``, or
@@ -292,87 +291,8 @@ class App:
 
     # -- administration ------------------------------------------------------------------
 
-    def migrate(self) -> list[int]:
-        """Create or upgrade skiplock's tables; returns the migration versions applied now."""
-        return self.sync_client.migrate()
-
-    async def migrate_async(self) -> list[int]:
-        return await self.async_client.migrate()
-
-    def get_job(self, job_id: int) -> Job | None:
-        return self.sync_client.get_job(job_id)
-
-    async def get_job_async(self, job_id: int) -> Job | None:
-        return await self.async_client.get_job(job_id)
-
-    def wait_for_job(self, job_id: int, timeout: float = 60.0, poll: float = 0.1) -> Job:
-        """The job once it has finished (done, failed or cancelled), read every ``poll``
-        seconds; ``TimeoutError`` after ``timeout`` seconds, ``LookupError`` if there is no
-        such job (it may have been deleted: completion='delete', pruned)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            job = self.get_job(job_id)
-            if finished(job_id, job, deadline, timeout):
-                assert job is not None
-                return job
-            time.sleep(poll)
-
-    async def wait_for_job_async(
-        self, job_id: int, timeout: float = 60.0, poll: float = 0.1
-    ) -> Job:
-        deadline = time.monotonic() + timeout
-        while True:
-            job = await self.get_job_async(job_id)
-            if finished(job_id, job, deadline, timeout):
-                assert job is not None
-                return job
-            await asyncio.sleep(poll)
-
-    def retry_job(self, job_id: int) -> bool:
-        """Give a failed or cancelled job one more attempt now; False if it is in another state.
-        Raises :class:`IdempotencyConflict` if an unfinished job holds its idempotency key."""
-        return self.sync_client.retry_job(job_id)
-
-    def retry_jobs(
-        self,
-        *,
-        queue: str | None = None,
-        task: str | None = None,
-        statuses: Iterable[str] = ("failed",),
-        finished_within: float | None = None,
-    ) -> RetriedJobs:
-        """Give every failed (and/or cancelled) job of ``queue`` and ``task`` (None: any),
-        finished in the last ``finished_within`` seconds (None: whenever), one more attempt now,
-        in batches of short transactions.  Jobs whose idempotency key an unfinished job holds
-        stay as they are and are counted as skipped."""
-        jobs = JobFilter(queue, task, finished_within)
-        return self.sync_client.retry_jobs(jobs, retry_statuses(statuses))
-
-    def cancel_job(self, job_id: int) -> bool:
-        """Cancel a job that has not started; False if it already started or finished."""
-        return self.sync_client.cancel_job(job_id)
-
-    def cancel_jobs(
-        self, *, queue: str | None = None, task: str | None = None, running: bool = False
-    ) -> CancelledJobs:
-        """Cancel every job of ``queue`` and ``task`` (None: any) that has not started, in batches
-        of short transactions; with ``running``, also ask the workers running the matching leased
-        jobs to cancel them (held-lock jobs cannot be interrupted and are left to finish)."""
-        return self.sync_client.cancel_jobs(JobFilter(queue, task), running=running)
-
     def close(self) -> None:
         self.sync_client.close()
 
     async def close_async(self) -> None:
         await self.async_client.close()
-
-
-def finished(job_id: int, job: Job | None, deadline: float, timeout: float) -> bool:
-    """Whether a waited-for job has finished; raises if it never will within the wait."""
-    if job is None:
-        raise LookupError(f"no job {job_id} (never enqueued, or deleted when it finished)")
-    if job.status.finished:
-        return True
-    if time.monotonic() >= deadline:
-        raise TimeoutError(f"job {job_id} is still {job.status.value} after {timeout:g}s")
-    return False
