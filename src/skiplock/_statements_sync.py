@@ -101,7 +101,7 @@ class SyncStatements:
         """Retry one failed or cancelled job now; False if it is in another state.  Raises
         :class:`IdempotencyConflict` when an unfinished job holds its idempotency key."""
         params = {"id": job_id, "channel": self.queries.channel}
-        rows = self._unfinishing(conn, "job_retry_failed", params)
+        rows = self._fetch_until_unrefused(conn, "job_retry_failed", params, tries=3)
         if not rows:
             return False
         _, holder, key, _ = rows[0]
@@ -125,23 +125,34 @@ class SyncStatements:
             "batch": batch,
             "channel": self.queries.channel,
         }
-        ((seen, last_id, retried),) = self._unfinishing(conn, "job_retry_many", params)
+        ((seen, last_id, retried),) = self._fetch_until_unrefused(
+            conn, "job_retry_many", params, tries=3
+        )
         return seen, last_id or after_id, retried
 
-    def _unfinishing(self, conn: Connection[Any], name: str, params: dict[str, Any]) -> list[Any]:
-        """Run a statement that makes finished jobs unfinished again.  It leaves alone the jobs
-        whose idempotency key an unfinished job holds, as of its snapshot; a job enqueued with
-        such a key since then makes the unique index refuse it, and the statement runs again
-        (its next snapshot sees that job).  In a caller's transaction, under a savepoint."""
+    def _fetch_until_unrefused(
+        self,
+        conn: Connection[Any],
+        name: str,
+        params: dict[str, Any],
+        *,
+        tries: int,
+        binary: bool = False,
+    ) -> list[Any]:
+        """Run a statement that a unique index may refuse because of a row committed after the
+        statement's snapshot (a job started with the same entity key, a job enqueued with the
+        same idempotency key): the next run's snapshot sees that row and leaves its key alone.
+        Up to ``tries`` runs, then the last ``UniqueViolation`` is raised.  In a caller's
+        transaction each run is under a savepoint, so a refusal does not abort it."""
         in_transaction = conn.info.transaction_status != TransactionStatus.IDLE
-        for attempt in range(3):
+        for attempt in range(tries):
             try:
                 if not in_transaction:
-                    return self._rows(conn, name, params)
+                    return self._fetch(conn, name, params, binary=binary)
                 with conn.transaction():
-                    return self._rows(conn, name, params)
+                    return self._fetch(conn, name, params, binary=binary)
             except psycopg.errors.UniqueViolation:
-                if attempt == 2:
+                if attempt == tries - 1:
                     raise
         raise AssertionError("unreachable")
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from psycopg.pq import TransactionStatus
 
 from ._statements_async import AsyncStatements
 from .enqueue import InsertOutcome, NewJob, NewJobs, insert_params, shared_key_results
@@ -127,21 +126,15 @@ class AsyncStore(AsyncStatements):
         name, params = claim_statement(
             queues, limit, worker, lease_seconds, after, commit_async=True
         )
-        in_transaction = conn.info.transaction_status != TransactionStatus.IDLE
-        for _ in range(ENTITY_KEY_RETRIES):
-            try:
-                if in_transaction:
-                    # A savepoint, so a lost entity-key race does not abort a held-lock transaction.
-                    async with conn.transaction():
-                        jobs = await self._claimed_jobs(conn, name, params)
-                else:
-                    jobs = await self._claimed_jobs(conn, name, params)
-                return sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id))
-            except psycopg.errors.UniqueViolation:
-                # Another worker started a job with the same entity key after our snapshot:
-                # the next statement's snapshot sees it and leaves that key alone.
-                continue
-        return []
+        try:
+            # Another worker may start a job with the same entity key after our snapshot.
+            rows = await self._fetch_until_unrefused(
+                conn, name, params, tries=ENTITY_KEY_RETRIES, binary=True
+            )
+        except psycopg.errors.UniqueViolation:
+            return []  # lost that race every time: claim again later
+        jobs = [Job.from_claimed_row(row) for row in rows]
+        return sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id))
 
     async def job_claim_held(
         self, conn: AsyncConnection[Any], queues: Sequence[str], worker: str, lease_seconds: float

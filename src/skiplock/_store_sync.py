@@ -15,7 +15,6 @@ from typing import Any
 
 import psycopg
 from psycopg import Connection
-from psycopg.pq import TransactionStatus
 
 from ._statements_sync import SyncStatements
 from .enqueue import InsertOutcome, NewJob, NewJobs, insert_params, shared_key_results
@@ -124,21 +123,15 @@ class SyncStore(SyncStatements):
         name, params = claim_statement(
             queues, limit, worker, lease_seconds, after, commit_async=True
         )
-        in_transaction = conn.info.transaction_status != TransactionStatus.IDLE
-        for _ in range(ENTITY_KEY_RETRIES):
-            try:
-                if in_transaction:
-                    # A savepoint, so a lost entity-key race does not abort a held-lock transaction.
-                    with conn.transaction():
-                        jobs = self._claimed_jobs(conn, name, params)
-                else:
-                    jobs = self._claimed_jobs(conn, name, params)
-                return sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id))
-            except psycopg.errors.UniqueViolation:
-                # Another worker started a job with the same entity key after our snapshot:
-                # the next statement's snapshot sees it and leaves that key alone.
-                continue
-        return []
+        try:
+            # Another worker may start a job with the same entity key after our snapshot.
+            rows = self._fetch_until_unrefused(
+                conn, name, params, tries=ENTITY_KEY_RETRIES, binary=True
+            )
+        except psycopg.errors.UniqueViolation:
+            return []  # lost that race every time: claim again later
+        jobs = [Job.from_claimed_row(row) for row in rows]
+        return sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id))
 
     def job_claim_held(
         self, conn: Connection[Any], queues: Sequence[str], worker: str, lease_seconds: float

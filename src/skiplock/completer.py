@@ -165,16 +165,18 @@ class Completer:
         """Write outcomes on ``conn``; returns the ids whose claims still owned their jobs."""
         kinds: dict[str, list[tuple[Job, Outcome]]] = {}
         for job, outcome, _ in batch:
-            group = "fail" if outcome.kind in ("retry", "failed") else outcome.kind
+            if outcome.kind in ("retry", "failed"):
+                group = "fail"
+            else:  # done jobs whose tasks returned a result to store are written apart
+                group = "result" if outcome.result is not None else outcome.kind
             kinds.setdefault(group, []).append((job, outcome))
         owned: set[int] = set()
         # Several kinds go in one transaction, so a retried flush never finds half of its batch
-        # already written (the held-lock caller is in a transaction already); so do done jobs
-        # with and without results, and results stored before their jobs are archived.
-        done = kinds.get("done", [])
-        results = sum(o.result is not None for _, o in done)
-        split = results and (results < len(done) or self.completion == "archive")
-        async with conn.transaction() if len(kinds) > 1 or split else contextlib.nullcontext():
+        # already written (the held-lock caller is in a transaction already); so do results
+        # stored before their jobs are archived (two statements).
+        archived_results = "result" in kinds and self.completion == "archive"
+        several = len(kinds) > 1 or archived_results
+        async with conn.transaction() if several else contextlib.nullcontext():
             for kind, entries in kinds.items():
                 owned |= await self._write_kind(conn, kind, entries)
         return owned
@@ -184,14 +186,10 @@ class Completer:
     ) -> set[int]:
         claims = [job.claim for job, _ in entries]
         if kind == "done":
+            return await self.store.job_finish_many(conn, claims, self.completion)
+        if kind == "result":
             results = [(job.claim, o.result) for job, o in entries if o.result is not None]
-            if not results:
-                return await self.store.job_finish_many(conn, claims, self.completion)
-            plain = [job.claim for job, o in entries if o.result is None]
-            owned = await self.store.job_finish_many(conn, plain, self.completion)
-            return owned | await self.store.job_finish_with_results_many(
-                conn, results, self.completion
-            )
+            return await self.store.job_finish_with_results_many(conn, results, self.completion)
         if kind == "snooze":
             return await self.store.job_snooze_many(
                 conn, [(job.claim, o.delay) for job, o in entries]

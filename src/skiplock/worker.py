@@ -119,8 +119,8 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
         self.shutdown_grace = shutdown_grace
         self.leader_ttl = leader_ttl
         self.worker_id = worker_id or new_worker_id()
+        # The app's event listeners, then on_event; none: no events are made (unless logged).
         self.listeners = [*app.event_listeners, *([on_event] if on_event else [])]
-        self.on_event = self._emit_to_listeners if self.listeners else None
         self.recycling = Recycling(max_jobs=max_jobs, max_memory=max_memory)
         self.store = AsyncStore(app.queries)
         self.stats = WorkerStats()
@@ -267,7 +267,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
         return running
 
     def _emit_started(self, job: Job) -> None:
-        if self.on_event is not None or log.isEnabledFor(logging.DEBUG):
+        if self.listeners or log.isEnabledFor(logging.DEBUG):
             self._emit(JobEvent("started", job, self.worker_id))
 
     def _untrack(self, running: RunningJob) -> None:
@@ -297,7 +297,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
                 self.stats.done += 1
             else:
                 self.stats.count(kind)
-            if self.on_event is not None or log.isEnabledFor(finished_level(kind)):
+            if self.listeners or log.isEnabledFor(finished_level(kind)):
                 duration = now - recorded.started
                 event = JobEvent("finished", job, self.worker_id, kind, duration, outcome.error)
                 self._emit(event)
@@ -314,13 +314,9 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
         self._capacity_freed()
 
     def _emit(self, event: JobEvent) -> None:
+        """Log the event and tell each listener in turn: one that fails is logged, the others
+        still hear of it."""
         log_event(event)
-        if self.on_event is not None:
-            self.on_event(event)
-
-    def _emit_to_listeners(self, event: JobEvent) -> None:
-        """Each listener in turn (the app's, then ``on_event``): one that fails is logged, the
-        others still hear of the event."""
         for listener in self.listeners:
             try:
                 listener(event)

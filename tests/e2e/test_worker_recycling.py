@@ -98,20 +98,28 @@ def stop(proc: subprocess.Popen[bytes]) -> int:
             proc.wait()
 
 
-def test_max_jobs_replaces_each_process_after_its_share(tmp_path: Path, app: App, db: Any) -> None:
-    stubs(app)
-    app.enqueue_many("count", [{"n": n} for n in range(200)])
-    proc = run_worker(tmp_path, app, "--max-jobs", "40", "--concurrency", "4", "--processes", "2")
+def run_until(
+    tmp_path: Path, app: App, jobs: int, timeout: float, *args: str
+) -> tuple[int, str, list[tuple[int, int]]]:
+    """Run the worker until ``jobs`` jobs have run (and half a second more, so that a job run
+    twice shows up), then SIGTERM it: its exit status, its stderr and the runs."""
+    proc = run_worker(tmp_path, app, *args)
     try:
-        wait_for(lambda: len(runs(tmp_path / "runs")) >= 200, 60, "200 jobs to run")
-        time.sleep(0.5)  # any job run twice would show up now
+        wait_for(lambda: len(runs(tmp_path / "runs")) >= jobs, timeout, f"{jobs} jobs to run")
+        time.sleep(0.5)
         code = stop(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
-    log = (tmp_path / "stderr").read_text()
+    return code, (tmp_path / "stderr").read_text(), runs(tmp_path / "runs")
+
+
+def test_max_jobs_replaces_each_process_after_its_share(tmp_path: Path, app: App, db: Any) -> None:
+    stubs(app)
+    app.enqueue_many("count", [{"n": n} for n in range(200)])
+    args = ("--max-jobs", "40", "--concurrency", "4", "--processes", "2")
+    code, log, done = run_until(tmp_path, app, 200, 60, *args)
     assert code == 0, log
-    done = runs(tmp_path / "runs")
     assert sorted(n for n, _ in done) == list(range(200)), "a job ran twice or not at all"
     per_process = collections.Counter(pid for _, pid in done)
     assert len(per_process) >= 5 and max(per_process.values()) <= 40, per_process
@@ -127,16 +135,9 @@ def test_max_memory_replaces_a_process_that_leaks(tmp_path: Path, app: App, db: 
     stubs(app)
     app.enqueue_many("hoard", [{"n": n} for n in range(40)])
     # One process, no --processes: the worker still runs under a supervisor, which replaces it.
-    proc = run_worker(tmp_path, app, "--max-memory", "200", "--concurrency", "1", "--prefetch", "0")
-    try:
-        wait_for(lambda: len(runs(tmp_path / "runs")) >= 40, 90, "40 jobs to run")
-        code = stop(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    log = (tmp_path / "stderr").read_text()
+    args = ("--max-memory", "200", "--concurrency", "1", "--prefetch", "0")
+    code, log, done = run_until(tmp_path, app, 40, 90, *args)
     assert code == 0, log
-    done = runs(tmp_path / "runs")
     assert sorted(n for n, _ in done) == list(range(40))
     per_process = collections.Counter(pid for _, pid in done)
     # 40 jobs x 16 MiB = 640 MiB in one process without the limit; with it, several processes.
