@@ -224,10 +224,15 @@ class AsyncClient:
         status: str | None = None,
         task: str | None = None,
         limit: int = 50,
+        before: int | None = None,
         conn: AsyncConnection[Any] | None = None,
     ) -> list[Job]:
+        """The newest jobs matching the filters (None: any); ``before``: only jobs with a
+        smaller id, so the last id of one page gives the next."""
         async with self.connection(conn) as c:
-            return await self.store.job_list(c, queue=queue, status=status, task=task, limit=limit)
+            return await self.store.job_list(
+                c, queue=queue, status=status, task=task, limit=limit, before=before
+            )
 
     async def set_paused(
         self, queue: str, paused: bool, conn: AsyncConnection[Any] | None = None

@@ -217,10 +217,15 @@ class SyncClient:
         status: str | None = None,
         task: str | None = None,
         limit: int = 50,
+        before: int | None = None,
         conn: Connection[Any] | None = None,
     ) -> list[Job]:
+        """The newest jobs matching the filters (None: any); ``before``: only jobs with a
+        smaller id, so the last id of one page gives the next."""
         with self.connection(conn) as c:
-            return self.store.job_list(c, queue=queue, status=status, task=task, limit=limit)
+            return self.store.job_list(
+                c, queue=queue, status=status, task=task, limit=limit, before=before
+            )
 
     def set_paused(self, queue: str, paused: bool, conn: Connection[Any] | None = None) -> None:
         with self.connection(conn) as c:

@@ -197,8 +197,9 @@ class AsyncStatements:
         status: str | None = None,
         task: str | None = None,
         limit: int = 50,
+        before: int | None = None,
     ) -> list[Job]:
-        params = {"queue": queue, "status": status, "task": task, "limit": limit}
+        params = {"queue": queue, "status": status, "task": task, "limit": limit, "before": before}
         return await self._jobs(conn, "job_list", params)
 
     async def job_count_by_queue_and_status(

@@ -192,8 +192,9 @@ class SyncStatements:
         status: str | None = None,
         task: str | None = None,
         limit: int = 50,
+        before: int | None = None,
     ) -> list[Job]:
-        params = {"queue": queue, "status": status, "task": task, "limit": limit}
+        params = {"queue": queue, "status": status, "task": task, "limit": limit, "before": before}
         return self._jobs(conn, "job_list", params)
 
     def job_count_by_queue_and_status(self, conn: Connection[Any]) -> list[tuple[str, str, int]]:

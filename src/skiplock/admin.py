@@ -90,16 +90,25 @@ def status(dsn: str | None, schema: str, as_json: bool) -> None:
         return
     table = Table(title=f"skiplock queues (schema {schema})")
     columns = ["queue", "pending", "scheduled", "running", "failed", "done", "cancelled"]
-    for column in [*columns, "oldest due", "finished/min"]:
-        table.add_column(column, justify="left" if column == "queue" else "right")
+    for column in [*columns, "oldest due", "finished/min", "settings"]:
+        table.add_column(column, justify="left" if column in ("queue", "settings") else "right")
     for row in rows:
         age = row["oldest_pending_seconds"]
         table.add_row(
             *(str(row[c]) for c in columns),
             "-" if age is None else f"{age:.1f}s",
             str(row["finished_last_minute"]),
+            queue_settings_text(row),
         )
     console().print(table)
+
+
+def queue_settings_text(row: dict[str, Any]) -> str:
+    """ "paused", "at most N running", both or nothing, for a row of ``queue_status``."""
+    parts = ["paused"] if row["paused"] else []
+    if row["concurrency_limit"] is not None:
+        parts.append(f"at most {row['concurrency_limit']} running")
+    return ", ".join(parts)
 
 
 @click.group()
@@ -115,6 +124,7 @@ def jobs() -> None:
 @click.option("--status", "job_status", type=click.Choice([s.value for s in JobStatus]))
 @click.option("--task")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--before", type=click.IntRange(1), help="Only jobs with a smaller id (next page).")
 def jobs_list(
     dsn: str | None,
     schema: str,
@@ -123,10 +133,13 @@ def jobs_list(
     job_status: str | None,
     task: str | None,
     limit: int,
+    before: int | None,
 ) -> None:
     """The newest jobs matching the filters."""
     with open_app(dsn, schema) as app:
-        found = app.sync_client.list_jobs(queue=queue, status=job_status, task=task, limit=limit)
+        found = app.sync_client.list_jobs(
+            queue=queue, status=job_status, task=task, limit=limit, before=before
+        )
     if as_json:
         emit_json([job_dict(j) for j in found])
         return

@@ -170,6 +170,29 @@ def test_jobs_list_and_show(tasks: App, db: Any) -> None:
     assert absent.out == ""
 
 
+def test_status_shows_queue_settings_and_jobs_list_pages_by_id(tasks: App, db: Any) -> None:
+    app = tasks
+    ids = [e.id for e in app.enqueue_many("mail.send", [{"to": f"u{i}"} for i in range(5)])]
+    app.sync_client.set_paused("idle_queue", True)  # settings, but no job ever
+    app.sync_client.set_concurrency_limit("emails", 3)
+
+    status, table, first, second = run_all(
+        app,
+        ["status", "--json"],
+        ["status"],
+        ["jobs", "list", "--limit", "2", "--json"],
+        ["jobs", "list", "--limit", "2", "--before", str(ids[3]), "--json"],
+    )
+    rows = {r["queue"]: r for r in json.loads(status.out)}
+    assert rows["idle_queue"]["paused"] is True and rows["idle_queue"]["pending"] == 0
+    assert (rows["emails"]["paused"], rows["emails"]["concurrency_limit"]) == (False, 3)
+    assert rows["emails"]["pending"] == 5
+    assert "idle_queue" in table.out and "paused" in table.out, table
+    assert "at most 3 running" in table.out, table
+    assert [j["id"] for j in json.loads(first.out)] == [ids[4], ids[3]]
+    assert [j["id"] for j in json.loads(second.out)] == [ids[2], ids[1]]
+
+
 def test_retry_and_cancel_exit_codes(tasks: App, db: Any) -> None:
     app = tasks
     failed, pending, to_cancel, done = (

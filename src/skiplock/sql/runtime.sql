@@ -73,21 +73,32 @@ RETURNING j.id;
 
 -- name: queue_status
 -- Per queue: pending (due), scheduled, running, failed, done, age of the oldest due job in
--- seconds, and jobs finished in the last minute.
-SELECT queue,
-       count(*) FILTER (WHERE status = 'pending') AS pending,
-       count(*) FILTER (WHERE status = 'scheduled') AS scheduled,
-       count(*) FILTER (WHERE status = 'running') AS running,
-       count(*) FILTER (WHERE status = 'failed') AS failed,
-       count(*) FILTER (WHERE status = 'done') AS done,
-       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-       extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending'))::float8
-           AS oldest_pending_seconds,
-       count(*) FILTER (WHERE status IN ('done', 'failed')
-                          AND finished_at > now() - interval '1 minute') AS finished_last_minute
-FROM {jobs}
-GROUP BY queue
-ORDER BY queue;
+-- seconds, jobs finished in the last minute, and its settings (paused, concurrency limit); a
+-- queue with settings but no jobs is listed with zero counts.
+WITH counts AS (
+    SELECT queue,
+           count(*) FILTER (WHERE status = 'pending') AS pending,
+           count(*) FILTER (WHERE status = 'scheduled') AS scheduled,
+           count(*) FILTER (WHERE status = 'running') AS running,
+           count(*) FILTER (WHERE status = 'failed') AS failed,
+           count(*) FILTER (WHERE status = 'done') AS done,
+           count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+           extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending'))::float8
+               AS oldest_pending_seconds,
+           count(*) FILTER (WHERE status IN ('done', 'failed')
+                              AND finished_at > now() - interval '1 minute') AS finished_last_minute
+    FROM {jobs}
+    GROUP BY queue
+)
+SELECT coalesce(c.queue, q.name) AS queue,
+       coalesce(c.pending, 0) AS pending, coalesce(c.scheduled, 0) AS scheduled,
+       coalesce(c.running, 0) AS running, coalesce(c.failed, 0) AS failed,
+       coalesce(c.done, 0) AS done, coalesce(c.cancelled, 0) AS cancelled,
+       c.oldest_pending_seconds, coalesce(c.finished_last_minute, 0) AS finished_last_minute,
+       coalesce(q.paused, false) AS paused, q.concurrency_limit
+FROM counts AS c
+FULL JOIN {queues} AS q ON q.name = c.queue
+ORDER BY 1;
 
 -- name: job_spend_rolled_back_attempt
 -- A held-lock job whose transaction rolled back (its outcome could not be written) gets the
