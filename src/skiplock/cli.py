@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from . import admin, doctor, job_actions_cli, roles, worker_cli
+from . import admin, dashboard_cli, doctor, job_actions_cli, roles, worker_cli
 from .admin import dsn_option, schema_option
 from .errors import SkiplockError
 from .migrations import render_sql
@@ -37,6 +37,7 @@ for extra in (
     worker_cli.command,
     job_actions_cli.retry,
     job_actions_cli.cancel,
+    dashboard_cli.command,
 ):
     main.add_command(extra)
 

@@ -1,0 +1,137 @@
+"""Who may use the dashboard, and which requests may change anything.
+
+- **Access.** With a token, every request must carry it: once as ``?token=`` (the dashboard
+  then sets an HttpOnly, SameSite=Strict cookie and redirects to the same page without the
+  token in its address), then by that cookie, or as ``Authorization: Bearer <token>`` (scripts
+  reading ``/api``).  Anything else gets 401.  ``token=None`` turns this off, for an
+  application that mounts the dashboard behind its own authentication.
+- **Changes.** Only POST requests change anything, and only from a form the dashboard
+  rendered: its ``csrf`` field must equal the ``skiplock_csrf`` cookie (a value another site
+  can neither read nor set), and an ``Origin`` header, when the browser sends one, must name
+  this host.  :func:`checked_form` is the one way a POST handler reads its form.
+- **Every response** is not cached, cannot be framed, sends no referrer (an address may hold
+  the token) and may run no script.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.types import ASGIApp
+
+TOKEN_COOKIE = "skiplock_token"
+CSRF_COOKIE = "skiplock_csrf"
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def new_token() -> str:
+    """A token for one dashboard process (printed in the address it is opened with)."""
+    return secrets.token_urlsafe(24)
+
+
+def _same(given: str | None, expected: str) -> bool:
+    return given is not None and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def _cookie_path(request: Request) -> str:
+    return str(request.scope.get("root_path") or "") or "/"
+
+
+class AccessMiddleware(BaseHTTPMiddleware):
+    """Checks the token (if any), hands each page its CSRF value, adds the security headers."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        super().__init__(app)
+        self.token = token
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        if self.token is not None:
+            refused = self._refusal(request)
+            if refused is not None:
+                return _secured(refused)
+        csrf = request.cookies.get(CSRF_COOKIE)
+        fresh = csrf is None or len(csrf) < 32
+        request.state.csrf = secrets.token_urlsafe(32) if fresh else csrf
+        response = await call_next(request)
+        if fresh:
+            response.set_cookie(
+                CSRF_COOKIE,
+                request.state.csrf,
+                httponly=True,
+                samesite="strict",
+                path=_cookie_path(request),
+            )
+        return _secured(response)
+
+    def _refusal(self, request: Request) -> Response | None:
+        """None when the request may go on; else the response that ends it."""
+        assert self.token is not None
+        given = request.query_params.get("token")
+        if given is not None:
+            if not _same(given, self.token):
+                return _unauthorized(request)
+            # Take the token out of the address (history, logs) and keep it in a cookie.
+            query = urlencode(
+                [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+            )
+            target = request.url.path + (f"?{query}" if query else "")
+            response = RedirectResponse(target, status_code=303)
+            response.set_cookie(
+                TOKEN_COOKIE,
+                self.token,
+                httponly=True,
+                samesite="strict",
+                path=_cookie_path(request),
+            )
+            return response
+        header = request.headers.get("authorization", "")
+        bearer = header[7:] if header.lower().startswith("bearer ") else None
+        if _same(request.cookies.get(TOKEN_COOKIE), self.token) or _same(bearer, self.token):
+            return None
+        return _unauthorized(request)
+
+
+def _unauthorized(request: Request) -> Response:
+    text = (
+        "This skiplock dashboard needs its token: open the address `skiplock dashboard` "
+        "printed (it ends in ?token=...), or send Authorization: Bearer <token>."
+    )
+    if request.url.path.startswith(f"{request.scope.get('root_path', '')}/api"):
+        return JSONResponse({"error": text}, status_code=401)
+    return PlainTextResponse(text, status_code=401)
+
+
+def _secured(response: Response) -> Response:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    return response
+
+
+async def checked_form(request: Request) -> FormData:
+    """The form of a POST that may change something; 403 unless it came from our own page."""
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+        raise HTTPException(403, "cross-origin request refused")
+    form = await request.form()
+    given: Any = form.get("csrf")
+    expected = request.cookies.get(CSRF_COOKIE)
+    if not isinstance(given, str) or expected is None or not _same(given, expected):
+        raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
+    return form

@@ -1,0 +1,68 @@
+"""Build the dashboard's ASGI application over an :class:`~skiplock.App`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.templating import Jinja2Templates
+
+from ..app import App
+from ..errors import DatabaseUnavailable, SchemaNotMigrated
+from .access import AccessMiddleware
+from .views import Views
+
+
+def create_dashboard(app: App, *, token: str | None, read_only: bool = False) -> Starlette:
+    """The dashboard of ``app``'s schema, as an ASGI application.
+
+    ``token``: the secret every request must carry (see :mod:`skiplock.dashboard.access`);
+    None only when the application you mount it in authenticates every request itself.
+    ``read_only``: no actions (no POST routes at all).  Payload fields the app's tasks mark
+    ``secret`` are shown as ``***``.  Its connection pool is the app's: closed with the
+    dashboard's lifespan when it runs on its own, by ``app.close_async()`` when mounted.
+    """
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("skiplock.dashboard", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    templates = Jinja2Templates(env=environment)
+    views = Views(app, templates, read_only=read_only)
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await app.close_async()
+
+    async def unavailable(request: Request, exc: Exception) -> Response:
+        return _error(request, 503, str(exc))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return _error(request, exc.status_code, exc.detail)
+
+    return Starlette(
+        routes=views.routes(),
+        middleware=[Middleware(AccessMiddleware, token=token)],
+        exception_handlers={
+            HTTPException: http_error,
+            DatabaseUnavailable: unavailable,
+            SchemaNotMigrated: unavailable,
+        },
+        lifespan=lifespan,
+    )
+
+
+def _error(request: Request, status: int, text: str) -> Response:
+    if request.url.path.startswith(f"{request.scope.get('root_path', '')}/api"):
+        return JSONResponse({"error": text}, status_code=status)
+    return PlainTextResponse(f"{status}: {text}", status_code=status)

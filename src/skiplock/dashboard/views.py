@@ -1,0 +1,242 @@
+"""The dashboard's pages and JSON (queues, jobs, one job) and its actions (retry, cancel,
+pause, resume, and retry every failed job a filter selects).
+
+It reads and changes jobs only through the App's client, with the CLI's own statements: no SQL
+of its own.  Lists are pages of :data:`PAGE_SIZE` jobs, newest first, paged by id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from ..admin import job_dict
+from ..app import App
+from ..bulk import JobFilter
+from ..errors import IdempotencyConflict, InvalidName
+from ..job import Job, JobStatus
+from ..payload import check_queue_name, check_task_name
+from .access import checked_form
+
+PAGE_SIZE = 50
+NOTICES = {
+    "retried": "Job {job} will run again.",
+    "not-retried": "Job {job} is not failed or cancelled: nothing changed.",
+    "conflict": "Job {job} was not retried: unfinished job {holder} holds its idempotency key.",
+    "cancelled": "Job {job} was cancelled.",
+    "requested": "The worker running job {job} was asked to cancel it.",
+    "held": "Job {job} runs under a held row lock and cannot be interrupted: it finishes or "
+    "rolls back by itself.",
+    "unchanged": "Job {job} has finished: nothing changed.",
+    "paused": "Queue {queue} is paused: no worker claims its jobs until it is resumed.",
+    "resumed": "Queue {queue} runs again.",
+    "bulk-retried": "{n} jobs will run again; {skipped} skipped (an unfinished job holds their "
+    "idempotency key).",
+}
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class Views:
+    """The routes of one dashboard over one App."""
+
+    def __init__(self, app: App, templates: Jinja2Templates, *, read_only: bool) -> None:
+        self.app = app
+        self.client = app.async_client
+        self.templates = templates
+        self.read_only = read_only
+
+    def routes(self) -> list[Route]:
+        reading = [
+            Route("/", self.queues, name="queues"),
+            Route("/jobs", self.jobs, name="jobs"),
+            Route("/jobs/{job_id:int}", self.job, name="job"),
+            Route("/api/queues", self.api_queues),
+            Route("/api/jobs", self.api_jobs),
+            Route("/api/jobs/{job_id:int}", self.api_job),
+        ]
+        changing: list[tuple[str, Endpoint]] = [
+            ("/jobs/{job_id:int}/retry", self.retry_job),
+            ("/jobs/{job_id:int}/cancel", self.cancel_job),
+            ("/jobs/retry-failed", self.retry_failed),
+            ("/queues/{queue}/pause", self.pause_queue),
+            ("/queues/{queue}/resume", self.resume_queue),
+        ]
+        return reading + [
+            Route(path, _refuse_read_only if self.read_only else fn, methods=["POST"])
+            for path, fn in changing
+        ]
+
+    # -- what the pages show ---------------------------------------------------------------
+
+    def shown(self, job: Job) -> dict[str, Any]:
+        """A job as the dashboard shows it: the values of its task's secret fields hidden."""
+        shown = job_dict(job)
+        task = self.app.tasks.get(job.task)
+        if task is not None and isinstance(job.payload, dict):
+            secret = task.settings.secret
+            shown["payload"] = {k: "***" if k in secret else v for k, v in job.payload.items()}
+        return shown
+
+    async def _listed(self, request: Request) -> tuple[dict[str, Any], list[Job]]:
+        filters = _filters(request)
+        before = _int_param(request, "before")
+        found = await self.client.list_jobs(**filters, limit=PAGE_SIZE, before=before)
+        return filters, found
+
+    def _page(
+        self, request: Request, name: str, status_code: int = 200, **context: Any
+    ) -> Response:
+        notice = request.query_params.get("notice")
+        text = None
+        if notice in NOTICES:
+            params: dict[str, object] = {
+                k: _int_param(request, k) for k in ("job", "holder", "n", "skipped")
+            }
+            params["queue"] = _queue_param(request.query_params.get("queue"))
+            text = NOTICES[notice].format(**params)
+        return self.templates.TemplateResponse(
+            request,
+            name,
+            {
+                "root": request.scope.get("root_path", ""),
+                "csrf": request.state.csrf,
+                "read_only": self.read_only,
+                "schema": self.app.schema,
+                "notice": text,
+                **context,
+            },
+            status_code=status_code,
+        )
+
+    async def queues(self, request: Request) -> Response:
+        rows = await self.client.queue_status()
+        refresh = _int_param(request, "refresh")
+        return self._page(request, "queues.html", queues=rows, refresh=refresh and max(refresh, 2))
+
+    async def jobs(self, request: Request) -> Response:
+        filters, found = await self._listed(request)
+        more = None
+        if len(found) == PAGE_SIZE:
+            kept = {k: v for k, v in filters.items() if v is not None}
+            more = urlencode({**kept, "before": found[-1].id})
+        return self._page(
+            request,
+            "jobs.html",
+            jobs=[self.shown(j) for j in found],
+            filters=filters,
+            statuses=[s.value for s in JobStatus],
+            more=more,
+        )
+
+    async def job(self, request: Request) -> Response:
+        found = await self.client.get_job(request.path_params["job_id"])
+        if found is None:
+            raise HTTPException(404, f"no job {request.path_params['job_id']}")
+        return self._page(request, "job.html", job=self.shown(found))
+
+    async def api_queues(self, request: Request) -> Response:
+        return JSONResponse(await self.client.queue_status())
+
+    async def api_jobs(self, request: Request) -> Response:
+        _, found = await self._listed(request)
+        following = found[-1].id if len(found) == PAGE_SIZE else None
+        return JSONResponse({"jobs": [self.shown(j) for j in found], "next_before": following})
+
+    async def api_job(self, request: Request) -> Response:
+        found = await self.client.get_job(request.path_params["job_id"])
+        if found is None:
+            return JSONResponse({"error": "no such job"}, status_code=404)
+        return JSONResponse(self.shown(found))
+
+    # -- actions: POST from the dashboard's own forms, then back to a page ----------------
+
+    async def retry_job(self, request: Request) -> Response:
+        await checked_form(request)
+        job_id = request.path_params["job_id"]
+        try:
+            notice = "retried" if await self.client.retry_job(job_id) else "not-retried"
+        except IdempotencyConflict as exc:
+            return _back(request, f"/jobs/{job_id}", notice="conflict", job=job_id,
+                         holder=exc.holder_id)  # fmt: skip
+        return _back(request, f"/jobs/{job_id}", notice=notice, job=job_id)
+
+    async def cancel_job(self, request: Request) -> Response:
+        await checked_form(request)
+        job_id = request.path_params["job_id"]
+        outcome = await self.client.cancel_or_request(job_id)
+        return _back(request, f"/jobs/{job_id}", notice=outcome, job=job_id)
+
+    async def retry_failed(self, request: Request) -> Response:
+        form = await checked_form(request)
+        queue, task = (str(form.get(k) or "") or None for k in ("queue", "task"))
+        try:
+            jobs = JobFilter(queue=queue, task=task)
+        except InvalidName as exc:
+            raise HTTPException(400, str(exc)) from None
+        done = await self.client.retry_jobs(jobs, [JobStatus.FAILED.value])
+        return _back(request, "/jobs", notice="bulk-retried", n=done.retried,
+                     skipped=done.skipped, status="failed", queue=queue, task=task)  # fmt: skip
+
+    async def pause_queue(self, request: Request) -> Response:
+        return await self._set_paused(request, True)
+
+    async def resume_queue(self, request: Request) -> Response:
+        return await self._set_paused(request, False)
+
+    async def _set_paused(self, request: Request, paused: bool) -> Response:
+        await checked_form(request)
+        queue = _queue_param(request.path_params["queue"])
+        if queue is None:
+            raise HTTPException(400, "invalid queue name")
+        await self.client.set_paused(queue, paused)
+        return _back(request, "/", notice="paused" if paused else "resumed", queue=queue)
+
+
+async def _refuse_read_only(request: Request) -> Response:
+    raise HTTPException(403, "this dashboard is read-only: it changes nothing")
+
+
+def _back(request: Request, path: str, **params: Any) -> Response:
+    """303 to a page of the dashboard, with what happened in its address."""
+    query = urlencode({k: v for k, v in params.items() if v is not None})
+    return RedirectResponse(f"{request.scope.get('root_path', '')}{path}?{query}", 303)
+
+
+def _int_param(request: Request, name: str) -> int | None:
+    value = request.query_params.get(name)
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise HTTPException(400, f"{name} must be a whole number") from None
+
+
+def _queue_param(value: str | None) -> str | None:
+    try:
+        return check_queue_name(value) if value else None
+    except InvalidName:
+        return None
+
+
+def _filters(request: Request) -> dict[str, Any]:
+    """The list filters of a request (queue, status, task; absent: None), checked."""
+    params = request.query_params
+    queue, status, task = (params.get(k) or None for k in ("queue", "status", "task"))
+    try:
+        if queue is not None:
+            check_queue_name(queue)
+        if task is not None:
+            check_task_name(task)
+    except InvalidName as exc:
+        raise HTTPException(400, str(exc)) from None
+    if status is not None and status not in {s.value for s in JobStatus}:
+        raise HTTPException(400, f"unknown status {status!r}")
+    return {"queue": queue, "status": status, "task": task}

@@ -1,0 +1,105 @@
+"""``skiplock dashboard``: serve the web dashboard (the ``dashboard`` extra) with uvicorn."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import click
+
+from .admin import dsn_option
+from .app import App
+from .errors import SchemaNotMigrated
+from .migrations import all_migrations
+from .payload import check_schema_name
+from .worker_cli import load_app
+
+DEFAULT_PORT = 8089
+
+
+@click.command("dashboard")
+@click.argument("app_spec", metavar="[APP]", required=False)
+@dsn_option
+@click.option(
+    "--schema",
+    envvar="SKIPLOCK_SCHEMA",
+    default=None,
+    help="Schema holding skiplock's tables (default: the APP's, else skiplock).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    envvar="SKIPLOCK_DASHBOARD_PORT",
+    type=click.IntRange(1, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+)
+@click.option(
+    "--token",
+    envvar="SKIPLOCK_DASHBOARD_TOKEN",
+    help="The secret every request must carry (default: a new random one, printed in the "
+    "address to open).",
+)
+@click.option("--read-only", is_flag=True, help="Show jobs and queues; change nothing.")
+def command(
+    app_spec: str | None,
+    dsn: str | None,
+    schema: str | None,
+    host: str,
+    port: int,
+    token: str | None,
+    read_only: bool,
+) -> None:
+    """Serve the web dashboard: queues, jobs, errors; retry, cancel, pause, resume.
+
+    With APP (module:attribute) it hides the payload fields the app's tasks mark secret.
+    """
+    try:
+        import uvicorn
+
+        from .dashboard import create_dashboard
+        from .dashboard.access import new_token
+    except ImportError:
+        raise click.ClickException(
+            "the dashboard needs its extra: pip install 'skiplock[dashboard]'"
+        ) from None
+    if token is not None and len(token) < 16:
+        raise click.BadParameter("use at least 16 characters", param_hint="--token")
+    app = load_app(app_spec) if app_spec else App(schema=check_schema_name(schema or "skiplock"))
+    if app_spec and schema and schema != app.schema:
+        raise click.BadParameter(
+            f"{app_spec} uses schema {app.schema!r}; drop --schema or make them agree",
+            param_hint="--schema",
+        )
+    if dsn:
+        app.use_dsn(dsn)
+    versions = [m.version for m in all_migrations()]
+    missing = app.sync_client.pending_migrations()  # also: the server is reachable
+    app.close()
+    if missing:
+        raise SchemaNotMigrated(app.schema, [] if missing == versions else missing)
+    token = token or new_token()
+    shown_host = f"[{host}]" if ":" in host else host
+    click.echo(f"skiplock dashboard of schema {app.schema}{' (read-only)' if read_only else ''}")
+    click.echo(f"open http://{shown_host}:{port}/?token={token}")
+    if not _is_loopback(host):
+        click.echo(
+            f"warning: listening on {host}, beyond this machine: anyone who can reach it and "
+            "learns the token can act on your jobs; prefer a reverse proxy with TLS",
+            err=True,
+        )
+    uvicorn.run(
+        create_dashboard(app, token=token, read_only=read_only),
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

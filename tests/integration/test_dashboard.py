@@ -1,0 +1,236 @@
+"""The web dashboard served by uvicorn, spoken to over HTTP, on a real server: what it shows,
+what its actions change in the tables, and who may do either."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from dashboard_client import TOKEN, Browser, serving
+from skiplock import App
+
+SECRET = "canary-hunter22"
+
+
+@pytest.fixture
+def shop(app: App) -> App:
+    @app.task(name="mail.send", queue="emails", secret=["password"])
+    def send(to: str, password: str) -> None: ...
+
+    @app.task(name="report.build", queue="reports", store_result=True)
+    def build(n: int) -> None: ...
+
+    return app
+
+
+def statuses(db: Any, app: App) -> dict[int, str]:
+    return dict(db.execute(f'SELECT id, status FROM "{app.schema}".jobs').fetchall())
+
+
+def fail(db: Any, app: App, ids: list[int], error: str = "ValueError: boom") -> None:
+    db.execute(
+        f'UPDATE "{app.schema}".jobs SET status = %s, attempts = max_attempts, last_error = %s, '
+        "finished_at = now() WHERE id = ANY(%s)",
+        ("failed", error, ids),
+    )
+
+
+def test_pages_show_queues_jobs_and_one_job_with_secret_fields_hidden(shop: App, db: Any) -> None:
+    mails = [e.id for e in shop.enqueue_many("mail.send", [
+        {"to": f"u{i}@example.com", "password": SECRET} for i in range(3)])]  # fmt: skip
+    reports = [e.id for e in shop.enqueue_many("report.build", [{"n": 1}, {"n": 2}])]
+    fail(db, shop, mails[:1], f"ValueError: smtp said no\n\nTraceback ...\n  line {mails[0]}")
+    db.execute(
+        f"UPDATE \"{shop.schema}\".jobs SET status = 'done', result = %s, finished_at = now() "
+        "WHERE id = %s",
+        (json.dumps({"rows": 42}), reports[0]),
+    )
+    shop.sync_client.set_concurrency_limit("reports", 2)
+    shop.sync_client.set_paused("idle", True)
+
+    with serving(shop) as base:
+        browser = Browser(base)
+        queues = browser.log_in()
+        assert queues.status == 200 and queues.url == base + "/", queues
+        rows = {m[0]: m[1] for m in re.findall(r'jobs\?queue=(\w+)">\w+</a></td>(.*?)</tr>',
+                                               queues.text, re.S)}  # fmt: skip
+        assert set(rows) == {"emails", "reports", "idle"}
+        cells = re.findall(r'<td class="n">(?:<a [^>]*>)?(\S+?)(?:</a>)?</td>', rows["emails"])
+        assert cells[:6] == ["2", "0", "0", "1", "0", "0"], cells  # pending .. cancelled
+        assert "paused" in rows["idle"] and "at most 2 running" in rows["reports"]
+
+        failed = browser.get("/jobs?status=failed")
+        assert re.findall(r'href="/jobs/(\d+)"', failed.text) == [str(mails[0])]
+        assert "ValueError: smtp said no" in failed.text and "Traceback" not in failed.text
+
+        everything = browser.get("/jobs")
+        listed = [int(i) for i in re.findall(r'href="/jobs/(\d+)"', everything.text)]
+        assert listed == sorted(mails + reports, reverse=True)
+
+        one = browser.get(f"/jobs/{mails[1]}")
+        assert one.status == 200 and "u1@example.com" in one.text
+        assert SECRET not in one.text and '"password": "***"' in one.text
+        api = json.loads(browser.get(f"/api/jobs/{mails[1]}").text)
+        assert api["payload"] == {"to": "u1@example.com", "password": "***"}
+        assert SECRET not in browser.get("/api/jobs").text
+
+        done = browser.get(f"/jobs/{reports[0]}")
+        assert "Result" in done.text and '"rows": 42' in done.text
+        with_error = browser.get(f"/jobs/{mails[0]}")
+        assert f"line {mails[0]}" in with_error.text  # the whole error, traceback included
+
+
+def test_lists_page_by_id_and_the_api_says_where_the_next_page_starts(shop: App) -> None:
+    ids = [e.id for e in shop.enqueue_many("report.build", [{"n": i} for i in range(61)])]
+    with serving(shop) as base:
+        browser = Browser(base)
+        browser.log_in()
+        first = browser.get("/jobs?queue=reports")
+        shown = [int(i) for i in re.findall(r'href="/jobs/(\d+)"', first.text)]
+        assert shown == sorted(ids, reverse=True)[:50]
+        older = re.search(r'href="(/jobs\?[^"]+)">Older jobs', first.text)
+        assert older, first.text
+        second = browser.get(older.group(1).replace("&amp;", "&"))
+        shown = [int(i) for i in re.findall(r'href="/jobs/(\d+)"', second.text)]
+        assert shown == sorted(ids, reverse=True)[50:]
+        assert "Older jobs" not in second.text
+
+        page = json.loads(browser.get("/api/jobs?queue=reports").text)
+        assert [j["id"] for j in page["jobs"]] == sorted(ids, reverse=True)[:50]
+        rest = json.loads(browser.get(f"/api/jobs?queue=reports&before={page['next_before']}").text)
+        assert [j["id"] for j in rest["jobs"]] == sorted(ids, reverse=True)[50:]
+        assert rest["next_before"] is None
+
+
+def test_actions_change_the_tables_and_say_what_happened(shop: App, db: Any) -> None:
+    mails = [e.id for e in shop.enqueue_many("mail.send", [
+        {"to": f"u{i}", "password": "p"} for i in range(4)])]  # fmt: skip
+    reports = [e.id for e in shop.enqueue_many("report.build", [{"n": 1}, {"n": 2}])]
+    fail(db, shop, [mails[0], mails[1], reports[0]])
+    with serving(shop) as base:
+        browser = Browser(base)
+        browser.log_in()
+        csrf = browser.get(f"/jobs/{mails[2]}").csrf()
+
+        cancelled = browser.post(f"/jobs/{mails[2]}/cancel", {"csrf": csrf})
+        assert cancelled.url == f"{base}/jobs/{mails[2]}?notice=cancelled&job={mails[2]}"
+        assert cancelled.notice() == f"Job {mails[2]} was cancelled."
+        again = browser.post(f"/jobs/{mails[2]}/cancel", {"csrf": csrf})
+        assert again.notice() == f"Job {mails[2]} has finished: nothing changed."
+
+        retried = browser.post(f"/jobs/{mails[0]}/retry", {"csrf": csrf})
+        assert retried.notice() == f"Job {mails[0]} will run again."
+        not_failed = browser.post(f"/jobs/{mails[3]}/retry", {"csrf": csrf})
+        assert "is not failed or cancelled" in (not_failed.notice() or "")
+
+        bulk = browser.post("/jobs/retry-failed", {"csrf": csrf, "queue": "reports", "task": ""})
+        assert bulk.notice() == (
+            "1 jobs will run again; 0 skipped (an unfinished job holds their idempotency key)."
+        )
+        assert statuses(db, shop) == {
+            mails[0]: "pending", mails[1]: "failed", mails[2]: "cancelled", mails[3]: "pending",
+            reports[0]: "pending", reports[1]: "pending",
+        }  # fmt: skip
+
+        paused = browser.post("/queues/emails/pause", {"csrf": csrf})
+        assert paused.url.startswith(f"{base}/?") and "Queue emails is paused" in paused.text
+        assert 'action="/queues/emails/resume"' in paused.text
+        assert shop.sync_client.queue_status()[0]["paused"] is True
+        browser.post("/queues/emails/resume", {"csrf": csrf})
+        assert shop.sync_client.queue_status()[0]["paused"] is False
+
+
+def test_retrying_a_job_whose_key_is_held_says_which_job_holds_it(app: App, db: Any) -> None:
+    app.task(name="charge", queue="billing")(lambda order: None)
+    first = app.enqueue("charge", {"order": 1}, idempotency_key="order-1").id
+    fail(db, app, [first])
+    holder = app.enqueue("charge", {"order": 1}, idempotency_key="order-1").id
+    with serving(app) as base:
+        browser = Browser(base)
+        browser.log_in()
+        page = browser.post(f"/jobs/{first}/retry", {"csrf": browser.get(f"/jobs/{first}").csrf()})
+        assert page.status == 200
+        assert page.notice() == (
+            f"Job {first} was not retried: unfinished job {holder} holds its idempotency key."
+        )
+    assert statuses(db, app)[first] == "failed"
+
+
+def test_every_request_needs_the_token_and_every_change_a_form_of_ours(shop: App, db: Any) -> None:
+    job = shop.enqueue("mail.send", {"to": "a", "password": "p"}).id
+    fail(db, shop, [job])
+    gets = ["/", "/jobs", f"/jobs/{job}", "/api/queues", "/api/jobs", f"/api/jobs/{job}"]
+    posts = [f"/jobs/{job}/retry", f"/jobs/{job}/cancel", "/jobs/retry-failed",
+             "/queues/emails/pause", "/queues/emails/resume"]  # fmt: skip
+    with serving(shop) as base:
+        stranger = Browser(base)
+        for path in gets + [f"{p}?token=wrong-{TOKEN}" for p in gets[:1]]:
+            page = stranger.get(path)
+            assert page.status == 401, (path, page)
+            assert page.headers["X-Frame-Options"] == "DENY"
+        for path in posts:
+            assert stranger.post(path, {"csrf": "x" * 43}).status == 401, path
+
+        bearer = stranger.get("/api/queues", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert bearer.status == 200 and json.loads(bearer.text)[0]["queue"] == "emails"
+
+        user = Browser(base)
+        landing = user.get(f"/jobs?status=failed&token={TOKEN}", follow=False)
+        assert landing.status == 303 and landing.headers["Location"] == "/jobs?status=failed"
+        cookie = next(c for c in user.jar if c.name == "skiplock_token")
+        assert cookie.has_nonstandard_attr("HttpOnly")
+        page = user.get("/jobs?status=failed")
+        assert page.status == 200 and page.headers["Referrer-Policy"] == "no-referrer"
+        assert "script-src" not in page.headers["Content-Security-Policy"]  # default-src 'none'
+        csrf = page.csrf()
+        for path in posts:
+            for form, headers in (
+                ({}, {}),
+                ({"csrf": "y" * len(csrf)}, {}),
+                ({"csrf": csrf}, {"Origin": "https://evil.example"}),
+            ):
+                refused = user.post(path, form, headers=headers)
+                assert refused.status == 403, (path, form, headers, refused)
+    assert statuses(db, shop) == {job: "failed"}
+    assert shop.sync_client.queue_status()[0]["paused"] is False
+
+
+def test_read_only_has_no_actions_at_all(shop: App, db: Any) -> None:
+    job = shop.enqueue("mail.send", {"to": "a", "password": "p"}).id
+    fail(db, shop, [job])
+    with serving(shop, read_only=True) as base:
+        browser = Browser(base)
+        for path in ("/", "/jobs?status=failed", f"/jobs/{job}"):
+            page = browser.get(f"{path}{'&' if '?' in path else '?'}token={TOKEN}")
+            assert page.status == 200 and 'method="post"' not in page.text, path
+        refused = browser.post(f"/jobs/{job}/retry", {"csrf": "x" * 43})
+        assert refused.status == 403 and "read-only" in refused.text
+    assert statuses(db, shop) == {job: "failed"}
+
+
+def test_bad_input_gets_a_clear_answer(shop: App) -> None:
+    with serving(shop) as base:
+        browser = Browser(base)
+        browser.log_in()
+        for path, status, text in (
+            ("/jobs?status=exploded", 400, "unknown status 'exploded'"),
+            ("/jobs?queue=Not%20A%20Queue", 400, "invalid queue name"),
+            ("/jobs?before=ten", 400, "before must be a whole number"),
+            ("/jobs/987654321", 404, "no job 987654321"),
+            ("/api/jobs/987654321", 404, "no such job"),
+        ):
+            page = browser.get(path)
+            assert (page.status, text in page.text) == (status, True), (path, page)
+
+
+def test_a_database_that_is_down_is_a_503_that_says_so(pg_dsn: str, schema: str) -> None:
+    down = App("postgresql://postgres@127.0.0.1:1/test", schema=schema)
+    with serving(down) as base:
+        browser = Browser(base)
+        page = browser.log_in()
+        assert page.status == 503 and "127.0.0.1" in page.text and "1" in page.text, page
+        api = browser.get("/api/queues")
+        assert api.status == 503 and "error" in json.loads(api.text)
