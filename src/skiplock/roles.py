@@ -1,6 +1,6 @@
 """Least-privilege roles for one skiplock schema: ``skiplock roles``.
 
-Three roles without login, to be granted to the login users of each kind of process:
+Four roles without login, to be granted to the login users of each kind of process:
 
 - **enqueuer**: inserts jobs (only the columns enqueue writes) and reads back the few columns
   the insert returns and the idempotency-key lookup needs; it cannot read payloads or change
@@ -9,7 +9,9 @@ Three roles without login, to be granted to the login users of each kind of proc
   periodic ticks, holds the maintenance leadership and records held-lock starts; no DDL, no
   CREATE on the schema, and queue settings are read-only;
 - **admin**: every row of every skiplock table (the admin CLI), plus ``pg_monitor`` so that
-  ``skiplock doctor`` sees every session; still no DDL: migrations run as the schema's owner.
+  ``skiplock doctor`` sees every session; still no DDL: migrations run as the schema's owner;
+- **viewer**: reads jobs, archived jobs, queue settings and the migration record, and changes
+  nothing (``skiplock status``, ``jobs list``, ``skiplock dashboard --read-only``).
 
 ``skiplock roles --sql`` prints the script for a DBA; without ``--sql`` it is applied at once
 (creating the roles that do not exist yet), which needs a superuser or a role that owns the
@@ -35,7 +37,7 @@ from .payload import check_schema_name
 from .sql import parse_blocks
 
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-GRANTS = ("role_grant_enqueuer", "role_grant_worker", "role_grant_admin")
+GRANTS = ("role_grant_enqueuer", "role_grant_worker", "role_grant_admin", "role_grant_viewer")
 TABLE_COUNT = 7  # the tables role_check_owner looks for (grants.sql)
 
 
@@ -53,6 +55,7 @@ class RoleNames:
     enqueuer: str
     worker: str
     admin: str
+    viewer: str
 
     @classmethod
     def for_schema(
@@ -62,20 +65,25 @@ class RoleNames:
         enqueuer: str | None = None,
         worker: str | None = None,
         admin: str | None = None,
+        viewer: str | None = None,
     ) -> RoleNames:
-        """The given names, else ``<schema>_enqueuer``, ``<schema>_worker``, ``<schema>_admin``."""
+        """The given names, else ``<schema>_enqueuer``, ``<schema>_worker``, ``<schema>_admin``,
+        ``<schema>_viewer``."""
         check_schema_name(schema)
         names = cls(
             check_role_name(enqueuer or f"{schema}_enqueuer"),
             check_role_name(worker or f"{schema}_worker"),
             check_role_name(admin or f"{schema}_admin"),
+            check_role_name(viewer or f"{schema}_viewer"),
         )
-        if len({names.enqueuer, names.worker, names.admin}) != 3:
-            raise InvalidName("the enqueuer, worker and admin roles need three different names")
+        if len(set(names.all())) != 4:
+            raise InvalidName(
+                "the enqueuer, worker, admin and viewer roles need four different names"
+            )
         return names
 
     def all(self) -> list[str]:
-        return [self.enqueuer, self.worker, self.admin]
+        return [self.enqueuer, self.worker, self.admin, self.viewer]
 
 
 @cache
@@ -98,6 +106,7 @@ def statement(name: str, schema: str, roles: RoleNames, role: str | None = None)
         "enqueuer": sql.Identifier(roles.enqueuer),
         "worker": sql.Identifier(roles.worker),
         "admin": sql.Identifier(roles.admin),
+        "viewer": sql.Identifier(roles.viewer),
         "role": sql.Identifier(role or roles.admin),
     }
     return sql.SQL(_statements()[name]).format(**names)
@@ -132,6 +141,7 @@ def render_sql(schema: str, roles: RoleNames, *, monitor: bool = True) -> str:
         f"--    CREATE ROLE web_app LOGIN PASSWORD '...' IN ROLE {roles.enqueuer};",
         f"--    CREATE ROLE job_runner LOGIN PASSWORD '...' IN ROLE {roles.worker};",
         f"--    CREATE ROLE ops LOGIN PASSWORD '...' IN ROLE {roles.admin};",
+        f"--    CREATE ROLE dashboard LOGIN PASSWORD '...' IN ROLE {roles.viewer};",
     ]
     return "\n".join(lines) + "\n"
 
@@ -183,6 +193,7 @@ def apply(
 @click.option("--enqueuer", help="Name of the enqueuer role (default: <schema>_enqueuer).")
 @click.option("--worker", help="Name of the worker role (default: <schema>_worker).")
 @click.option("--admin", help="Name of the admin role (default: <schema>_admin).")
+@click.option("--viewer", help="Name of the read-only role (default: <schema>_viewer).")
 @click.option(
     "--monitor/--no-monitor",
     default=True,
@@ -196,10 +207,14 @@ def command(
     enqueuer: str | None,
     worker: str | None,
     admin: str | None,
+    viewer: str | None,
     monitor: bool,
 ) -> None:
-    """Create least-privilege enqueuer, worker and admin roles for SCHEMA and grant to them."""
-    roles = RoleNames.for_schema(schema, enqueuer=enqueuer, worker=worker, admin=admin)
+    """Create least-privilege enqueuer, worker, admin and viewer roles for SCHEMA and grant
+    to them."""
+    roles = RoleNames.for_schema(
+        schema, enqueuer=enqueuer, worker=worker, admin=admin, viewer=viewer
+    )
     if print_sql:
         click.echo(render_sql(schema, roles, monitor=monitor), nl=False)
         return

@@ -25,11 +25,12 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
+from dashboard_client import Browser, serving
 from skiplock import App, CancelledJobs, FixedDelay, RetriedJobs, Retry, SkiplockError, Worker
 from skiplock.doctor import Doctor, Thresholds
 from skiplock.roles import RoleNames
 
-KINDS = ("enqueuer", "worker", "admin")
+KINDS = ("enqueuer", "worker", "admin", "viewer")
 
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -88,7 +89,7 @@ def roles(pg_dsn: str, schema: str, db: psycopg.Connection[Any]) -> Iterator[Rol
     try:
         result = run_cli("roles", "--dsn", pg_dsn, "--schema", schema)
         assert result.returncode == 0, result.stderr
-        assert f"created {names.enqueuer}, {names.worker}, {names.admin}" in result.stdout
+        assert "created " + ", ".join(names.all()) in result.stdout
         dsns, users = login_users(db, pg_dsn, names)
         yield Roles(names, dsns)
     finally:
@@ -404,6 +405,57 @@ def test_admin_manages_jobs_and_queues_and_doctor_sees_everything(
         other.rollback()
 
 
+def test_viewer_reads_everything_and_changes_nothing(
+    roles: Roles, pg_dsn: str, schema: str, db: psycopg.Connection[Any]
+) -> None:
+    owner = App(pg_dsn, schema)
+    register(owner, {})
+    viewer = App(roles.dsn["viewer"], schema)
+    register(viewer, {})
+    try:
+        failed, pending = (owner.enqueue("quick", {"n": n}).id for n in (1, 2))
+        db.execute(
+            sql.SQL("UPDATE {} SET status = 'failed', finished_at = now() WHERE id = %s").format(
+                sql.Identifier(schema, "jobs")
+            ),
+            [failed],
+        )
+        owner.sync_client.set_paused("default", True)
+        job = viewer.get_job(failed)
+        assert job is not None and job.payload == {"n": 1}
+        assert [j.id for j in viewer.sync_client.list_jobs()] == [pending, failed]
+        assert viewer.sync_client.queue_status()[0]["paused"] is True
+        assert viewer.sync_client.pending_migrations() == []
+        for change in (
+            lambda: viewer.retry_job(failed),
+            lambda: viewer.cancel_job(pending),
+            lambda: viewer.sync_client.set_paused("default", False),
+            lambda: viewer.enqueue("quick", {"n": 3}),
+            lambda: viewer.sync_client.prune({"failed": 0.0}),
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                change()
+
+        # The dashboard as the viewer: read-only pages work; with actions on, the database
+        # refuses them and the dashboard says so.
+        for read_only in (True, False):
+            shown = App(roles.dsn["viewer"], schema)  # the dashboard closes its app's pool
+            register(shown, {})
+            with serving(shown, read_only=read_only) as base:
+                browser = Browser(base)
+                assert browser.log_in().status == 200
+                page = browser.get(f"/jobs/{failed}")
+                assert page.status == 200 and "quick" in page.text
+                if not read_only:
+                    refused = browser.post(f"/jobs/{failed}/retry", {"csrf": page.csrf()})
+                    assert refused.status == 403, refused
+                    assert "the database user may not do this" in refused.text
+        assert statuses(db, schema) == {failed: "failed", pending: "pending"}
+    finally:
+        viewer.close()
+        owner.close()
+
+
 def privileges(db: psycopg.Connection[Any], role: str) -> set[tuple[str, ...]]:
     """Every table and column privilege ``role`` holds directly."""
     tables = db.execute(
@@ -465,16 +517,17 @@ def test_printed_script_gives_the_same_privileges(
     roles: Roles, pg_dsn: str, schema: str, db: psycopg.Connection[Any]
 ) -> None:
     suffix = secrets.token_hex(3)
-    custom = RoleNames(f"dba_enq_{suffix}", f"dba_wrk_{suffix}", f"dba_adm_{suffix}")
+    custom = RoleNames(*(f"dba_{kind}_{suffix}" for kind in KINDS))
     # --sql never connects: an unreachable DSN does not matter.
     printed = run_cli(
         "roles", "--sql", "--dsn", "postgresql://nobody@127.0.0.1:1/none", "--schema", schema,
         "--enqueuer", custom.enqueuer, "--worker", custom.worker, "--admin", custom.admin,
+        "--viewer", custom.viewer,
     )  # fmt: skip
     assert printed.returncode == 0, printed.stderr
     script = printed.stdout
     creates = [line for line in script.splitlines() if line.startswith("CREATE ROLE")]
-    assert len(creates) == 3 and "BEGIN;" in script and "COMMIT;" in script
+    assert len(creates) == 4 and "BEGIN;" in script and "COMMIT;" in script
     psql = shutil.which("psql")
     try:
         if psql:
@@ -489,7 +542,7 @@ def test_printed_script_gives_the_same_privileges(
                 input=script, capture_output=True, text=True, timeout=60,
             )  # fmt: skip
             assert second.returncode == 0
-            assert second.stderr.count("already exists") == 3, second.stderr
+            assert second.stderr.count("already exists") == 4, second.stderr
             assert "ROLLBACK" not in second.stdout + second.stderr
         else:
             db.execute(script)

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import jinja2
+import psycopg
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -46,6 +47,10 @@ def create_dashboard(app: App, *, token: str | None, read_only: bool = False) ->
     async def unavailable(request: Request, exc: Exception) -> Response:
         return _error(request, 503, str(exc))
 
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return _error(request, 403, f"the database user may not do this ({first})")
+
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         return _error(request, exc.status_code, exc.detail)
@@ -57,6 +62,7 @@ def create_dashboard(app: App, *, token: str | None, read_only: bool = False) ->
             HTTPException: http_error,
             DatabaseUnavailable: unavailable,
             SchemaNotMigrated: unavailable,
+            psycopg.errors.InsufficientPrivilege: not_allowed,
         },
         lifespan=lifespan,
     )

@@ -1,7 +1,7 @@
 -- Least-privilege roles of one skiplock schema, for `skiplock roles` (src/skiplock/roles.py).
 -- Not loaded with the runtime statements: besides {schema}, {jobs}, {archive}, {queues},
 -- {leaders}, {ticks}, {held_starts} and {migrations} these name the roles: {enqueuer},
--- {worker}, {admin} (and {role} in role_create), all composed as quoted identifiers.
+-- {worker}, {admin}, {viewer} (and {role} in role_create), all composed as quoted identifiers.
 
 -- name: role_find_existing
 -- Which of the given role names exist already in this cluster.
@@ -25,9 +25,9 @@ CREATE ROLE {role} NOLOGIN;
 -- name: role_revoke_all
 -- Start from nothing, so re-running the grants leaves exactly what they list (revoking a
 -- table's privileges revokes its column privileges too).
-REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {enqueuer}, {worker}, {admin};
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {schema} FROM {enqueuer}, {worker}, {admin};
-REVOKE ALL ON SCHEMA {schema} FROM {enqueuer}, {worker}, {admin};
+REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {enqueuer}, {worker}, {admin}, {viewer};
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {schema} FROM {enqueuer}, {worker}, {admin}, {viewer};
+REVOKE ALL ON SCHEMA {schema} FROM {enqueuer}, {worker}, {admin}, {viewer};
 
 -- name: role_grant_enqueuer
 -- Enqueuer: insert jobs, only the columns enqueue writes, and read back only what the insert
@@ -59,6 +59,12 @@ GRANT USAGE ON SCHEMA {schema} TO {admin};
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE
     ON {jobs}, {archive}, {queues}, {leaders}, {ticks}, {held_starts} TO {admin};
 GRANT SELECT ON {migrations} TO {admin};
+
+-- name: role_grant_viewer
+-- Viewer: read jobs, archived jobs, queue settings and the migration record; change nothing
+-- (`skiplock status`, `jobs list`, the dashboard with --read-only).
+GRANT USAGE ON SCHEMA {schema} TO {viewer};
+GRANT SELECT ON {jobs}, {archive}, {queues}, {migrations} TO {viewer};
 
 -- name: role_grant_monitor
 -- Let the admin role see every session's state, so `skiplock doctor` can name the sessions
