@@ -120,8 +120,9 @@ def _referenced_statement_names() -> dict[str, list[str]]:
     explicit = 0
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text("utf-8"), filename=str(path))
-        # Table names handed to sql.Identifier("schema", "periodic_ticks") and CLI parameter
-        # names (click.argument("job_id")) are not statements.
+        # Table names handed to sql.Identifier("schema", "periodic_ticks"), CLI parameter
+        # names (click.argument("job_id")) and the dashboard's route parameters
+        # (request.path_params["job_id"]) are not statements.
         identifiers = {
             id(arg)
             for call in ast.walk(tree)
@@ -131,6 +132,10 @@ def _referenced_statement_names() -> dict[str, list[str]]:
                 or getattr(getattr(call.func, "value", None), "id", "") == "click"
             )
             for arg in call.args
+        } | {
+            id(item.slice)
+            for item in ast.walk(tree)
+            if isinstance(item, ast.Subscript) and getattr(item.value, "attr", "") == "path_params"
         }
         for node in ast.walk(tree):
             names: list[str] = []
