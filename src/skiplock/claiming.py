@@ -66,7 +66,7 @@ class Claiming:
     _reserved: deque[RunningJob]
     _tasks: set[asyncio.Task[None]]
 
-    if TYPE_CHECKING:  # defined by Worker and HeldSlots
+    if TYPE_CHECKING:  # defined by Worker, JobOutcomes and the slots
 
         def _nudge(self) -> None: ...
         def _track(self, job: Job, model: Any) -> RunningJob: ...

@@ -8,10 +8,10 @@ import click
 
 from .admin import dsn_option
 from .app import App
+from .app_loader import load_app
 from .errors import SchemaNotMigrated
 from .migrations import all_migrations
 from .payload import check_schema_name
-from .worker_cli import load_app
 
 DEFAULT_PORT = 8089
 

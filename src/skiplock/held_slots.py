@@ -45,7 +45,7 @@ class HeldSlots:
     _completer: Completer | None
     _tasks: set[asyncio.Task[None]]
 
-    if TYPE_CHECKING:  # defined by Worker
+    if TYPE_CHECKING:  # defined by Worker, JobOutcomes and LeasedSlots
 
         def _track(self, job: Job, model: WorkerModel) -> RunningJob: ...
         def _untrack(self, running: RunningJob) -> None: ...

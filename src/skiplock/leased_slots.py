@@ -48,7 +48,7 @@ class LeasedSlots:
     _handlers: int
     _stopping: bool
 
-    if TYPE_CHECKING:  # defined by Worker and Claiming
+    if TYPE_CHECKING:  # defined by Worker, Claiming and JobOutcomes
 
         def _untrack(self, running: RunningJob) -> None: ...
         def _emit_started(self, job: Job) -> None: ...

@@ -13,16 +13,16 @@ cancel the rest and give them back without spending their attempt, flush, resign
 A worker given ``max_jobs`` or ``max_memory`` (:mod:`skiplock.recycling`) stops claiming once
 due, and :meth:`Worker.run` returns when every job it claimed has been run and recorded.
 
-This module has the worker's life cycle, running jobs and recording outcomes; claiming is in
-:mod:`skiplock.claiming`, the slots that run leased jobs in :mod:`skiplock.leased_slots`, the
-held-lock slots in :mod:`skiplock.held_slots` (mixins of :class:`Worker`).
+This module has the worker's life cycle; claiming is in :mod:`skiplock.claiming`, the slots
+that run leased jobs in :mod:`skiplock.leased_slots`, the held-lock slots in
+:mod:`skiplock.held_slots`, running jobs and reporting their outcomes in
+:mod:`skiplock.job_outcomes` (mixins of :class:`Worker`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Callable, Collection
 from typing import Any
@@ -36,13 +36,13 @@ from .app import App
 from .capacity import Capacity
 from .claim_cursor import ClaimCursor
 from .claiming import Claiming
-from .completer import Completer, Recorded
-from .errors import SchemaNotMigrated, SkiplockError, UnknownTask
-from .events import JobEvent, WorkerStats, finished_level, log_event, new_worker_id
-from .execution import Outcome, run_job
+from .completer import Completer
+from .errors import SchemaNotMigrated, SkiplockError
+from .events import JobEvent, WorkerStats, new_worker_id
 from .heartbeat import Heartbeat
 from .held_slots import HeldSlots
 from .job import Job
+from .job_outcomes import JobOutcomes
 from .leader import LeaderElector
 from .leased_slots import LeasedSlots, ParkedSlot
 from .listener import Listener
@@ -56,8 +56,6 @@ from .task import WorkerModel
 from .task_threads import TaskThreads
 
 log = logging.getLogger("skiplock.worker")
-
-REQUEUED = ("retry", "snooze")  # outcomes that can make their job claimable again at once
 
 __all__ = ["JobEvent", "Worker", "WorkerStats", "new_worker_id"]
 
@@ -80,7 +78,7 @@ async def cancel_and_wait(tasks: Collection[asyncio.Task[Any]], again_after: flo
             task.exception()  # retrieved: a service that failed was logged where it failed
 
 
-class Worker(Claiming, LeasedSlots, HeldSlots):
+class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
     def __init__(
         self,
         app: App,
@@ -259,69 +257,6 @@ class Worker(Claiming, LeasedSlots, HeldSlots):
     def _nudge(self) -> None:
         if self._wake is not None:
             self._wake.set()
-
-    def _track(self, job: Job, model: WorkerModel) -> RunningJob:
-        self.stats.claimed += 1
-        running = RunningJob(job, model)
-        self._running[job.id] = running
-        return running
-
-    def _emit_started(self, job: Job) -> None:
-        if self.listeners or log.isEnabledFor(logging.DEBUG):
-            self._emit(JobEvent("started", job, self.worker_id))
-
-    def _untrack(self, running: RunningJob) -> None:
-        self._running.pop(running.job.id, None)
-
-    # -- running -------------------------------------------------------------------------
-
-    async def _outcome(self, running: RunningJob, conn: AsyncConnection[Any] | None) -> Outcome:
-        job = running.job
-        task = self.app.tasks.get(job.task)
-        unknown = None if task else UnknownTask(job.task, list(self.app.tasks))
-        assert self._executor is not None
-        outcome = await run_job(
-            job, task, worker_id=self.worker_id, executor=self._executor, conn=conn,
-            unknown=unknown, cancel_flag=lambda: running.cancel_flag,
-        )  # fmt: skip
-        self.stats.timed_out += outcome.timed_out
-        return outcome
-
-    def _recorded(self, batch: list[Recorded]) -> None:
-        """Outcomes were written (or found lost): count and report them, refill the slots."""
-        now = time.monotonic()
-        for recorded in batch:
-            job, outcome = recorded.job, recorded.outcome
-            kind = outcome.kind if recorded.owned else "lost"
-            if kind == "done":
-                self.stats.done += 1
-            else:
-                self.stats.count(kind)
-            if self.listeners or log.isEnabledFor(finished_level(kind)):
-                duration = now - recorded.started
-                event = JobEvent("finished", job, self.worker_id, kind, duration, outcome.error)
-                self._emit(event)
-        self.capacity.throughput.add(len(batch))
-        if any(r.job.entity_key is not None or r.outcome.kind in REQUEUED for r in batch):
-            # The next job with that key, skipped by the last claim, or a job put back to run
-            # again, may be claimable now, behind the claim cursor.
-            self._drained = False
-            self.claim_cursor.rescan()
-        if self.capacity.max_in_flight is not None and not self._drained:
-            self._nudge()  # only written outcomes make room under the bound
-        if self.recycling.reason is not None:
-            self._nudge()  # it may be the last job this recycled worker waited for
-        self._capacity_freed()
-
-    def _emit(self, event: JobEvent) -> None:
-        """Log the event and tell each listener in turn: one that fails is logged, the others
-        still hear of it."""
-        log_event(event)
-        for listener in self.listeners:
-            try:
-                listener(event)
-            except Exception:
-                log.exception("job event listener %r failed", listener)
 
     # -- shutdown ------------------------------------------------------------------------
 

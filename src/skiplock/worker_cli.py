@@ -1,30 +1,26 @@
-"""The ``skiplock worker`` command: its options, one worker process (or a supervisor of
-several), its signals, and its optional Prometheus metrics endpoint."""
+"""The ``skiplock worker`` command: its options, then one worker process (run by
+:mod:`skiplock.worker_process`) or a supervisor of several, and its optional Prometheus
+metrics endpoint."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import importlib
 import logging
 import os
-import signal
 import sys
-import threading
-import time
 
 import click
 
 from . import __version__
 from .admin import dsn_option
-from .app import App
+from .app_loader import load_app
 from .events import new_worker_id
 from .metrics import WorkerMetrics
 from .recycling import RECYCLED_EXIT
 from .supervisor import SUPERVISED_VAR, Supervisor
 from .worker import Worker
-
-SIGNAL_ECHO = 1.0  # seconds within which a second stop signal counts as the same one
+from .worker_process import exit_despite_stuck_threads, run_worker
 
 # The ``skiplock worker`` process is ours (a Worker in someone else's process leaves the
 # collector alone).  Young objects are collected every 10,000 net allocations instead of 700: a
@@ -33,23 +29,6 @@ SIGNAL_ECHO = 1.0  # seconds within which a second stop signal counts as the sam
 # flight.  A 100,000-job drain spent 0.24-0.33 s in the collector with Python's defaults, 0.02 s
 # with this threshold and the freeze of what is loaded at start (in worker()).
 GC_YOUNG_THRESHOLD = 10_000
-
-
-def load_app(spec: str) -> App:
-    """Import ``module:attribute`` (the current directory is importable)."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter(f"expected module:attribute, got {spec!r}", param_hint="APP")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="APP") from exc
-    app = getattr(module, attribute, None)
-    if not isinstance(app, App):
-        raise click.BadParameter(f"{spec!r} is not a skiplock.App", param_hint="APP")
-    return app
 
 
 @click.command("worker")
@@ -262,7 +241,7 @@ def command(
         max_jobs=max_jobs,
         max_memory=max_memory * 2**20 if max_memory else None,
     )
-    asyncio.run(_run_worker(runner))
+    asyncio.run(run_worker(runner))
     # Recycled: the supervisor starts a fresh process in its place (a burst just ends).
     code = RECYCLED_EXIT if runner.recycled and not burst else 0
     if runner.recycled and not runner.recycling.claimed:
@@ -272,47 +251,5 @@ def command(
             "this worker %s before claiming any job: raise --max-memory", runner.recycled
         )
         code = 1
-    _exit_despite_stuck_threads(code)
+    exit_despite_stuck_threads(code)
     raise SystemExit(code)
-
-
-async def _run_worker(runner: Worker) -> None:
-    loop = asyncio.get_running_loop()
-    signals = 0
-    first_signal = 0.0
-
-    def on_signal() -> None:
-        nonlocal signals, first_signal
-        if signals and time.monotonic() - first_signal < SIGNAL_ECHO:
-            return  # the same stop request delivered twice (e.g. systemd and a supervisor)
-        signals += 1
-        first_signal = first_signal or time.monotonic()
-        if signals == 1:
-            logging.getLogger("skiplock.worker").info(
-                "stopping: no new jobs; running ones get %.0fs (signal again to exit now)",
-                runner.shutdown_grace,
-            )
-            runner.stop()
-        else:
-            logging.getLogger("skiplock.worker").warning("exiting now")
-            os._exit(130)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
-    await runner.run()
-
-
-def _exit_despite_stuck_threads(code: int) -> None:
-    """A sync task that ignored its cancel flag still runs in its thread; its job was released
-    already, so exit now rather than wait for it at interpreter shutdown."""
-    threads = [t for t in threading.enumerate() if t.name.startswith("skiplock-task")]
-    for thread in threads:
-        thread.join(timeout=0.5)  # idle pool threads exit as soon as they see the shutdown
-    busy = [t for t in threads if t.is_alive()]
-    if busy:
-        logging.getLogger("skiplock.worker").warning(
-            "%d sync task(s) still running in threads after shutdown; exiting anyway", len(busy)
-        )
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)

@@ -1,0 +1,113 @@
+"""What became of a worker's jobs: each claimed job tracked while it is the worker's, its
+task run to an :class:`~skiplock.execution.Outcome`, and the outcomes the
+:class:`~skiplock.completer.Completer` wrote reported: counted in the worker's stats, told to
+the log and the app's event listeners, and turned into free slots and new claims.
+
+A mixin of :class:`~skiplock.worker.Worker`, like :mod:`skiplock.claiming` and the slots.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from psycopg import AsyncConnection
+
+from .app import App
+from .capacity import Capacity
+from .claim_cursor import ClaimCursor
+from .completer import Recorded
+from .errors import UnknownTask
+from .events import JobEvent, WorkerStats, finished_level, log_event
+from .execution import Outcome, run_job
+from .job import Job
+from .recycling import Recycling
+from .running import RunningJob
+from .task import WorkerModel
+from .task_threads import TaskThreads
+
+log = logging.getLogger("skiplock.worker")
+
+REQUEUED = ("retry", "snooze")  # outcomes that can make their job claimable again at once
+
+
+class JobOutcomes:
+    # Set by Worker.__init__ / Worker.run.
+    app: App
+    worker_id: str
+    stats: WorkerStats
+    listeners: list[Callable[[JobEvent], None]]
+    capacity: Capacity
+    claim_cursor: ClaimCursor
+    recycling: Recycling
+    _running: dict[int, RunningJob]
+    _executor: TaskThreads | None
+    _drained: bool
+
+    if TYPE_CHECKING:  # defined by Worker and Claiming
+
+        def _nudge(self) -> None: ...
+        def _capacity_freed(self) -> None: ...
+
+    def _track(self, job: Job, model: WorkerModel) -> RunningJob:
+        self.stats.claimed += 1
+        running = RunningJob(job, model)
+        self._running[job.id] = running
+        return running
+
+    def _emit_started(self, job: Job) -> None:
+        if self.listeners or log.isEnabledFor(logging.DEBUG):
+            self._emit(JobEvent("started", job, self.worker_id))
+
+    def _untrack(self, running: RunningJob) -> None:
+        self._running.pop(running.job.id, None)
+
+    async def _outcome(self, running: RunningJob, conn: AsyncConnection[Any] | None) -> Outcome:
+        job = running.job
+        task = self.app.tasks.get(job.task)
+        unknown = None if task else UnknownTask(job.task, list(self.app.tasks))
+        assert self._executor is not None
+        outcome = await run_job(
+            job, task, worker_id=self.worker_id, executor=self._executor, conn=conn,
+            unknown=unknown, cancel_flag=lambda: running.cancel_flag,
+        )  # fmt: skip
+        self.stats.timed_out += outcome.timed_out
+        return outcome
+
+    def _recorded(self, batch: list[Recorded]) -> None:
+        """Outcomes were written (or found lost): count and report them, refill the slots."""
+        now = time.monotonic()
+        for recorded in batch:
+            job, outcome = recorded.job, recorded.outcome
+            kind = outcome.kind if recorded.owned else "lost"
+            if kind == "done":
+                self.stats.done += 1
+            else:
+                self.stats.count(kind)
+            if self.listeners or log.isEnabledFor(finished_level(kind)):
+                duration = now - recorded.started
+                event = JobEvent("finished", job, self.worker_id, kind, duration, outcome.error)
+                self._emit(event)
+        self.capacity.throughput.add(len(batch))
+        if any(r.job.entity_key is not None or r.outcome.kind in REQUEUED for r in batch):
+            # The next job with that key, skipped by the last claim, or a job put back to run
+            # again, may be claimable now, behind the claim cursor.
+            self._drained = False
+            self.claim_cursor.rescan()
+        if self.capacity.max_in_flight is not None and not self._drained:
+            self._nudge()  # only written outcomes make room under the bound
+        if self.recycling.reason is not None:
+            self._nudge()  # it may be the last job this recycled worker waited for
+        self._capacity_freed()
+
+    def _emit(self, event: JobEvent) -> None:
+        """Log the event and tell each listener in turn: one that fails is logged, the others
+        still hear of it."""
+        log_event(event)
+        for listener in self.listeners:
+            try:
+                listener(event)
+            except Exception:
+                log.exception("job event listener %r failed", listener)
