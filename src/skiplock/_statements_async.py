@@ -102,6 +102,19 @@ class AsyncStatements:
         jobs = await self._jobs(conn, "job_get", {"id": job_id})
         return jobs[0] if jobs else None
 
+    async def job_find_waiting(
+        self, conn: AsyncConnection[Any], task: str, payload: str, queue: str | None
+    ) -> list[Job]:
+        """Waiting jobs of ``task`` whose payload contains ``payload`` (JSON text)."""
+        params = {"task": task, "payload": payload, "queue": queue}
+        return await self._jobs(conn, "job_find_waiting", params)
+
+    async def job_make_scheduled_due(
+        self, conn: AsyncConnection[Any], queues: list[str], everything: bool
+    ) -> None:
+        params = {"queues": queues, "everything": everything}
+        await self._rows(conn, "job_make_scheduled_due", params)
+
     async def job_retry_failed(self, conn: AsyncConnection[Any], job_id: int) -> bool:
         """Retry one failed or cancelled job now; False if it is in another state.  Raises
         :class:`IdempotencyConflict` when an unfinished job holds its idempotency key."""

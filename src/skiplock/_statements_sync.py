@@ -97,6 +97,19 @@ class SyncStatements:
         jobs = self._jobs(conn, "job_get", {"id": job_id})
         return jobs[0] if jobs else None
 
+    def job_find_waiting(
+        self, conn: Connection[Any], task: str, payload: str, queue: str | None
+    ) -> list[Job]:
+        """Waiting jobs of ``task`` whose payload contains ``payload`` (JSON text)."""
+        params = {"task": task, "payload": payload, "queue": queue}
+        return self._jobs(conn, "job_find_waiting", params)
+
+    def job_make_scheduled_due(
+        self, conn: Connection[Any], queues: list[str], everything: bool
+    ) -> None:
+        params = {"queues": queues, "everything": everything}
+        self._rows(conn, "job_make_scheduled_due", params)
+
     def job_retry_failed(self, conn: Connection[Any], job_id: int) -> bool:
         """Retry one failed or cancelled job now; False if it is in another state.  Raises
         :class:`IdempotencyConflict` when an unfinished job holds its idempotency key."""

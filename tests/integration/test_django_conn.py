@@ -19,6 +19,7 @@ from django.db import connection, connections, transaction
 from psycopg.conninfo import conninfo_to_dict
 
 from skiplock import App, ConfigurationError, Task, Worker
+from skiplock.testing import assert_enqueued, assert_not_enqueued
 
 
 class Boom(Exception):
@@ -114,6 +115,20 @@ def test_a_job_enqueued_in_atomic_commits_with_the_order_and_a_worker_runs_it(
     assert job is not None and job.status == "pending"
     assert asyncio.run(Worker(app, burst=True).run()).done == 1
     assert ran == [order_id]
+
+
+def test_testing_helpers_see_the_jobs_of_an_uncommitted_django_transaction(
+    app: App, db: Any, orders: str, receipt: Task[Any, Any]
+) -> None:
+    # What a Django TestCase does: the test's writes happen in atomic() and are rolled back.
+    with pytest.raises(Boom), transaction.atomic():
+        order_id = insert_order(orders)
+        receipt.enqueue(order_id=order_id, conn=connection)
+        job = assert_enqueued(receipt, payload={"order_id": order_id}, conn=connection)
+        assert job.status == "pending"
+        assert_not_enqueued(receipt, payload={"order_id": order_id})  # others do not see it
+        raise Boom
+    assert_not_enqueued(receipt, payload={"order_id": order_id}, conn=connection)
 
 
 def test_an_exception_in_atomic_rolls_back_the_order_and_its_job(

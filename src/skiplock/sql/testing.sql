@@ -1,0 +1,25 @@
+-- Statements of skiplock.testing, the helpers for users' own tests (never run by a worker).
+-- Placeholders as in jobs.sql.
+
+-- name: job_find_waiting
+-- The waiting (scheduled or pending) jobs of task %(task)s, of queue %(queue)s (NULL: any),
+-- whose payload contains %(payload)s (JSON containment: nested objects match by their own
+-- fields), oldest first.
+SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
+       locked_until, entity_key, idempotency_key, created_at, last_error, finished_at, result
+FROM {jobs}
+WHERE task = %(task)s
+  AND status IN ('scheduled', 'pending')
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND payload @> %(payload)s::jsonb
+ORDER BY id;
+
+-- name: job_make_scheduled_due
+-- Make the scheduled jobs of the queues %(queues)s due: those whose run_at has come (a worker's
+-- leader would promote them within its poll interval), or with %(everything)s all of them now
+-- (jobs enqueued with a delay, and retries waiting out their backoff).
+UPDATE {jobs}
+SET status = 'pending', run_at = least(run_at, now())
+WHERE status = 'scheduled'
+  AND queue = ANY(%(queues)s::text[])
+  AND (%(everything)s OR run_at <= now());
