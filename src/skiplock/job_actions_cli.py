@@ -122,10 +122,15 @@ def retry(
     one_or_all("retry", job_id, all_matching, {**bulk, "finished_within": finished_within})
     with open_app(dsn, schema) as app:
         if job_id is not None:
-            if not app.retry_job(job_id):
+            retried = app.retry_job(job_id)
+            if as_json:
+                emit_json({"job": job_id, "retried": retried})
+            elif retried:
+                click.echo(f"job {job_id} is pending again")
+            else:
                 click.echo(f"job {job_id} is not failed or cancelled; nothing to retry", err=True)
+            if not retried:
                 raise SystemExit(NOT_CHANGED)
-            click.echo(f"job {job_id} is pending again")
             return
         jobs = JobFilter(queue, task, finished_within)
         statuses = ["failed", "cancelled"] if cancelled else ["failed"]
@@ -175,7 +180,7 @@ def cancel(
     one_or_all("cancel", job_id, all_matching, bulk)
     with open_app(dsn, schema) as app:
         if job_id is not None:
-            cancel_one(app, job_id)
+            cancel_one(app, job_id, as_json=as_json)
             return
         jobs = JobFilter(queue, task)
         statuses = ["scheduled", "pending", *(["running"] if running else [])]
@@ -193,16 +198,19 @@ def cancel(
         raise SystemExit(NOT_CHANGED)
 
 
-def cancel_one(app: App, job_id: int) -> None:
+def cancel_one(app: App, job_id: int, *, as_json: bool) -> None:
     result = app.sync_client.cancel_or_request(job_id)
-    if result == "unchanged":
+    if as_json:
+        emit_json({"job": job_id, "outcome": result})
+    elif result == "unchanged":
         click.echo(f"job {job_id} has finished or does not exist; nothing to cancel", err=True)
-        raise SystemExit(NOT_CHANGED)
-    if result == "held":
+    elif result == "held":
         click.echo(
             f"job {job_id} is running under a held row lock and cannot be interrupted; "
             "it finishes (or rolls back) by itself",
             err=True,
         )
+    else:
+        click.echo(f"job {job_id}: {'cancelled' if result == 'cancelled' else 'cancel requested'}")
+    if result in ("unchanged", "held"):
         raise SystemExit(NOT_CHANGED)
-    click.echo(f"job {job_id}: {'cancelled' if result == 'cancelled' else 'cancel requested'}")

@@ -217,6 +217,28 @@ def test_retry_and_cancel_exit_codes(tasks: App, db: Any) -> None:
             assert r.err.strip(), f"no explanation on stderr: {r}"
 
 
+def test_single_retry_and_cancel_answer_in_json_too(tasks: App, db: Any) -> None:
+    app = tasks
+    failed, pending, done = (
+        e.id for e in app.enqueue_many("mail.send", [{"to": f"u{i}"} for i in range(3)])
+    )
+    set_status(db, app, [failed], "failed")
+    set_status(db, app, [done], "done")
+    retried, not_retried = run_all(
+        app, ["retry", str(failed), "--json"], ["retry", str(pending), "--json"]
+    )
+    cancelled, finished = run_all(
+        app, ["cancel", str(pending), "--json"], ["cancel", str(done), "--json"]
+    )
+    answers = [(r.code, json.loads(r.out)) for r in (retried, not_retried, cancelled, finished)]
+    assert answers == [
+        (0, {"job": failed, "retried": True}),
+        (3, {"job": pending, "retried": False}),
+        (0, {"job": pending, "outcome": "cancelled"}),
+        (3, {"job": done, "outcome": "unchanged"}),
+    ]
+
+
 def test_bulk_retry_and_cancel_from_the_command_line(tasks: App, db: Any) -> None:
     app = tasks
     mails = [e.id for e in app.enqueue_many("mail.send", [{"to": f"u{i}"} for i in range(5)])]
