@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from email.message import Message
+from typing import Any
 
 import uvicorn
 
@@ -86,7 +87,13 @@ class Browser:
 @contextmanager
 def serving(app: App, *, token: str | None = TOKEN, read_only: bool = False) -> Iterator[str]:
     """The dashboard of ``app`` on 127.0.0.1 and a free port; yields its base address."""
-    asgi = create_dashboard(app, token=token, read_only=read_only)
+    with serving_asgi(create_dashboard(app, token=token, read_only=read_only)) as base:
+        yield base
+
+
+@contextmanager
+def serving_asgi(asgi: Any) -> Iterator[str]:
+    """Any ASGI application on 127.0.0.1 and a free port; yields its base address."""
     server = uvicorn.Server(
         uvicorn.Config(asgi, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     )

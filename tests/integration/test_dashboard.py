@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 
-from dashboard_client import TOKEN, Browser, serving
+from dashboard_client import TOKEN, Browser, serving, serving_asgi
 from skiplock import App
+from skiplock.dashboard import create_dashboard
 
 SECRET = "canary-hunter22"
 
@@ -234,3 +237,31 @@ def test_a_database_that_is_down_is_a_503_that_says_so(pg_dsn: str, schema: str)
         assert page.status == 503 and "127.0.0.1" in page.text and "1" in page.text, page
         api = browser.get("/api/queues")
         assert api.status == 503 and "error" in json.loads(api.text)
+
+
+def test_mounted_in_an_application_under_a_prefix(shop: App, db: Any) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    job = shop.enqueue("mail.send", {"to": "a", "password": "p"}).id
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        await shop.close_async()  # a mounted application's lifespan does not run: the host's
+
+    # token=None: the host application authenticates (here: nobody; it is a test).
+    dashboard = create_dashboard(shop, token=None)
+    host = Starlette(routes=[Mount("/ops/jobs", dashboard)], lifespan=lifespan)
+    with serving_asgi(host) as base:
+        browser = Browser(base)
+        queues = browser.get("/ops/jobs/")
+        assert queues.status == 200 and 'href="/ops/jobs/jobs?queue=emails"' in queues.text
+        page = browser.get(f"/ops/jobs/jobs/{job}")
+        assert page.status == 200 and 'action="/ops/jobs/jobs/' in page.text
+        cancelled = browser.post(f"/ops/jobs/jobs/{job}/cancel", {"csrf": page.csrf()})
+        assert cancelled.url == f"{base}/ops/jobs/jobs/{job}?notice=cancelled&job={job}"
+        assert browser.post(f"/ops/jobs/jobs/{job}/retry", {}).status == 403  # no CSRF value
+        assert browser.get("/ops/jobs/api/jobs/987654").status == 404
+    assert statuses(db, shop) == {job: "cancelled"}
+    shop.close()
