@@ -73,42 +73,8 @@ def emit_json(data: Any) -> None:
 
 def register(main: click.Group) -> None:
     """Add the administration commands to the ``skiplock`` group."""
-    for command in (status, jobs, enqueue, pause, resume, limit, prune):
+    for command in (jobs, enqueue, pause, resume, limit, prune):
         main.add_command(command)
-
-
-@click.command()
-@dsn_option
-@schema_option
-@json_option
-def status(dsn: str | None, schema: str, as_json: bool) -> None:
-    """Jobs per queue and state, the oldest due job's age, and last minute's throughput."""
-    with open_app(dsn, schema) as app:
-        rows = app.sync_client.queue_status()
-    if as_json:
-        emit_json(rows)
-        return
-    table = Table(title=f"skiplock queues (schema {schema})")
-    columns = ["queue", "pending", "scheduled", "running", "failed", "done", "cancelled"]
-    for column in [*columns, "oldest due", "finished/min", "settings"]:
-        table.add_column(column, justify="left" if column in ("queue", "settings") else "right")
-    for row in rows:
-        age = row["oldest_pending_seconds"]
-        table.add_row(
-            *(str(row[c]) for c in columns),
-            "-" if age is None else f"{age:.1f}s",
-            str(row["finished_last_minute"]),
-            queue_settings_text(row),
-        )
-    console().print(table)
-
-
-def queue_settings_text(row: dict[str, Any]) -> str:
-    """ "paused", "at most N running", both or nothing, for a row of ``queue_status``."""
-    parts = ["paused"] if row["paused"] else []
-    if row["concurrency_limit"] is not None:
-        parts.append(f"at most {row['concurrency_limit']} running")
-    return ", ".join(parts)
 
 
 @click.group()

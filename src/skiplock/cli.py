@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from . import admin, dashboard_cli, doctor, job_actions_cli, roles, worker_cli
+from . import admin, dashboard_cli, doctor, job_actions_cli, roles, status_cli, worker_cli
 from .admin import dsn_option, schema_option
 from .errors import SkiplockError
 from .migrations import render_sql
@@ -32,6 +32,7 @@ def main() -> None:
 
 admin.register(main)
 for extra in (
+    status_cli.status,
     doctor.command,
     roles.command,
     worker_cli.command,

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,6 +139,57 @@ def test_status_json_counts_match_the_table_and_the_table_names_every_queue(
 
     assert missing.code == 1, missing
     assert missing.err.startswith("error:") and len(missing.err.strip().splitlines()) == 1
+
+
+def test_status_watch_shows_the_counts_again_until_interrupted(tasks: App) -> None:
+    app = tasks
+    app.enqueue_many("mail.send", [{"to": "a"}, {"to": "b"}])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+    argv = [sys.executable, "-m", "skiplock", "status", "--watch", "0.2", "--json",
+            "--dsn", app.dsn, "--schema", app.schema]  # fmt: skip
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline())
+    app.enqueue_many("mail.send", [{"to": "c"}])  # the next lines see it
+    pending = [first["queues"][0]["pending"]]
+    while pending[-1] != 3 and len(pending) < 50:
+        pending.append(json.loads(proc.stdout.readline())["queues"][0]["pending"])
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert pending[0] == 2 and pending[-1] == 3, pending
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert first["at"] and first["queues"][0]["queue"] == "emails"
+
+    table = run(app, "status")  # without --watch: once, as before
+    assert table.code == 0 and table.out.count("skiplock queues") == 1
+
+    # On a terminal the table is redrawn in place (rich's Live), with the new count.
+    import pty
+    import select
+
+    controller, terminal = pty.openpty()
+    argv = [a for a in argv if a != "--json"]
+    proc = subprocess.Popen(argv, env={**env, "COLUMNS": "160"}, stdout=terminal,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    os.close(terminal)
+    shown = b""
+    try:
+        while b"skiplock queues" not in shown:
+            assert select.select([controller], [], [], 30)[0], shown
+            shown += os.read(controller, 65536)
+        app.enqueue_many("mail.send", [{"to": "d"}])
+        deadline = time.monotonic() + 30
+        while not re.search(rb"emails\W+4\b", shown) and time.monotonic() < deadline:
+            if select.select([controller], [], [], 1)[0]:
+                shown += os.read(controller, 65536)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        os.close(controller)
+    assert re.search(rb"emails\W+4\b", shown), shown[-2000:]
+    assert b"\x1b[" in shown  # drawn with terminal control sequences, not printed again
+    assert proc.returncode == 0 and "Traceback" not in err, err
 
 
 def test_jobs_list_and_show(tasks: App, db: Any) -> None:
