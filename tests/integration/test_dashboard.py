@@ -197,8 +197,18 @@ def test_every_request_needs_the_token_and_every_change_a_form_of_ours(shop: App
             ):
                 refused = user.post(path, form, headers=headers)
                 assert refused.status == 403, (path, form, headers, refused)
-    assert statuses(db, shop) == {job: "failed"}
-    assert shop.sync_client.queue_status()[0]["paused"] is False
+        # Behind a reverse proxy that rewrites Host, the browser's host comes as
+        # X-Forwarded-Host: its own origin is accepted, another site's still is not.
+        proxied = {"Host": "127.0.0.1:9", "X-Forwarded-Host": "jobs.example.com"}
+        evil = user.post("/queues/emails/pause", {"csrf": csrf},
+                         headers={**proxied, "Origin": "https://evil.example"})  # fmt: skip
+        assert evil.status == 403
+        assert statuses(db, shop) == {job: "failed"}
+        assert shop.sync_client.queue_status()[0]["paused"] is False
+        ours_origin = {**proxied, "Origin": "https://jobs.example.com"}
+        ours = user.post("/queues/emails/pause", {"csrf": csrf}, headers=ours_origin, follow=False)
+        assert ours.status == 303
+    assert shop.sync_client.queue_status()[0]["paused"] is True
 
 
 def test_read_only_has_no_actions_at_all(shop: App, db: Any) -> None:
@@ -224,6 +234,10 @@ def test_bad_input_gets_a_clear_answer(shop: App) -> None:
             ("/jobs?before=ten", 400, "before must be a whole number"),
             ("/jobs/987654321", 404, "no job 987654321"),
             ("/api/jobs/987654321", 404, "no such job"),
+            ("/jobs?before=99999999999999999999", 400, "before must be a whole number"),
+            ("/jobs?before=-3", 400, "before must be a whole number"),
+            ("/jobs/99999999999999999999", 404, "no job 99999999999999999999"),
+            ("/api/jobs/99999999999999999999", 404, "no job 99999999999999999999"),
         ):
             page = browser.get(path)
             assert (page.status, text in page.text) == (status, True), (path, page)

@@ -127,7 +127,14 @@ def _secured(response: Response) -> Response:
 async def checked_form(request: Request) -> FormData:
     """The form of a POST that may change something; 403 unless it came from our own page."""
     origin = request.headers.get("origin")
-    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+    # Behind a reverse proxy that rewrites Host, the browser's host is X-Forwarded-Host: a
+    # header another site's form cannot set (a script of another site could only with a CORS
+    # preflight, which the dashboard never answers).
+    hosts = {
+        request.headers.get("host"),
+        request.headers.get("x-forwarded-host", "").split(",")[0].strip(),
+    }
+    if origin is not None and urlsplit(origin).netloc not in hosts - {None, ""}:
         raise HTTPException(403, "cross-origin request refused")
     form = await request.form()
     given: Any = form.get("csrf")

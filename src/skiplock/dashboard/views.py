@@ -26,6 +26,7 @@ from ..payload import check_queue_name, check_task_name
 from .access import checked_form
 
 PAGE_SIZE = 50
+BIGINT_END = 2**63  # ids and counts beyond a bigint are refused before any statement
 NOTICES = {
     "retried": "Job {job} will run again.",
     "not-retried": "Job {job} is not failed or cancelled: nothing changed.",
@@ -90,9 +91,7 @@ class Views:
         found = await self.client.list_jobs(**filters, limit=PAGE_SIZE, before=before)
         return filters, found
 
-    def _page(
-        self, request: Request, name: str, status_code: int = 200, **context: Any
-    ) -> Response:
+    def _page(self, request: Request, name: str, **context: Any) -> Response:
         notice = request.query_params.get("notice")
         text = None
         if notice in NOTICES:
@@ -112,7 +111,6 @@ class Views:
                 "notice": text,
                 **context,
             },
-            status_code=status_code,
         )
 
     async def queues(self, request: Request) -> Response:
@@ -136,7 +134,7 @@ class Views:
         )
 
     async def job(self, request: Request) -> Response:
-        found = await self.client.get_job(request.path_params["job_id"])
+        found = await self.client.get_job(_job_id(request))
         if found is None:
             raise HTTPException(404, f"no job {request.path_params['job_id']}")
         return self._page(request, "job.html", job=self.shown(found))
@@ -150,7 +148,7 @@ class Views:
         return JSONResponse({"jobs": [self.shown(j) for j in found], "next_before": following})
 
     async def api_job(self, request: Request) -> Response:
-        found = await self.client.get_job(request.path_params["job_id"])
+        found = await self.client.get_job(_job_id(request))
         if found is None:
             return JSONResponse({"error": "no such job"}, status_code=404)
         return JSONResponse(self.shown(found))
@@ -159,7 +157,7 @@ class Views:
 
     async def retry_job(self, request: Request) -> Response:
         await checked_form(request)
-        job_id = request.path_params["job_id"]
+        job_id = _job_id(request)
         try:
             notice = "retried" if await self.client.retry_job(job_id) else "not-retried"
         except IdempotencyConflict as exc:
@@ -169,7 +167,7 @@ class Views:
 
     async def cancel_job(self, request: Request) -> Response:
         await checked_form(request)
-        job_id = request.path_params["job_id"]
+        job_id = _job_id(request)
         outcome = await self.client.cancel_or_request(job_id)
         return _back(request, f"/jobs/{job_id}", notice=outcome, job=job_id)
 
@@ -210,13 +208,25 @@ def _back(request: Request, path: str, **params: Any) -> Response:
 
 
 def _int_param(request: Request, name: str) -> int | None:
+    """A whole-number query parameter (absent: None); 400 unless it fits a bigint."""
     value = request.query_params.get(name)
     if not value:
         return None
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
+        number = -1
+    if not 0 <= number < BIGINT_END:
         raise HTTPException(400, f"{name} must be a whole number") from None
+    return number
+
+
+def _job_id(request: Request) -> int:
+    """The job id of the route; an id no bigint holds is a job that does not exist."""
+    job_id: int = request.path_params["job_id"]
+    if job_id >= BIGINT_END:
+        raise HTTPException(404, f"no job {job_id}")
+    return job_id
 
 
 def _queue_param(value: str | None) -> str | None:
