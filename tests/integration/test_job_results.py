@@ -118,6 +118,19 @@ def test_archived_jobs_keep_their_results(pg_dsn: str, schema: str, db: Any) -> 
             (job_id,),
         ).fetchone()
         assert row == ("done", 144)
+        # Read back from the archive, as from the jobs table: the job, its result, its list.
+        job = app.wait_for_job(job_id, timeout=5)
+        assert (job.id, job.status, job.result, job.locked_until) == (
+            job_id, JobStatus.DONE, 144, None,
+        )  # fmt: skip
+        pending = square.enqueue(n=3).id  # newer, still in the jobs table
+        listed = app.sync_client.list_jobs(task="square")
+        assert [(j.id, j.status) for j in listed] == [
+            (pending, JobStatus.PENDING), (job_id, JobStatus.DONE),
+        ]  # fmt: skip
+        assert [j.id for j in app.sync_client.list_jobs(status="done")] == [job_id]
+        assert app.sync_client.list_jobs(task="square", before=job_id) == []
+        assert [j.id for j in app.sync_client.list_jobs(task="square", limit=1)] == [pending]
     finally:
         app.close()
 

@@ -371,10 +371,17 @@ SELECT q.queue, q.n, pg_notify(%(channel)s, q.queue)
 FROM (SELECT queue, count(*) AS n FROM promoted GROUP BY queue) AS q;
 
 -- name: job_get
--- One job by id, with its current state.
-SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
-       locked_until, entity_key, idempotency_key, created_at, last_error, finished_at, result
-FROM {jobs} WHERE id = %(id)s;
+-- One job by id, with its current state; a done job moved to the archive (completion
+-- 'archive') is read from there (the move is one statement: a job is never in both).
+(SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
+        locked_until, entity_key, idempotency_key, created_at, last_error, finished_at, result
+ FROM {jobs} WHERE id = %(id)s)
+UNION ALL
+(SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
+        NULL::timestamptz, entity_key, idempotency_key, created_at, last_error, finished_at,
+        result
+ FROM {archive} WHERE id = %(id)s)
+LIMIT 1;
 
 -- name: job_count_by_queue_and_status
 -- How many jobs each queue has in each status.
