@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 import click
 
@@ -29,9 +30,10 @@ DEFAULT_PORT = 8089
 @click.option(
     "--port",
     envvar="SKIPLOCK_DASHBOARD_PORT",
-    type=click.IntRange(1, 65535),
+    type=click.IntRange(0, 65535),
     default=DEFAULT_PORT,
     show_default=True,
+    help="Port to listen on (0: any free one, printed).",
 )
 @click.option(
     "--token",
@@ -78,6 +80,13 @@ def command(
     if missing:
         raise SchemaNotMigrated(app.schema, [] if missing == versions else missing)
     token = token or new_token()
+    try:  # bound here, so that a port in use is one clear error and port 0 can be printed
+        listening = socket.create_server((host, port), family=_family(host))
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    port = listening.getsockname()[1]
     shown_host = f"[{host}]" if ":" in host else host
     click.echo(f"skiplock dashboard of schema {app.schema}{' (read-only)' if read_only else ''}")
     click.echo(f"open http://{shown_host}:{port}/?token={token}")
@@ -87,13 +96,16 @@ def command(
             "learns the token can act on your jobs; prefer a reverse proxy with TLS",
             err=True,
         )
-    uvicorn.run(
+    config = uvicorn.Config(
         create_dashboard(app, token=token, read_only=read_only),
-        host=host,
-        port=port,
         log_level="warning",
         access_log=False,
     )
+    uvicorn.Server(config).run(sockets=[listening])
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def _is_loopback(host: str) -> bool:

@@ -123,3 +123,26 @@ def test_refuses_to_start_with_one_clear_line(
     )  # fmt: skip
     assert done.returncode in (1, 2), done
     assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_port_in_use_is_one_clear_error_and_port_0_picks_a_free_one(
+    app: App, tmp_path: Path
+) -> None:
+    env = environment(app, tmp_path)
+    base = ["--dsn", app.dsn, "--schema", app.schema]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "skiplock", "dashboard", *base, "--port", str(port)],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 1, done
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "open http" not in done.stdout
+
+    with dashboard([*base, "--port", "0"], env, tmp_path) as address:
+        chosen = int(address.split(":")[2].split("/")[0])
+        assert chosen > 0
+        browser = Browser(f"http://127.0.0.1:{chosen}")
+        assert browser.get(address.removeprefix(browser.base)).status == 200
