@@ -27,6 +27,7 @@ from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
 from .migrations import all_migrations
 from .payload import load_json
+from .rate_limit import check_rate_limit
 
 POOL_MAX_SIZE = 4
 
@@ -271,6 +272,19 @@ class AsyncClient:
     ) -> None:
         async with self.connection(conn) as c:
             await self.store.queue_set_concurrency_limit(c, queue, limit)
+
+    async def set_rate_limit(
+        self,
+        queue: str,
+        limit: int | None,
+        period: float = 1.0,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> None:
+        """At most ``limit`` job starts of ``queue`` per ``period`` seconds across all workers
+        (None: no rate limit); see :mod:`skiplock.rate_limit`."""
+        check_rate_limit(limit, period)
+        async with self.connection(conn) as c:
+            await self.store.queue_set_rate_limit(c, queue, limit, period)
 
     async def prune(
         self, retention: dict[str, float | None], conn: AsyncConnection[Any] | None = None

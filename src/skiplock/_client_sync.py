@@ -28,6 +28,7 @@ from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
 from .migrations import all_migrations
 from .payload import load_json
+from .rate_limit import check_rate_limit
 
 POOL_MAX_SIZE = 4
 
@@ -262,6 +263,19 @@ class SyncClient:
     ) -> None:
         with self.connection(conn) as c:
             self.store.queue_set_concurrency_limit(c, queue, limit)
+
+    def set_rate_limit(
+        self,
+        queue: str,
+        limit: int | None,
+        period: float = 1.0,
+        conn: Connection[Any] | None = None,
+    ) -> None:
+        """At most ``limit`` job starts of ``queue`` per ``period`` seconds across all workers
+        (None: no rate limit); see :mod:`skiplock.rate_limit`."""
+        check_rate_limit(limit, period)
+        with self.connection(conn) as c:
+            self.store.queue_set_rate_limit(c, queue, limit, period)
 
     def prune(
         self, retention: dict[str, float | None], conn: Connection[Any] | None = None

@@ -70,10 +70,10 @@ class AsyncStatements:
 
     async def queue_settings(
         self, conn: AsyncConnection[Any], names: Sequence[str]
-    ) -> dict[str, tuple[bool, int | None]]:
-        """(paused, concurrency limit) of the given queues that have settings."""
+    ) -> dict[str, tuple[bool, int | None, bool]]:
+        """(paused, concurrency limit, rate-limited) of the given queues that have settings."""
         rows = await self._rows(conn, "queue_settings", {"names": list(names)})
-        return {name: (paused, limit) for name, paused, limit in rows}
+        return {name: (paused, limit, rated) for name, paused, limit, rated in rows}
 
     async def queue_set_paused(self, conn: AsyncConnection[Any], name: str, paused: bool) -> None:
         await self._rows(conn, "queue_set_paused", {"name": name, "paused": paused})
@@ -82,6 +82,22 @@ class AsyncStatements:
         self, conn: AsyncConnection[Any], name: str, limit: int | None
     ) -> None:
         await self._rows(conn, "queue_set_concurrency_limit", {"name": name, "limit": limit})
+
+    async def queue_set_rate_limit(
+        self, conn: AsyncConnection[Any], name: str, limit: int | None, period: float
+    ) -> None:
+        params = {"name": name, "limit": limit, "period": period}
+        await self._rows(conn, "queue_set_rate_limit", params)
+
+    async def queue_rate_budget(self, conn: AsyncConnection[Any], queue: str) -> float | None:
+        """Starts the queue's rate limit allows now (None: it has none)."""
+        rows = await self._rows(conn, "queue_rate_budget", {"queue": queue})
+        return float(rows[0][0]) if rows else None
+
+    async def queue_spend_rate_budget(
+        self, conn: AsyncConnection[Any], queue: str, left: float
+    ) -> None:
+        await self._rows(conn, "queue_spend_rate_budget", {"queue": queue, "left": left})
 
     async def leader_acquire(
         self, conn: AsyncConnection[Any], role: str, holder: str, ttl: float

@@ -67,10 +67,10 @@ class SyncStatements:
 
     def queue_settings(
         self, conn: Connection[Any], names: Sequence[str]
-    ) -> dict[str, tuple[bool, int | None]]:
-        """(paused, concurrency limit) of the given queues that have settings."""
+    ) -> dict[str, tuple[bool, int | None, bool]]:
+        """(paused, concurrency limit, rate-limited) of the given queues that have settings."""
         rows = self._rows(conn, "queue_settings", {"names": list(names)})
-        return {name: (paused, limit) for name, paused, limit in rows}
+        return {name: (paused, limit, rated) for name, paused, limit, rated in rows}
 
     def queue_set_paused(self, conn: Connection[Any], name: str, paused: bool) -> None:
         self._rows(conn, "queue_set_paused", {"name": name, "paused": paused})
@@ -79,6 +79,20 @@ class SyncStatements:
         self, conn: Connection[Any], name: str, limit: int | None
     ) -> None:
         self._rows(conn, "queue_set_concurrency_limit", {"name": name, "limit": limit})
+
+    def queue_set_rate_limit(
+        self, conn: Connection[Any], name: str, limit: int | None, period: float
+    ) -> None:
+        params = {"name": name, "limit": limit, "period": period}
+        self._rows(conn, "queue_set_rate_limit", params)
+
+    def queue_rate_budget(self, conn: Connection[Any], queue: str) -> float | None:
+        """Starts the queue's rate limit allows now (None: it has none)."""
+        rows = self._rows(conn, "queue_rate_budget", {"queue": queue})
+        return float(rows[0][0]) if rows else None
+
+    def queue_spend_rate_budget(self, conn: Connection[Any], queue: str, left: float) -> None:
+        self._rows(conn, "queue_spend_rate_budget", {"queue": queue, "left": left})
 
     def leader_acquire(self, conn: Connection[Any], role: str, holder: str, ttl: float) -> bool:
         """Take or renew ``role``; True while ``holder`` has it."""

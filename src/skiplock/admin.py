@@ -21,8 +21,10 @@ from rich.table import Table
 
 from .app import DEFAULT_RETENTION, App
 from .enqueue import EnqueueOptions, NewJobs, build_job
+from .errors import ConfigurationError
 from .job import Job, JobStatus
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name
+from .rate_limit import describe, parse_rate
 
 NOT_CHANGED = 3
 
@@ -73,7 +75,7 @@ def emit_json(data: Any) -> None:
 
 def register(main: click.Group) -> None:
     """Add the administration commands to the ``skiplock`` group."""
-    for command in (jobs, enqueue, pause, resume, limit, prune):
+    for command in (jobs, enqueue, pause, resume, limit, rate, prune):
         main.add_command(command)
 
 
@@ -221,6 +223,27 @@ def limit(queue: str, max_running: str, dsn: str | None, schema: str) -> None:
     with open_app(dsn, schema) as app:
         app.sync_client.set_concurrency_limit(queue, value)
     click.echo(f"queue {queue}: at most {value if value else 'unlimited'} running jobs")
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("rate_text", metavar="RATE")
+@dsn_option
+@schema_option
+def rate(queue: str, rate_text: str, dsn: str | None, schema: str) -> None:
+    """Start at most RATE jobs of QUEUE across all workers: N/s, N/m, N/h or N/SECONDS (e.g.
+    100/m, 5/30); 'none' removes the limit."""
+    check_queue_name(queue)
+    try:
+        parsed = parse_rate(rate_text)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="RATE") from None
+    with open_app(dsn, schema) as app:
+        if parsed is None:
+            app.sync_client.set_rate_limit(queue, None)
+        else:
+            app.sync_client.set_rate_limit(queue, *parsed)
+    click.echo(f"queue {queue}: {describe(*parsed) if parsed else 'no rate limit'}")
 
 
 @click.command()

@@ -1,5 +1,6 @@
-"""Queue settings every worker follows: paused queues and cluster-wide concurrency limits,
-re-read every poll interval, so a pause takes effect within one interval."""
+"""Queue settings every worker follows: paused queues, and queues with a cluster-wide
+concurrency or rate limit (claimed through the serialised, limited claim), re-read every poll
+interval, so a pause or a limit takes effect within one interval."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ class QueueSettings:
         self.interval = interval
         self.on_resume = on_resume
         self.paused: set[str] = set()
-        self.limits: dict[str, int] = {}
+        # Queues claimed through the limited claim: their concurrency limit, None for a queue
+        # with only a rate limit.
+        self.limits: dict[str, int | None] = {}
 
     async def run(self) -> None:
         while True:
@@ -44,10 +47,14 @@ class QueueSettings:
     async def refresh(self) -> None:
         async with self.pool.connection() as conn:
             settings = await self.store.queue_settings(conn, self.queues)
-        paused = {name for name, (is_paused, _) in settings.items() if is_paused}
+        paused = {name for name, (is_paused, _, _) in settings.items() if is_paused}
         if paused != self.paused:
             log.info("paused queues: %s", ", ".join(sorted(paused)) or "none")
             if self.paused - paused:
                 self.on_resume()
         self.paused = paused
-        self.limits = {name: limit for name, (_, limit) in settings.items() if limit is not None}
+        self.limits = {
+            name: limit
+            for name, (_, limit, rated) in settings.items()
+            if limit is not None or rated
+        }

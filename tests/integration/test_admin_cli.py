@@ -442,6 +442,27 @@ def test_pause_resume_and_limit_update_the_queues_table(tasks: App, db: Any) -> 
     }
 
 
+def test_rate_sets_and_removes_a_queue_rate_limit(tasks: App, db: Any) -> None:
+    app = tasks
+    hourly, halves, bad = run_all(
+        app, ["rate", "q6", "100/m"], ["rate", "q7", "5/30"], ["rate", "q8", "fast"]
+    )
+    assert hourly.code == 0 and hourly.out.strip() == "queue q6: at most 100 starts per 60s"
+    assert halves.code == 0 and halves.out.strip() == "queue q7: at most 5 starts per 30s"
+    assert bad.code == 2 and "N/s" in bad.err, bad
+
+    def rates() -> dict[str, tuple[int | None, float | None]]:
+        rows = db.execute(f'SELECT name, rate_limit, rate_period FROM "{app.schema}".queues')
+        return {name: (limit, period) for name, limit, period in rows}
+
+    assert rates() == {"q6": (100, 60.0), "q7": (5, 30.0)}
+    status = {r["queue"]: r for r in json.loads(run(app, "status", "--json").out)}
+    assert (status["q6"]["rate_limit"], status["q6"]["rate_period"]) == (100, 60.0)
+    off = run(app, "rate", "q6", "none")
+    assert off.code == 0 and off.out.strip() == "queue q6: no rate limit"
+    assert rates() == {"q6": (None, None), "q7": (5, 30.0)}
+
+
 def test_limit_with_a_non_number_is_a_usage_error(tasks: App, db: Any) -> None:
     bad = run(tasks, "limit", "q5", "abc")
     assert bad.code == 2, bad

@@ -53,6 +53,7 @@ def test_pages_show_queues_jobs_and_one_job_with_secret_fields_hidden(shop: App,
     )
     shop.sync_client.set_concurrency_limit("reports", 2)
     shop.sync_client.set_paused("idle", True)
+    shop.sync_client.set_rate_limit("idle", 30, 60)
 
     with serving(shop) as base:
         browser = Browser(base)
@@ -64,6 +65,7 @@ def test_pages_show_queues_jobs_and_one_job_with_secret_fields_hidden(shop: App,
         cells = re.findall(r'<td class="n">(?:<a [^>]*>)?(\S+?)(?:</a>)?</td>', rows["emails"])
         assert cells[:6] == ["2", "0", "0", "1", "0", "0"], cells  # pending .. cancelled
         assert "paused" in rows["idle"] and "at most 2 running" in rows["reports"]
+        assert "at most 30 starts per 60s" in rows["idle"]
 
         failed = browser.get("/jobs?status=failed")
         assert re.findall(r'href="/jobs/(\d+)"', failed.text) == [str(mails[0])]

@@ -223,6 +223,73 @@ def test_concurrency_limit_can_be_lifted(app: App, db: Any) -> None:
     assert peak == 6
 
 
+# -- per-queue rate limit ------------------------------------------------------------------
+
+
+def run_until_done(app: App, workers: list[Worker], jobs: int, timeout: float = 30) -> None:
+    """Run the (non-burst) workers until ``jobs`` jobs are done between them, then stop them:
+    a burst worker would stop at the first claim the rate limit leaves empty."""
+
+    async def main() -> None:
+        runs = asyncio.gather(*(w.run() for w in workers))
+        deadline = time.monotonic() + timeout
+        while sum(w.stats.done for w in workers) < jobs and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for worker in workers:
+            worker.stop()
+        await asyncio.wait_for(runs, 30)
+
+    asyncio.run(main())
+
+
+def test_rate_limit_holds_across_workers(app: App, db: Any) -> None:
+    # 10 starts per 0.5 s: a full bucket of 10 at once, then 20 per second.
+    app.sync_client.set_rate_limit("rated", 10, 0.5)
+    starts: list[float] = []
+
+    @app.task(name="tick", queue="rated")
+    async def tick(n: int) -> None:
+        starts.append(time.monotonic())
+
+    tick.enqueue_many([{"n": i} for i in range(40)])
+    workers = [Worker(app, concurrency=5, poll_interval=0.05) for _ in range(2)]
+    run_until_done(app, workers, 40)
+
+    assert statuses(db, app, "rated") == {"done": 40} and len(starts) == 40
+    starts.sort()
+    # 30 jobs beyond the first bucket at 20 per second: at least 1.5 s (some slack for the
+    # clocks of the two sides); without the limit, 40 no-op jobs take a few milliseconds.
+    assert starts[-1] - starts[0] >= 1.35, starts[-1] - starts[0]
+    # Never more than the bucket plus its refill in any 0.5 s window: 10 + 10.
+    for i, first in enumerate(starts):
+        within = sum(1 for t in starts[i:] if t - first < 0.5)
+        assert within <= 20 + 1, (within, i)  # +1: the window's edges on two clocks
+    assert all(w.stats.claimed > 0 for w in workers), [w.stats for w in workers]
+
+
+def test_rate_limit_can_be_lifted_and_shows_in_status(app: App, db: Any) -> None:
+    app.sync_client.set_rate_limit("rated", 1, 3600)  # one start an hour
+    (row,) = app.sync_client.queue_status()
+    assert (row["queue"], row["rate_limit"], row["rate_period"]) == ("rated", 1, 3600.0)
+    ran: list[int] = []
+
+    @app.task(name="tick", queue="rated")
+    async def tick(n: int) -> None:
+        ran.append(n)
+
+    tick.enqueue_many([{"n": i} for i in range(5)])
+    asyncio.run(asyncio.wait_for(Worker(app, concurrency=5, burst=True).run(), 30))
+    assert len(ran) == 1  # the bucket held one start; a burst worker stops at an empty claim
+    assert statuses(db, app, "rated") == {"done": 1, "pending": 4}
+
+    app.sync_client.set_rate_limit("rated", None)
+    assert db.execute(
+        f'SELECT rate_limit, rate_period FROM "{app.schema}".queues WHERE name = %s', ("rated",)
+    ).fetchone() == (None, None)
+    asyncio.run(asyncio.wait_for(Worker(app, concurrency=5, burst=True).run(), 30))
+    assert sorted(ran) == [0, 1, 2, 3, 4]
+
+
 # -- graceful shutdown releases --------------------------------------------------------------
 
 

@@ -164,8 +164,10 @@ def test_producer_and_workers_run_under_their_roles(
         slow_id = producer.enqueue("slow").id
         held_id = producer.enqueue("held_one").id
 
-        # Admin: a cluster-wide limit on one queue (claims then take the advisory lock).
+        # Admin: a cluster-wide limit on one queue (claims then take the advisory lock), and a
+        # rate limit the worker role's claims spend.
         admin.sync_client.set_concurrency_limit("limited", 1)
+        admin.sync_client.set_rate_limit("limited", 1000, 1.0)
 
         async def drive() -> Worker:
             worker = Worker(
@@ -214,6 +216,12 @@ def test_producer_and_workers_run_under_their_roles(
 
     now = statuses(db, schema)
     assert all(now[i] == "done" for i in ids + limited_ids), now
+    spent = db.execute(
+        sql.SQL("SELECT rate_tokens < 1000 FROM {} WHERE name = 'limited'").format(
+            sql.Identifier(schema, "queues")
+        )
+    ).fetchone()
+    assert spent == (True,), "the worker role's claims did not spend the rate budget"
     assert now[flaky_id] == "done" and state["flaky"] == 2  # failed once, retried, done
     assert now[snoozer_id] == "done" and state["snoozer"] == 2
     assert now[slow_id] == "cancelled"
@@ -331,6 +339,7 @@ def test_worker_cannot_run_ddl_or_change_queue_settings(
         sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)),
         sql.SQL("INSERT INTO {} (name, paused) VALUES ('default', true)").format(t["queues"]),
         sql.SQL("UPDATE {} SET paused = true").format(t["queues"]),
+        sql.SQL("UPDATE {} SET rate_limit = 1000000, rate_period = 1").format(t["queues"]),
         sql.SQL("DELETE FROM {}").format(t["jobs_archive"]),
         sql.SQL("UPDATE {} SET status = 'x'").format(t["jobs_archive"]),
         sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(f"w_{schema}")),
@@ -343,6 +352,8 @@ def test_worker_cannot_run_ddl_or_change_queue_settings(
     try:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             worker_app.sync_client.set_paused("default", True)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            worker_app.sync_client.set_rate_limit("default", 1000)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             worker_app.sync_client.drop_schema()
     finally:

@@ -2,8 +2,10 @@
 -- released and held-lock jobs, and status.  Placeholders as in jobs.sql.
 
 -- name: queue_settings
--- Pause flags and concurrency limits of the given queues (queues without a row have neither).
-SELECT name, paused, concurrency_limit FROM {queues} WHERE name = ANY(%(names)s::text[]);
+-- Pause flags, concurrency limits and whether a rate limit applies, of the given queues
+-- (queues without a row have none of them).
+SELECT name, paused, concurrency_limit, rate_limit IS NOT NULL
+FROM {queues} WHERE name = ANY(%(names)s::text[]);
 
 -- name: queue_set_paused
 -- Pause or resume a queue.
@@ -16,6 +18,30 @@ RETURNING name;
 INSERT INTO {queues} AS q (name, concurrency_limit) VALUES (%(name)s, %(limit)s)
 ON CONFLICT (name) DO UPDATE SET concurrency_limit = excluded.concurrency_limit, updated_at = now()
 RETURNING name;
+
+-- name: queue_set_rate_limit
+-- Allow (or, with NULL, stop limiting) at most %(limit)s job starts of a queue per
+-- %(period)s seconds across all workers; the bucket starts full.
+INSERT INTO {queues} AS q (name, rate_limit, rate_period)
+VALUES (%(name)s, %(limit)s, CASE WHEN %(limit)s::int IS NOT NULL THEN %(period)s::float8 END)
+ON CONFLICT (name) DO UPDATE
+SET rate_limit = excluded.rate_limit, rate_period = excluded.rate_period, rate_tokens = NULL,
+    rate_refilled_at = NULL, updated_at = now()
+RETURNING name;
+
+-- name: queue_rate_budget
+-- How many jobs of a rate-limited queue may start now: its bucket (at most rate_limit starts)
+-- as last left, refilled at rate_limit per rate_period seconds since.  No row: no rate limit.
+-- Read and spent (queue_spend_rate_budget) under queue_lock_for_claim, in one transaction.
+SELECT least(rate_limit::float8,
+             coalesce(rate_tokens, rate_limit::float8)
+             + rate_limit * extract(epoch FROM now() - coalesce(rate_refilled_at, now()))::float8
+               / rate_period)
+FROM {queues} WHERE name = %(queue)s AND rate_limit IS NOT NULL;
+
+-- name: queue_spend_rate_budget
+-- What is left of a rate-limited queue's bucket after a claim, as of now.
+UPDATE {queues} SET rate_tokens = %(left)s, rate_refilled_at = now() WHERE name = %(queue)s;
 
 -- name: queue_lock_for_claim
 -- Serialise claims of one limited queue until the transaction ends, so limits hold exactly.
@@ -73,8 +99,8 @@ RETURNING j.id;
 
 -- name: queue_status
 -- Per queue: pending (due), scheduled, running, failed, done, age of the oldest due job in
--- seconds, jobs finished in the last minute, and its settings (paused, concurrency limit); a
--- queue with settings but no jobs is listed with zero counts.
+-- seconds, jobs finished in the last minute, and its settings (paused, concurrency limit, rate
+-- limit); a queue with settings but no jobs is listed with zero counts.
 WITH counts AS (
     SELECT queue,
            count(*) FILTER (WHERE status = 'pending') AS pending,
@@ -95,7 +121,7 @@ SELECT coalesce(c.queue, q.name) AS queue,
        coalesce(c.running, 0) AS running, coalesce(c.failed, 0) AS failed,
        coalesce(c.done, 0) AS done, coalesce(c.cancelled, 0) AS cancelled,
        c.oldest_pending_seconds, coalesce(c.finished_last_minute, 0) AS finished_last_minute,
-       coalesce(q.paused, false) AS paused, q.concurrency_limit
+       coalesce(q.paused, false) AS paused, q.concurrency_limit, q.rate_limit, q.rate_period
 FROM counts AS c
 FULL JOIN {queues} AS q ON q.name = c.queue
 ORDER BY 1;

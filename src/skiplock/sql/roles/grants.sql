@@ -40,8 +40,8 @@ GRANT SELECT (id, queue, status, idempotency_key) ON {jobs} TO {enqueuer};
 -- name: role_grant_worker
 -- Worker: claim, heartbeat, finish, fail, reclaim, promote, prune and periodic ticks on jobs;
 -- archive finished jobs; read queue settings; hold the maintenance leadership; record the
--- starts of held-lock jobs.  No DDL, no CREATE on the schema, no TRUNCATE, and queue
--- settings are read-only.  The claims call the
+-- starts of held-lock jobs; spend the rate budget of rate-limited queues.  No DDL, no CREATE
+-- on the schema, no TRUNCATE, and queue settings are read-only.  The claims call the
 -- entity-key check (PostgreSQL lets everyone execute functions unless a DBA revoked that); a
 -- worker reads the migration record at start, to refuse a schema older than itself.
 GRANT USAGE ON SCHEMA {schema} TO {worker};
@@ -50,6 +50,7 @@ GRANT SELECT ON {migrations} TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {jobs} TO {worker};
 GRANT SELECT, INSERT ON {archive} TO {worker};
 GRANT SELECT ON {queues} TO {worker};
+GRANT UPDATE (rate_tokens, rate_refilled_at) ON {queues} TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {leaders}, {ticks}, {held_starts} TO {worker};
 
 -- name: role_grant_admin
