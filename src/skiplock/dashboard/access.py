@@ -8,7 +8,8 @@
 - **Changes.** Only POST requests change anything, and only from a form the dashboard
   rendered: its ``csrf`` field must equal the ``skiplock_csrf`` cookie (a value another site
   can neither read nor set), and an ``Origin`` header, when the browser sends one, must name
-  this host.  :func:`checked_form` is the one way a POST handler reads its form.
+  this host (or, behind a proxy, its ``X-Forwarded-Host``).  :func:`checked_form` is the one
+  way a POST handler reads its form.
 - **Every response** is not cached, cannot be framed, sends no referrer (an address may hold
   the token) and may run no script.
 """
