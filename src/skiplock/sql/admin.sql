@@ -12,30 +12,23 @@
 -- name: job_list
 -- Admin: jobs filtered by queue, status and task (NULL = any), newest first, the done jobs
 -- moved to the archive (completion 'archive') included; with %(before)s, only jobs with a
--- smaller id (the next page).  Each table is read newest first by its primary key.
+-- smaller id (the next page).  PostgreSQL pushes the filters into both tables and merges
+-- their primary keys read newest first.
 SELECT * FROM (
-    (SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts,
-            locked_by, locked_until, entity_key, idempotency_key, created_at, last_error,
-            finished_at, result
-     FROM {jobs}
-     WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-       AND (%(status)s::text IS NULL OR status = %(status)s)
-       AND (%(task)s::text IS NULL OR task = %(task)s)
-       AND (%(before)s::bigint IS NULL OR id < %(before)s)
-     ORDER BY id DESC
-     LIMIT %(limit)s)
+    SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts,
+           locked_by, locked_until, entity_key, idempotency_key, created_at, last_error,
+           finished_at, result
+    FROM {jobs}
     UNION ALL
-    (SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts,
-            locked_by, NULL::timestamptz, entity_key, idempotency_key, created_at, last_error,
-            finished_at, result
-     FROM {archive}
-     WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-       AND (%(status)s::text IS NULL OR status = %(status)s)
-       AND (%(task)s::text IS NULL OR task = %(task)s)
-       AND (%(before)s::bigint IS NULL OR id < %(before)s)
-     ORDER BY id DESC
-     LIMIT %(limit)s)
+    SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts,
+           locked_by, NULL::timestamptz, entity_key, idempotency_key, created_at, last_error,
+           finished_at, result
+    FROM {archive}
 ) AS listed
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC
 LIMIT %(limit)s;
 
