@@ -229,16 +229,12 @@ class AsyncClient:
             return await self.store.job_find_waiting(c, task, text, queue)
 
     async def make_scheduled_due(
-        self,
-        queues: Sequence[str],
-        *,
-        everything: bool = False,
-        conn: AsyncCallerConnection | None = None,
+        self, queues: Sequence[str], conn: AsyncCallerConnection | None = None
     ) -> None:
-        """Make the scheduled jobs of ``queues`` whose time has come pending at once (for
-        tests, see :mod:`skiplock.testing`); with ``everything``, all of them."""
+        """Make every scheduled job of ``queues`` pending now, however far off its time (for
+        tests, see :mod:`skiplock.testing`)."""
         async with self.connection(conn) as c:
-            await self.store.job_make_scheduled_due(c, list(queues), everything)
+            await self.store.job_make_scheduled_due(c, list(queues))
 
     async def queue_status(self, conn: AsyncConnection[Any] | None = None) -> list[dict[str, Any]]:
         async with self.connection(conn) as c:

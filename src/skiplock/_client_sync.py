@@ -222,16 +222,12 @@ class SyncClient:
             return self.store.job_find_waiting(c, task, text, queue)
 
     def make_scheduled_due(
-        self,
-        queues: Sequence[str],
-        *,
-        everything: bool = False,
-        conn: CallerConnection | None = None,
+        self, queues: Sequence[str], conn: CallerConnection | None = None
     ) -> None:
-        """Make the scheduled jobs of ``queues`` whose time has come pending at once (for
-        tests, see :mod:`skiplock.testing`); with ``everything``, all of them."""
+        """Make every scheduled job of ``queues`` pending now, however far off its time (for
+        tests, see :mod:`skiplock.testing`)."""
         with self.connection(conn) as c:
-            self.store.job_make_scheduled_due(c, list(queues), everything)
+            self.store.job_make_scheduled_due(c, list(queues))
 
     def queue_status(self, conn: Connection[Any] | None = None) -> list[dict[str, Any]]:
         with self.connection(conn) as c:

@@ -125,11 +125,8 @@ class AsyncStatements:
         params = {"task": task, "payload": payload, "queue": queue}
         return await self._jobs(conn, "job_find_waiting", params)
 
-    async def job_make_scheduled_due(
-        self, conn: AsyncConnection[Any], queues: list[str], everything: bool
-    ) -> None:
-        params = {"queues": queues, "everything": everything}
-        await self._rows(conn, "job_make_scheduled_due", params)
+    async def job_make_scheduled_due(self, conn: AsyncConnection[Any], queues: list[str]) -> None:
+        await self._rows(conn, "job_make_scheduled_due", {"queues": queues})
 
     async def job_retry_failed(self, conn: AsyncConnection[Any], job_id: int) -> bool:
         """Retry one failed or cancelled job now; False if it is in another state.  Raises

@@ -118,11 +118,8 @@ class SyncStatements:
         params = {"task": task, "payload": payload, "queue": queue}
         return self._jobs(conn, "job_find_waiting", params)
 
-    def job_make_scheduled_due(
-        self, conn: Connection[Any], queues: list[str], everything: bool
-    ) -> None:
-        params = {"queues": queues, "everything": everything}
-        self._rows(conn, "job_make_scheduled_due", params)
+    def job_make_scheduled_due(self, conn: Connection[Any], queues: list[str]) -> None:
+        self._rows(conn, "job_make_scheduled_due", {"queues": queues})
 
     def job_retry_failed(self, conn: Connection[Any], job_id: int) -> bool:
         """Retry one failed or cancelled job now; False if it is in another state.  Raises

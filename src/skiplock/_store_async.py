@@ -177,18 +177,19 @@ class AsyncStore(AsyncStatements):
         queue: str,
         limit: int,
         queue_limit: int | None,
+        rated: bool,
         worker: str,
         lease_seconds: float,
     ) -> list[Job]:
         """Claim from a queue with a cluster-wide concurrency limit (``queue_limit``) or rate
-        limit, or both, serialised per queue so that every limit holds exactly."""
+        limit (``rated``), or both, serialised per queue so that every limit holds exactly."""
         async with conn.transaction():
             await self._rows(conn, "queue_lock_for_claim", {"schema": self.schema, "queue": queue})
             room = limit
             if queue_limit is not None:
                 running = (await self._rows(conn, "queue_running_count", {"queue": queue}))[0][0]
                 room = min(room, queue_limit - running)
-            budget = await self.queue_rate_budget(conn, queue)
+            budget = await self.queue_rate_budget(conn, queue) if rated else None
             if budget is not None:
                 room = min(room, math.floor(budget))
             if room <= 0:

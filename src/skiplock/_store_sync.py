@@ -174,18 +174,19 @@ class SyncStore(SyncStatements):
         queue: str,
         limit: int,
         queue_limit: int | None,
+        rated: bool,
         worker: str,
         lease_seconds: float,
     ) -> list[Job]:
         """Claim from a queue with a cluster-wide concurrency limit (``queue_limit``) or rate
-        limit, or both, serialised per queue so that every limit holds exactly."""
+        limit (``rated``), or both, serialised per queue so that every limit holds exactly."""
         with conn.transaction():
             self._rows(conn, "queue_lock_for_claim", {"schema": self.schema, "queue": queue})
             room = limit
             if queue_limit is not None:
                 running = (self._rows(conn, "queue_running_count", {"queue": queue}))[0][0]
                 room = min(room, queue_limit - running)
-            budget = self.queue_rate_budget(conn, queue)
+            budget = self.queue_rate_budget(conn, queue) if rated else None
             if budget is not None:
                 room = min(room, math.floor(budget))
             if room <= 0:

@@ -230,7 +230,7 @@ class Claiming:
                 conn,
                 queue,
                 limit_startable - len(jobs),
-                limits[queue],
+                *limits[queue],
                 self.worker_id,
                 self.lease_seconds,
             )

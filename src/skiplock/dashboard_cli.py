@@ -10,8 +10,7 @@ import click
 from .admin import dsn_option
 from .app import App
 from .app_loader import load_app
-from .errors import SchemaNotMigrated
-from .migrations import all_migrations
+from .migrations import check_migrated
 from .payload import check_schema_name
 
 DEFAULT_PORT = 8089
@@ -74,11 +73,9 @@ def command(
         )
     if dsn:
         app.use_dsn(dsn)
-    versions = [m.version for m in all_migrations()]
     missing = app.sync_client.pending_migrations()  # also: the server is reachable
     app.close()
-    if missing:
-        raise SchemaNotMigrated(app.schema, [] if missing == versions else missing)
+    check_migrated(app.schema, missing)
     token = token or new_token()
     try:  # bound here, so that a port in use is one clear error and port 0 can be printed
         listening = socket.create_server((host, port), family=_family(host))

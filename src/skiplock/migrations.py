@@ -7,11 +7,13 @@ recorded in the schema's ``migrations`` table; ``skiplock migrate --sql`` prints
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
 from psycopg import sql
 
+from .errors import SchemaNotMigrated
 from .sql import Queries
 
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
@@ -39,6 +41,14 @@ def all_migrations() -> list[Migration]:
     if versions != list(range(1, len(found) + 1)):
         raise RuntimeError(f"migrations must be numbered 1..n without gaps, found {versions}")
     return found
+
+
+def check_migrated(schema: str, missing: Sequence[int]) -> None:
+    """Refuse a schema that lacks migrations this version needs (``missing``, as the
+    ``migration_pending`` statement found them): all of them means the tables are not there."""
+    if missing:
+        every = [m.version for m in all_migrations()]
+        raise SchemaNotMigrated(schema, [] if list(missing) == every else missing)
 
 
 def render_sql(schema: str) -> str:

@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ._store_async import AsyncStore
 from .errors import SkiplockError
+from .rate_limit import describe
 
 log = logging.getLogger("skiplock.worker")
 
@@ -32,9 +34,8 @@ class QueueSettings:
         self.interval = interval
         self.on_resume = on_resume
         self.paused: set[str] = set()
-        # Queues claimed through the limited claim: their concurrency limit, None for a queue
-        # with only a rate limit.
-        self.limits: dict[str, int | None] = {}
+        # Queues claimed through the limited claim: (concurrency limit or None, rate-limited).
+        self.limits: dict[str, tuple[int | None, bool]] = {}
 
     async def run(self) -> None:
         while True:
@@ -54,7 +55,18 @@ class QueueSettings:
                 self.on_resume()
         self.paused = paused
         self.limits = {
-            name: limit
+            name: (limit, rated)
             for name, (_, limit, rated) in settings.items()
             if limit is not None or rated
         }
+
+
+def describe_settings(row: dict[str, Any]) -> str:
+    """A queue's settings in words, for a row of ``queue_status`` (``skiplock status``, the
+    dashboard): "paused", "at most N running", "at most N starts per Ps", or nothing."""
+    parts = ["paused"] if row["paused"] else []
+    if row["concurrency_limit"] is not None:
+        parts.append(f"at most {row['concurrency_limit']} running")
+    if row["rate_limit"] is not None:
+        parts.append(describe(row["rate_limit"], row["rate_period"]))
+    return ", ".join(parts)

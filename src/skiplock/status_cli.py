@@ -15,7 +15,7 @@ from rich.table import Table
 
 from .admin import console, dsn_option, emit_json, json_option, open_app, schema_option
 from .app import App
-from .rate_limit import describe
+from .queue_settings import describe_settings
 
 
 @click.command()
@@ -75,17 +75,6 @@ def status_table(rows: list[dict[str, Any]], schema: str) -> Table:
             *(str(row[c]) for c in columns),
             "-" if age is None else f"{age:.1f}s",
             str(row["finished_last_minute"]),
-            queue_settings_text(row),
+            describe_settings(row),
         )
     return table
-
-
-def queue_settings_text(row: dict[str, Any]) -> str:
-    """ "paused", "at most N running", "at most N starts per Ps", or nothing, for a row of
-    ``queue_status``."""
-    parts = ["paused"] if row["paused"] else []
-    if row["concurrency_limit"] is not None:
-        parts.append(f"at most {row['concurrency_limit']} running")
-    if row["rate_limit"] is not None:
-        parts.append(describe(row["rate_limit"], row["rate_period"]))
-    return ", ".join(parts)

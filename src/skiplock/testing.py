@@ -118,7 +118,8 @@ async def drain_async(
     names = list(queues) if queues else sorted({t.queue for t in app.tasks.values()})
     total = WorkerStats()
     for _ in range(max_rounds):
-        await app.async_client.make_scheduled_due(names, everything=with_scheduled)
+        if with_scheduled:  # (a burst worker promotes the jobs whose time has come itself)
+            await app.async_client.make_scheduled_due(names)
         worker = Worker(app, queues=names, concurrency=concurrency, prefetch=0, burst=True)
         stats = await worker.run()
         for field in fields(WorkerStats):

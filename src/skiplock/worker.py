@@ -37,7 +37,7 @@ from .capacity import Capacity
 from .claim_cursor import ClaimCursor
 from .claiming import Claiming
 from .completer import Completer
-from .errors import SchemaNotMigrated, SkiplockError
+from .errors import SkiplockError
 from .events import JobEvent, WorkerStats, new_worker_id
 from .heartbeat import Heartbeat
 from .held_slots import HeldSlots
@@ -47,7 +47,7 @@ from .leader import LeaderElector
 from .leased_slots import LeasedSlots, ParkedSlot
 from .listener import Listener
 from .maintenance import Maintenance
-from .migrations import all_migrations
+from .migrations import all_migrations, check_migrated
 from .payload import check_queue_name
 from .queue_settings import QueueSettings
 from .recycling import Recycling
@@ -249,8 +249,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
         versions = [m.version for m in all_migrations()]
         async with self._pool.connection() as conn:
             missing = await self.store.migration_pending(conn, versions)
-        if missing:
-            raise SchemaNotMigrated(self.app.schema, [] if missing == versions else missing)
+        check_migrated(self.app.schema, missing)
 
     # -- claiming ------------------------------------------------------------------------
 

@@ -114,9 +114,14 @@ def _unauthorized(request: Request) -> Response:
         "This skiplock dashboard needs its token: open the address `skiplock dashboard` "
         "printed (it ends in ?token=...), or send Authorization: Bearer <token>."
     )
+    return refusal(request, 401, text)
+
+
+def refusal(request: Request, status: int, text: str) -> Response:
+    """An error answer: JSON for ``/api``, plain text for the pages."""
     if request.url.path.startswith(f"{request.scope.get('root_path', '')}/api"):
-        return JSONResponse({"error": text}, status_code=401)
-    return PlainTextResponse(text, status_code=401)
+        return JSONResponse({"error": text}, status_code=status)
+    return PlainTextResponse(f"{status}: {text}", status_code=status)
 
 
 def _secured(response: Response) -> Response:

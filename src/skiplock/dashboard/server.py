@@ -11,12 +11,13 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
 from ..app import App
 from ..errors import DatabaseUnavailable, SchemaNotMigrated
-from .access import AccessMiddleware
+from ..queue_settings import describe_settings
+from .access import AccessMiddleware, refusal
 from .views import Views
 
 
@@ -34,6 +35,7 @@ def create_dashboard(app: App, *, token: str | None, read_only: bool = False) ->
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
+    environment.filters["queue_settings"] = describe_settings
     templates = Jinja2Templates(env=environment)
     views = Views(app, templates, read_only=read_only)
 
@@ -45,15 +47,15 @@ def create_dashboard(app: App, *, token: str | None, read_only: bool = False) ->
             await app.close_async()
 
     async def unavailable(request: Request, exc: Exception) -> Response:
-        return _error(request, 503, str(exc))
+        return refusal(request, 503, str(exc))
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return _error(request, 403, f"the database user may not do this ({first})")
+        return refusal(request, 403, f"the database user may not do this ({first})")
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        return _error(request, exc.status_code, exc.detail)
+        return refusal(request, exc.status_code, exc.detail)
 
     return Starlette(
         routes=views.routes(),
@@ -66,9 +68,3 @@ def create_dashboard(app: App, *, token: str | None, read_only: bool = False) ->
         },
         lifespan=lifespan,
     )
-
-
-def _error(request: Request, status: int, text: str) -> Response:
-    if request.url.path.startswith(f"{request.scope.get('root_path', '')}/api"):
-        return JSONResponse({"error": text}, status_code=status)
-    return PlainTextResponse(f"{status}: {text}", status_code=status)

@@ -15,11 +15,9 @@ WHERE task = %(task)s
 ORDER BY id;
 
 -- name: job_make_scheduled_due
--- Make the scheduled jobs of the queues %(queues)s due: those whose run_at has come (a worker's
--- leader would promote them within its poll interval), or with %(everything)s all of them now
--- (jobs enqueued with a delay, and retries waiting out their backoff).
+-- Make every scheduled job of the queues %(queues)s due now: jobs enqueued with a delay, and
+-- retries waiting out their backoff (those whose time has come already keep their run_at).
 UPDATE {jobs}
 SET status = 'pending', run_at = least(run_at, now())
 WHERE status = 'scheduled'
-  AND queue = ANY(%(queues)s::text[])
-  AND (%(everything)s OR run_at <= now());
+  AND queue = ANY(%(queues)s::text[]);
