@@ -21,7 +21,7 @@ from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name, check_schema_n
 from .periodic import PeriodicTask, Schedule
 from .retry import ExponentialBackoff, RetryPolicy
 from .sql import Queries
-from .task import Task, TaskSettings, WorkerModel
+from .task import ExceptionTypes, Task, TaskSettings, WorkerModel, exception_types
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -118,6 +118,8 @@ class App(JobAdmin):
         timeout: float | None = None,
         secret: Iterable[str] = (),
         store_result: bool = False,
+        retry_on: ExceptionTypes = Exception,
+        no_retry_on: ExceptionTypes = (),
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # mypy cannot match a ParamSpec bound only by the result
@@ -135,6 +137,8 @@ class App(JobAdmin):
         timeout: float | None = None,
         secret: Iterable[str] = (),
         store_result: bool = False,
+        retry_on: ExceptionTypes = Exception,
+        no_retry_on: ExceptionTypes = (),
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task; its keyword arguments are the job's JSON payload.
 
@@ -146,6 +150,9 @@ class App(JobAdmin):
         ``store_result`` keeps what the task returns (JSON, within ``max_payload_bytes``) on
         its done job, as ``Job.result`` (see :meth:`wait_for_job`); a return value that cannot
         be stored fails the attempt.  It needs finished jobs kept (completion keep or archive).
+        A failed attempt is retried (while attempts are left) when its exception is one of
+        ``retry_on`` (default: any) and none of ``no_retry_on``; otherwise, or when the task
+        raises :class:`Fail`, the job is ``failed`` at once.
         """
 
         def register(func: Callable[P, R]) -> Task[P, R]:
@@ -178,6 +185,8 @@ class App(JobAdmin):
                 timeout,
                 frozenset(secret),
                 store_result,
+                exception_types(retry_on, "retry_on"),
+                exception_types(no_retry_on, "no_retry_on"),
             )
             registered = Task(self, func, settings)
             self.tasks[task_name] = registered

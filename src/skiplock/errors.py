@@ -81,3 +81,21 @@ class Retry(Exception):
             raise ValueError("Retry delay must be >= 0 seconds")
         super().__init__(reason or f"retry requested in {delay:g}s")
         self.delay = delay
+
+
+class Fail(Exception):
+    """Raise in a task to fail its job for good now, whatever attempts it has left.
+
+    The job ends ``failed`` with this error (and the exception it was raised ``from``, if any)
+    recorded like any other; an admin can still retry it.  For errors that another attempt
+    cannot fix: the record it needs is gone, the input is invalid.
+    """
+
+
+class JobTimeout(Exception):
+    """The task ran longer than its ``timeout``; retried like any other failure (list it in
+    ``retry_on`` when that is given, to keep retrying timeouts)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the task ran longer than its timeout of {seconds:g}s and was stopped")
+        self.seconds = seconds

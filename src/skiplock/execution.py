@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from psycopg import AsyncConnection
 
-from .errors import Retry, UnknownTask
+from .errors import Fail, JobTimeout, Retry, UnknownTask
 from .job import Job
 from .payload import encode_result
 from .retry import ExponentialBackoff, RetryPolicy
@@ -22,14 +22,6 @@ from .task import JobContext, Task
 
 MAX_ERROR_CHARS = 16_000
 _UNKNOWN_TASK_RETRY = ExponentialBackoff()
-
-
-class JobTimeout(Exception):
-    """The task ran longer than its ``timeout``."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"the task ran longer than its timeout of {seconds:g}s and was stopped")
-        self.seconds = seconds
 
 
 @dataclass(frozen=True)
@@ -50,18 +42,39 @@ DONE = Outcome("done")  # the outcome of almost every job: made once
 
 
 def failure(
-    job: Job, exc: BaseException, policy: RetryPolicy, secret: Collection[str] = ()
+    job: Job,
+    exc: BaseException,
+    policy: RetryPolicy,
+    secret: Collection[str] = (),
+    give_up: str | None = None,
 ) -> Outcome:
     """The outcome of a failed attempt, with its error and traceback (secret payload values
-    replaced by ``***``)."""
+    replaced by ``***``): retried while attempts are left, unless ``give_up`` says why not."""
     text = redact("".join(traceback.format_exception(exc)), job.payload, secret)
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS // 2] + "\n[...]\n" + text[-MAX_ERROR_CHARS // 2 :]
     headline = redact(f"{type(exc).__name__}: {exc}", job.payload, secret)
-    error = f"{headline}\n\n{text}" if text.strip() != headline else headline
-    if job.attempts >= job.max_attempts:
+    note = ""
+    if give_up is not None:
+        note = f"\n\nnot retried: {give_up} (attempt {job.attempts} of {job.max_attempts})"
+    raised = exc.__traceback__ is not None or exc.__cause__ is not None
+    error = headline + note + (f"\n\n{text}" if raised and text.strip() != headline else "")
+    if give_up is not None or job.attempts >= job.max_attempts:
         return Outcome("failed", error=error)
     return Outcome("retry", delay=max(0.0, policy.delay(job.attempts)), error=error)
+
+
+def task_failure(job: Job, exc: BaseException, task: Task[Any, Any]) -> Outcome:
+    """A failed attempt of ``task``: retried or not as the task's settings say."""
+    settings = task.settings
+    give_up = None
+    if isinstance(exc, Fail):
+        give_up = "the task raised Fail"
+    elif isinstance(exc, settings.no_retry_on):
+        give_up = f"{type(exc).__name__} is in the task's no_retry_on"
+    elif not isinstance(exc, settings.retry_on):
+        give_up = f"{type(exc).__name__} is not in the task's retry_on"
+    return failure(job, exc, settings.retry, settings.secret, give_up)
 
 
 def redact(text: str, payload: Any, secret: Collection[str]) -> str:
@@ -150,8 +163,7 @@ async def run_job(
     except TimeoutError:
         if flag is not None:
             flag.set()  # a sync task cannot be interrupted: it is told instead
-        outcome = failure(job, JobTimeout(timeout), task.settings.retry, task.settings.secret)
-        return replace(outcome, timed_out=True)
+        return replace(task_failure(job, JobTimeout(timeout), task), timed_out=True)
 
 
 async def _call(
@@ -186,7 +198,7 @@ async def _call(
     except Retry as request:
         return Outcome("snooze", delay=request.delay)
     except Exception as exc:
-        return failure(job, exc, task.settings.retry, task.settings.secret)
+        return task_failure(job, exc, task)
     return DONE if result is None else Outcome("done", result=result)
 
 

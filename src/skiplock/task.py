@@ -7,12 +7,13 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, cast
 
 from psycopg import AsyncConnection
 
 from .caller_connection import AsyncCallerConnection, CallerConnection
 from .enqueue import EnqueueOptions
+from .errors import ConfigurationError
 from .job import Enqueued, Job
 from .retry import RetryPolicy
 
@@ -24,6 +25,7 @@ R = TypeVar("R")
 
 WorkerModel = Literal["lease", "held"]
 RESERVED_ARGUMENTS = frozenset({"conn"})
+ExceptionTypes = type[BaseException] | Iterable[type[BaseException]]
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,26 @@ class TaskSettings:
     timeout: float | None = None
     secret: frozenset[str] = frozenset()
     store_result: bool = False
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    no_retry_on: tuple[type[BaseException], ...] = ()
+
+
+def exception_types(value: ExceptionTypes, option: str) -> tuple[type[BaseException], ...]:
+    """An exception class or an iterable of them, as a tuple for ``isinstance``."""
+    found: tuple[object, ...]
+    if isinstance(value, (type, str)):
+        found = (value,)
+    else:
+        try:
+            found = tuple(value)
+        except TypeError:
+            found = (value,)
+    for cls in found:
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise ConfigurationError(
+                f"{option} takes exception classes (one, or a tuple of them), got {cls!r}"
+            )
+    return cast(tuple[type[BaseException], ...], found)
 
 
 class Task(Generic[P, R]):
