@@ -21,7 +21,14 @@ from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name, check_schema_n
 from .periodic import PeriodicTask, Schedule
 from .retry import ExponentialBackoff, RetryPolicy
 from .sql import Queries
-from .task import ExceptionTypes, Task, TaskSettings, WorkerModel, exception_types
+from .task import (
+    ExceptionTypes,
+    JobHook,
+    Task,
+    TaskSettings,
+    WorkerModel,
+    exception_types,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -69,6 +76,7 @@ class App(JobAdmin):
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodic_tasks: dict[str, PeriodicTask] = {}
         self.event_listeners: list[Callable[[JobEvent], None]] = []
+        self.job_hooks: list[JobHook] = []
         self.retention = dict(DEFAULT_RETENTION)
         for status, seconds in (retention or {}).items():
             if status not in DEFAULT_RETENTION:
@@ -229,6 +237,17 @@ class App(JobAdmin):
         exception it raises is logged, never the job's outcome."""
         self.event_listeners.append(listener)
         return listener
+
+    def around_job(self, hook: JobHook) -> JobHook:
+        """Register ``hook`` (usable as a decorator): called with each job a worker runs, it
+        returns a context manager that wraps the task's call, e.g. a tracing span, a logging
+        context, an error tracker's scope.  It is entered in the task's own thread for a sync
+        task (so context variables and thread-locals it sets reach the task), in the job's
+        asyncio task for an async one (keep it quick there; within ``ctx.conn``'s savepoint);
+        it sees the task's exception.  An exception it raises fails the attempt like the
+        task's own.  Hooks nest in the order they were registered, the first outermost."""
+        self.job_hooks.append(hook)
+        return hook
 
     def get_task(self, name: str) -> Task[Any, Any]:
         try:

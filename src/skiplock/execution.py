@@ -7,8 +7,9 @@ import functools
 import json
 import threading
 import traceback
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -18,10 +19,11 @@ from .errors import Fail, JobTimeout, Retry, UnknownTask
 from .job import Job
 from .payload import encode_result
 from .retry import ExponentialBackoff, RetryPolicy
-from .task import JobContext, Task
+from .task import JobContext, JobHook, Task
 
 MAX_ERROR_CHARS = 16_000
 _UNKNOWN_TASK_RETRY = ExponentialBackoff()
+NO_HOOKS: AbstractContextManager[object] = nullcontext()  # reusable: it holds no state
 
 
 @dataclass(frozen=True)
@@ -186,20 +188,50 @@ async def _call(
                 # roll back if it fails while the job row stays locked.  A task without the
                 # context cannot write there, and skips the savepoint's two round trips.
                 async with conn.transaction():
-                    value = await task.fn(*args, **job.payload)
+                    with hooked(job, task):
+                        value = await task.fn(*args, **job.payload)
                     # In the savepoint: a result that cannot be stored undoes the writes too.
                     result = stored_result(value, task)
             else:
-                result = stored_result(await task.fn(*args, **job.payload), task)
+                with hooked(job, task):
+                    value = await task.fn(*args, **job.payload)
+                result = stored_result(value, task)
         else:
             loop = asyncio.get_running_loop()
             call = functools.partial(task.fn, *args, **job.payload)
+            if task.app.job_hooks:
+                call = functools.partial(_call_hooked, job, task, call)
             result = stored_result(await loop.run_in_executor(executor, call), task)
     except Retry as request:
         return Outcome("snooze", delay=request.delay)
     except Exception as exc:
         return task_failure(job, exc, task)
     return DONE if result is None else Outcome("done", result=result)
+
+
+def hooked(job: Job, task: Task[Any, Any]) -> AbstractContextManager[object]:
+    """The app's job hooks (:meth:`App.around_job`) around one call of ``task``, the first
+    registered outermost."""
+    hooks = task.app.job_hooks
+    if not hooks:
+        return NO_HOOKS
+    if len(hooks) == 1:
+        return hooks[0](job)
+    return _nested(hooks, job)
+
+
+@contextmanager
+def _nested(hooks: list[JobHook], job: Job) -> Iterator[None]:
+    with ExitStack() as stack:
+        for hook in hooks:
+            stack.enter_context(hook(job))
+        yield
+
+
+def _call_hooked(job: Job, task: Task[Any, Any], call: Callable[[], Any]) -> Any:
+    """A sync task's call inside the hooks, in the task's thread."""
+    with hooked(job, task):
+        return call()
 
 
 def stored_result(value: Any, task: Task[Any, Any]) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, cast
@@ -26,6 +27,8 @@ R = TypeVar("R")
 WorkerModel = Literal["lease", "held"]
 RESERVED_ARGUMENTS = frozenset({"conn"})
 ExceptionTypes = type[BaseException] | Iterable[type[BaseException]]
+# Given the job a worker is about to run, a context manager to run its task in (App.around_job).
+JobHook = Callable[[Job], AbstractContextManager[object]]
 
 
 @dataclass(frozen=True)
