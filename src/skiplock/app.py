@@ -19,16 +19,9 @@ from .events import JobEvent
 from .job import Enqueued
 from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name, check_schema_name, check_task_name
 from .periodic import PeriodicTask, Schedule
-from .retry import ExponentialBackoff, RetryPolicy
+from .retry import RetryPolicy
 from .sql import Queries
-from .task import (
-    ExceptionTypes,
-    JobHook,
-    Task,
-    TaskSettings,
-    WorkerModel,
-    exception_types,
-)
+from .task import ExceptionTypes, JobHook, Task, WorkerModel, checked_settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -167,34 +160,20 @@ class App(JobAdmin):
             task_name = check_task_name(name or f"{func.__module__}.{func.__qualname__}")
             if task_name in self.tasks:
                 raise ConfigurationError(f"a task named {task_name!r} is already registered")
-            if model not in (None, "lease", "held"):
-                raise ConfigurationError(f"model must be 'lease' or 'held', got {model!r}")
-            options = EnqueueOptions(
-                queue=check_queue_name(queue or self.default_queue),
+            settings = checked_settings(
+                self,
+                task_name,
+                queue=queue,
                 priority=priority,
                 max_attempts=max_attempts,
-            )
-            build_job(task_name, {}, options, max_payload_bytes=self.max_payload_bytes)
-            if timeout is not None and not timeout > 0:
-                raise ConfigurationError(f"timeout must be > 0 seconds, got {timeout!r}")
-            if isinstance(secret, str):
-                raise ConfigurationError("secret must be a list of field names, not a string")
-            if store_result and self.completion == "delete":
-                raise ConfigurationError(
-                    f"task {task_name!r} stores its result, but this app deletes done jobs "
-                    "(completion='delete'): keep them (completion='keep' or 'archive')"
-                )
-            settings = TaskSettings(
-                task_name,
-                options,
-                retry or ExponentialBackoff(),
-                model,
-                pass_context,
-                timeout,
-                frozenset(secret),
-                store_result,
-                exception_types(retry_on, "retry_on"),
-                exception_types(no_retry_on, "no_retry_on"),
+                retry=retry,
+                model=model,
+                pass_context=pass_context,
+                timeout=timeout,
+                secret=secret,
+                store_result=store_result,
+                retry_on=retry_on,
+                no_retry_on=no_retry_on,
             )
             registered = Task(self, func, settings)
             self.tasks[task_name] = registered

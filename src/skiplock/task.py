@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, cas
 from psycopg import AsyncConnection
 
 from .caller_connection import AsyncCallerConnection, CallerConnection
-from .enqueue import EnqueueOptions
+from .enqueue import EnqueueOptions, build_job
 from .errors import ConfigurationError
 from .job import Enqueued, Job
-from .retry import RetryPolicy
+from .payload import check_queue_name
+from .retry import ExponentialBackoff, RetryPolicy
 
 if TYPE_CHECKING:
     from .app import App
@@ -77,6 +78,54 @@ def exception_types(value: ExceptionTypes, option: str) -> tuple[type[BaseExcept
                 f"{option} takes exception classes (one, or a tuple of them), got {cls!r}"
             )
     return cast(tuple[type[BaseException], ...], found)
+
+
+def checked_settings(
+    app: App,
+    name: str,
+    *,
+    queue: str | None,
+    priority: int,
+    max_attempts: int,
+    retry: RetryPolicy | None,
+    model: WorkerModel | None,
+    pass_context: bool,
+    timeout: float | None,
+    secret: Iterable[str],
+    store_result: bool,
+    retry_on: ExceptionTypes,
+    no_retry_on: ExceptionTypes,
+) -> TaskSettings:
+    """The settings of a task registered with :meth:`App.task`, each option checked."""
+    if model not in (None, "lease", "held"):
+        raise ConfigurationError(f"model must be 'lease' or 'held', got {model!r}")
+    options = EnqueueOptions(
+        queue=check_queue_name(queue or app.default_queue),
+        priority=priority,
+        max_attempts=max_attempts,
+    )
+    build_job(name, {}, options, max_payload_bytes=app.max_payload_bytes)
+    if timeout is not None and not timeout > 0:
+        raise ConfigurationError(f"timeout must be > 0 seconds, got {timeout!r}")
+    if isinstance(secret, str):
+        raise ConfigurationError("secret must be a list of field names, not a string")
+    if store_result and app.completion == "delete":
+        raise ConfigurationError(
+            f"task {name!r} stores its result, but this app deletes done jobs "
+            "(completion='delete'): keep them (completion='keep' or 'archive')"
+        )
+    return TaskSettings(
+        name,
+        options,
+        retry or ExponentialBackoff(),
+        model,
+        pass_context,
+        timeout,
+        frozenset(secret),
+        store_result,
+        exception_types(retry_on, "retry_on"),
+        exception_types(no_retry_on, "no_retry_on"),
+    )
 
 
 class Task(Generic[P, R]):
