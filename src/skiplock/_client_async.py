@@ -240,6 +240,12 @@ class AsyncClient:
         async with self.connection(conn) as c:
             return await self.store.queue_status(c)
 
+    async def list_workers(self, conn: AsyncConnection[Any] | None = None) -> list[dict[str, Any]]:
+        """The workers that reported themselves (see presence.py), oldest first; ``seen_ago``
+        is how many seconds ago each last did."""
+        async with self.connection(conn) as c:
+            return await self.store.worker_list(c)
+
     async def list_jobs(
         self,
         *,

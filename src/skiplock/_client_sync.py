@@ -233,6 +233,12 @@ class SyncClient:
         with self.connection(conn) as c:
             return self.store.queue_status(c)
 
+    def list_workers(self, conn: Connection[Any] | None = None) -> list[dict[str, Any]]:
+        """The workers that reported themselves (see presence.py), oldest first; ``seen_ago``
+        is how many seconds ago each last did."""
+        with self.connection(conn) as c:
+            return self.store.worker_list(c)
+
     def list_jobs(
         self,
         *,

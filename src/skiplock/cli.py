@@ -33,6 +33,7 @@ def main() -> None:
 admin.register(main)
 for extra in (
     status_cli.status,
+    status_cli.workers,
     doctor.command,
     roles.command,
     worker_cli.command,

@@ -56,6 +56,11 @@ class WorkerStats:
         "cancelled": "cancelled", "release": "released", "lost": "lost",
     }  # fmt: skip
 
+    @property
+    def finished(self) -> int:
+        """Attempts whose outcome was recorded (released and lost ones not counted)."""
+        return self.done + self.retried + self.failed + self.snoozed + self.cancelled
+
     def count(self, outcome: str) -> None:
         name = self._COUNTER[outcome]
         setattr(self, name, getattr(self, name) + 1)

@@ -1,5 +1,6 @@
 """Maintenance that one worker runs for everybody (the leader): promote due scheduled jobs,
-enqueue periodic ticks, prune finished jobs past their retention, reclaim expired leases.
+enqueue periodic ticks, prune finished jobs past their retention (and workers gone for an
+hour), reclaim expired leases.
 Reclaiming is also done by every other worker, so that the death of the leader itself does
 not hold up the recovery of its jobs."""
 
@@ -22,6 +23,7 @@ from .app import App
 from .enqueue import EnqueueOptions
 from .errors import SkiplockError
 from .leader import LeaderElector
+from .presence import GONE_AFTER
 
 log = logging.getLogger("skiplock.maintenance")
 
@@ -137,5 +139,6 @@ class Maintenance:
         pruned = await self.store.job_prune_by_retention(conn, self.app.retention)
         self.stats.pruned += sum(pruned.values())
         await self.store.job_held_starts_prune(conn)
+        await self.store.worker_prune_gone(conn, GONE_AFTER)
         if self.app.periodic_tasks:
             await self.store.periodic_prune_ticks(conn)

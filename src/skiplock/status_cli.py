@@ -1,4 +1,5 @@
-"""``skiplock status``: jobs per queue and state, once or (``--watch``) again and again."""
+"""``skiplock status``: jobs per queue and state, once or (``--watch``) again and again; and
+``skiplock workers``: the workers that run them."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import contextlib
 import json
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
@@ -15,6 +16,7 @@ from rich.table import Table
 
 from .admin import console, dsn_option, emit_json, json_option, open_app, schema_option
 from .app import App
+from .presence import SILENT_AFTER, is_silent
 from .queue_settings import describe_settings
 
 
@@ -78,3 +80,64 @@ def status_table(rows: list[dict[str, Any]], schema: str) -> Table:
             describe_settings(row),
         )
     return table
+
+
+@click.command()
+@dsn_option
+@schema_option
+@json_option
+def workers(dsn: str | None, schema: str, as_json: bool) -> None:
+    """The running workers: host, pid, queues, jobs running and finished, when last seen.
+
+    A worker reports itself every few seconds and removes itself when it stops; one that has
+    not reported for a while (killed, its host lost) is shown as silent until it is forgotten
+    an hour later.
+    """
+    with open_app(dsn, schema) as app:
+        rows = app.sync_client.list_workers()
+    for row in rows:
+        row["silent"] = is_silent(row["seen_ago"])
+    if as_json:
+        emit_json(rows)
+    elif not rows:
+        console().print(f"no worker has reported itself in schema {schema!r}")
+    else:
+        console().print(workers_table(rows, schema))
+
+
+def workers_table(rows: list[dict[str, Any]], schema: str) -> Table:
+    table = Table(
+        title=f"skiplock workers (schema {schema})",
+        caption=f"silent: not seen for over {SILENT_AFTER:g}s",
+    )
+    for column in ["worker", "queues", "model", "concurrency", "running", "finished", "up", "seen"]:
+        table.add_column(
+            column, justify="left" if column in ("worker", "queues", "model") else "right"
+        )
+    now = datetime.now(UTC)
+    for row in rows:
+        seen = f"{row['seen_ago']:.0f}s ago" + (" (silent)" if row["silent"] else "")
+        table.add_row(
+            row["id"],
+            ",".join(row["queues"]),
+            row["model"],
+            str(row["concurrency"]),
+            str(row["running"]),
+            str(row["finished"]),
+            duration(now - row["started_at"]),
+            f"[red]{seen}[/red]" if row["silent"] else seen,
+        )
+    return table
+
+
+def duration(elapsed: timedelta) -> str:
+    """``3d 4h``, ``2h 5m``, ``4m 10s``, ``12s``."""
+    seconds = max(0, int(elapsed.total_seconds()))
+    days, seconds = divmod(seconds, 86400)
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {seconds}s" if minutes else f"{seconds}s"

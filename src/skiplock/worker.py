@@ -49,6 +49,7 @@ from .listener import Listener
 from .maintenance import Maintenance
 from .migrations import all_migrations, check_migrated
 from .payload import check_queue_name
+from .presence import Presence
 from .queue_settings import QueueSettings
 from .recycling import Recycling
 from .running import RunningJob
@@ -210,8 +211,17 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
         self.settings = QueueSettings(
             self.store, self._pool, queues, self.poll_interval, on_resume=self._work_behind_cursor
         )
+        presence = Presence(
+            self.store,
+            self._pool,
+            self.worker_id,
+            queues=queues,
+            concurrency=self.concurrency,
+            model="held" if held else "lease",
+            counts=lambda: (len(self._running), self.stats.finished),
+        )
         self._completer.start()  # stopped apart from the others, below: it must not be cut short
-        services = [asyncio.create_task(heartbeat.run())]
+        services = [asyncio.create_task(heartbeat.run()), asyncio.create_task(presence.run())]
         services.append(asyncio.create_task(self.settings.run()))
         if not self.burst:
             services.append(asyncio.create_task(self.elector.run()))
@@ -237,6 +247,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
             await self._release_claim_connection()
             await self._completer.stop()
             await self.elector.resign()
+            await presence.forget()
             await self._pool.close(timeout=5.0)
             self._executor.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped: %s", self.worker_id, self.stats)

@@ -6,6 +6,7 @@ Each test writes a small task module into its tmp_path and runs
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -29,6 +30,7 @@ from skiplock.migrations import all_migrations
 pytestmark = pytest.mark.slow
 
 MODULE = '''
+import json
 import os
 import signal
 import time
@@ -340,3 +342,42 @@ def test_migrate_command_and_printed_sql_make_the_same_schema(pg_dsn: str, db: A
     finally:
         for schema in (applied, printed):
             db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def skiplock_workers(app: App, *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "skiplock", "workers", "--dsn", app.dsn, "--schema", app.schema,
+         *options],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+
+
+def test_skiplock_workers_lists_live_processes_and_keeps_a_killed_ones_row(
+    workdir: Path, app: App, db: Any
+) -> None:
+    def listed() -> list[dict[str, Any]]:
+        result = skiplock_workers(app, "--json")
+        assert result.returncode == 0, result.stderr
+        rows: list[dict[str, Any]] = json.loads(result.stdout)
+        return rows
+
+    empty = skiplock_workers(app)
+    assert empty.returncode == 0 and "no worker has reported itself" in empty.stdout
+    with worker_process(workdir, app, "--processes", "2", "--concurrency", "3", name="two") as w:
+        rows = wait_for(lambda: (r := listed()) and len(r) == 2 and r, 30, "two workers listed")
+        assert {(r["concurrency"], tuple(r["queues"]), r["silent"]) for r in rows} == {
+            (3, ("default",), False)
+        }
+        pids = {r["pid"] for r in rows}
+        assert len(pids) == 2 and w.proc.pid not in pids  # the supervisor's children
+        table = skiplock_workers(app)
+        assert table.returncode == 0 and all(r["id"] in table.stdout for r in rows)
+        w.proc.send_signal(signal.SIGTERM)
+        assert w.proc.wait(timeout=30) == 0, w.stderr
+    assert listed() == []  # each child removed its row as it stopped
+
+    with worker_process(workdir, app, name="killed") as w:
+        (row,) = wait_for(listed, 30, "the worker listed")
+        w.proc.kill()
+        w.proc.wait(timeout=30)
+    assert [r["id"] for r in listed()] == [row["id"]]  # left behind, to turn silent

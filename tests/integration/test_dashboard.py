@@ -88,6 +88,31 @@ def test_pages_show_queues_jobs_and_one_job_with_secret_fields_hidden(shop: App,
         assert f"line {mails[0]}" in with_error.text  # the whole error, traceback included
 
 
+def test_the_queues_page_and_the_api_list_the_workers(shop: App, db: Any) -> None:
+    with serving(shop) as base:
+        browser = Browser(base)
+        assert "No worker has reported itself." in browser.log_in().text
+        assert json.loads(browser.get("/api/workers").text) == []
+        for worker_id, ago in (("web-1:42:aa", 2), ("web-2:7:bb", 90)):
+            db.execute(
+                f'INSERT INTO "{shop.schema}".workers (id, host, pid, queues, concurrency, '
+                "model, version, seen_at, running, finished) VALUES (%s, 'h', 1, "
+                "'{emails,reports}', 8, 'lease', '0.1.0', now() - make_interval(secs => %s), "
+                "3, 1234)",
+                (worker_id, ago),
+            )
+        page = browser.get("/").text
+        rows = dict(re.findall(r"<td>(web-\d:\d+:\w+)</td>(.*?)</tr>", page, re.S))
+        assert set(rows) == {"web-1:42:aa", "web-2:7:bb"}
+        assert "emails, reports" in rows["web-1:42:aa"] and "1234" in rows["web-1:42:aa"]
+        assert "(silent)" in rows["web-2:7:bb"] and "(silent)" not in rows["web-1:42:aa"]
+        listed = json.loads(browser.get("/api/workers").text)
+        assert [(w["id"], w["silent"], w["running"]) for w in listed] == [
+            ("web-1:42:aa", False, 3), ("web-2:7:bb", True, 3),
+        ]  # fmt: skip
+        assert listed[0]["queues"] == ["emails", "reports"]
+
+
 def test_lists_page_by_id_and_the_api_says_where_the_next_page_starts(shop: App) -> None:
     ids = [e.id for e in shop.enqueue_many("report.build", [{"n": i} for i in range(61)])]
     with serving(shop) as base:

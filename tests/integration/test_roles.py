@@ -361,7 +361,7 @@ def test_worker_cannot_run_ddl_or_change_queue_settings(
     tables = db.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s", [schema]
     ).fetchone()
-    assert tables == (7,)
+    assert tables == (8,)
 
 
 def test_admin_manages_jobs_and_queues_and_doctor_sees_everything(
@@ -437,6 +437,7 @@ def test_viewer_reads_everything_and_changes_nothing(
         assert [j.id for j in viewer.sync_client.list_jobs()] == [pending, failed]
         assert viewer.sync_client.queue_status()[0]["paused"] is True
         assert viewer.sync_client.pending_migrations() == []
+        assert viewer.sync_client.list_workers() == []
         for change in (
             lambda: viewer.retry_job(failed),
             lambda: viewer.cancel_job(pending),

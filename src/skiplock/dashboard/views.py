@@ -23,6 +23,7 @@ from ..bulk import JobFilter
 from ..errors import IdempotencyConflict, InvalidName
 from ..job import Job, JobStatus
 from ..payload import check_queue_name, check_task_name
+from ..presence import is_silent
 from .access import checked_form
 
 PAGE_SIZE = 50
@@ -59,6 +60,7 @@ class Views:
             Route("/jobs", self.jobs, name="jobs"),
             Route("/jobs/{job_id:int}", self.job, name="job"),
             Route("/api/queues", self.api_queues),
+            Route("/api/workers", self.api_workers),
             Route("/api/jobs", self.api_jobs),
             Route("/api/jobs/{job_id:int}", self.api_job),
         ]
@@ -116,7 +118,22 @@ class Views:
     async def queues(self, request: Request) -> Response:
         rows = await self.client.queue_status()
         refresh = _int_param(request, "refresh")
-        return self._page(request, "queues.html", queues=rows, refresh=refresh and max(refresh, 2))
+        return self._page(
+            request,
+            "queues.html",
+            queues=rows,
+            workers=await self._workers(),
+            refresh=refresh and max(refresh, 2),
+        )
+
+    async def _workers(self) -> list[dict[str, Any]]:
+        """The workers table's rows, as JSON can carry them, each marked silent or not."""
+        rows = await self.client.list_workers()
+        for row in rows:
+            row["silent"] = is_silent(row["seen_ago"])
+            for name in ("started_at", "seen_at"):
+                row[name] = row[name].isoformat()
+        return rows
 
     async def jobs(self, request: Request) -> Response:
         filters, found = await self._listed(request)
@@ -141,6 +158,9 @@ class Views:
 
     async def api_queues(self, request: Request) -> Response:
         return JSONResponse(await self.client.queue_status())
+
+    async def api_workers(self, request: Request) -> Response:
+        return JSONResponse(await self._workers())
 
     async def api_jobs(self, request: Request) -> Response:
         _, found = await self._listed(request)

@@ -75,6 +75,7 @@ class Queries:
             "leaders": sql.Identifier(schema, "leaders"),
             "ticks": sql.Identifier(schema, "periodic_ticks"),
             "held_starts": sql.Identifier(schema, "held_starts"),
+            "workers": sql.Identifier(schema, "workers"),
             "channel": sql.Identifier(self.channel),
             "entity_key_running": sql.Identifier(schema, "entity_key_running"),
         }
