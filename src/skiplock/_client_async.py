@@ -244,7 +244,7 @@ class AsyncClient:
         """The workers that reported themselves (see presence.py), oldest first; ``seen_ago``
         is how many seconds ago each last did."""
         async with self.connection(conn) as c:
-            return await self.store.worker_list(c)
+            return await self.store.presence_list(c)
 
     async def list_jobs(
         self,

@@ -237,7 +237,7 @@ class SyncClient:
         """The workers that reported themselves (see presence.py), oldest first; ``seen_ago``
         is how many seconds ago each last did."""
         with self.connection(conn) as c:
-            return self.store.worker_list(c)
+            return self.store.presence_list(c)
 
     def list_jobs(
         self,

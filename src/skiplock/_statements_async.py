@@ -109,18 +109,18 @@ class AsyncStatements:
     async def leader_resign(self, conn: AsyncConnection[Any], role: str, holder: str) -> None:
         await self._rows(conn, "leader_resign", {"role": role, "holder": holder})
 
-    async def worker_report(self, conn: AsyncConnection[Any], params: dict[str, Any]) -> None:
+    async def presence_report(self, conn: AsyncConnection[Any], params: dict[str, Any]) -> None:
         """Upsert this worker's row (see presence.py for the parameters)."""
-        await self._rows(conn, "worker_report", params)
+        await self._rows(conn, "presence_report", params)
 
-    async def worker_forget(self, conn: AsyncConnection[Any], worker_id: str) -> None:
-        await self._rows(conn, "worker_forget", {"id": worker_id})
+    async def presence_forget(self, conn: AsyncConnection[Any], worker_id: str) -> None:
+        await self._rows(conn, "presence_forget", {"id": worker_id})
 
-    async def worker_prune_gone(self, conn: AsyncConnection[Any], older_than: float) -> int:
-        return len(await self._rows(conn, "worker_prune_gone", {"older_than": older_than}))
+    async def presence_prune_gone(self, conn: AsyncConnection[Any], older_than: float) -> int:
+        return len(await self._rows(conn, "presence_prune_gone", {"older_than": older_than}))
 
-    async def worker_list(self, conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
-        return await self._fetch(conn, "worker_list", {}, dict_row)
+    async def presence_list(self, conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
+        return await self._fetch(conn, "presence_list", {}, dict_row)
 
     async def periodic_prune_ticks(self, conn: AsyncConnection[Any]) -> None:
         await self._rows(conn, "periodic_prune_ticks", {})

@@ -102,18 +102,18 @@ class SyncStatements:
     def leader_resign(self, conn: Connection[Any], role: str, holder: str) -> None:
         self._rows(conn, "leader_resign", {"role": role, "holder": holder})
 
-    def worker_report(self, conn: Connection[Any], params: dict[str, Any]) -> None:
+    def presence_report(self, conn: Connection[Any], params: dict[str, Any]) -> None:
         """Upsert this worker's row (see presence.py for the parameters)."""
-        self._rows(conn, "worker_report", params)
+        self._rows(conn, "presence_report", params)
 
-    def worker_forget(self, conn: Connection[Any], worker_id: str) -> None:
-        self._rows(conn, "worker_forget", {"id": worker_id})
+    def presence_forget(self, conn: Connection[Any], worker_id: str) -> None:
+        self._rows(conn, "presence_forget", {"id": worker_id})
 
-    def worker_prune_gone(self, conn: Connection[Any], older_than: float) -> int:
-        return len(self._rows(conn, "worker_prune_gone", {"older_than": older_than}))
+    def presence_prune_gone(self, conn: Connection[Any], older_than: float) -> int:
+        return len(self._rows(conn, "presence_prune_gone", {"older_than": older_than}))
 
-    def worker_list(self, conn: Connection[Any]) -> list[dict[str, Any]]:
-        return self._fetch(conn, "worker_list", {}, dict_row)
+    def presence_list(self, conn: Connection[Any]) -> list[dict[str, Any]]:
+        return self._fetch(conn, "presence_list", {}, dict_row)
 
     def periodic_prune_ticks(self, conn: Connection[Any]) -> None:
         self._rows(conn, "periodic_prune_ticks", {})

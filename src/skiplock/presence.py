@@ -74,7 +74,7 @@ class Presence:
         running, finished = self.counts()
         try:
             async with self.pool.connection() as conn:
-                await self.store.worker_report(
+                await self.store.presence_report(
                     conn, {**self._row, "running": running, "finished": finished}
                 )
         except (psycopg.Error, SkiplockError) as exc:
@@ -84,6 +84,6 @@ class Presence:
         """Delete the row, at shutdown (a failure leaves it to turn silent, then be pruned)."""
         try:
             async with self.pool.connection() as conn:
-                await self.store.worker_forget(conn, self._row["id"])
+                await self.store.presence_forget(conn, self._row["id"])
         except (psycopg.Error, SkiplockError) as exc:
             log.warning("could not remove this worker from the workers table: %s", exc)

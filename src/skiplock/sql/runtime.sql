@@ -63,7 +63,7 @@ RETURNING holder;
 -- Give a role up at shutdown so another worker takes it at once.
 DELETE FROM {leaders} WHERE role = %(role)s AND holder = %(holder)s;
 
--- name: worker_report
+-- name: presence_report
 -- A running worker says it is alive, with what it runs now and has finished since it started.
 INSERT INTO {workers} AS w (id, host, pid, queues, concurrency, model, version, running, finished)
 VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(model)s, %(version)s,
@@ -71,15 +71,15 @@ VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(model)
 ON CONFLICT (id) DO UPDATE
 SET seen_at = now(), running = excluded.running, finished = excluded.finished;
 
--- name: worker_forget
+-- name: presence_forget
 -- A worker that stops removes its row.
 DELETE FROM {workers} WHERE id = %(id)s;
 
--- name: worker_prune_gone
+-- name: presence_prune_gone
 -- Forget workers not seen for %(older_than)s seconds (killed without removing their row).
 DELETE FROM {workers} WHERE seen_at < now() - make_interval(secs => %(older_than)s) RETURNING id;
 
--- name: worker_list
+-- name: presence_list
 -- Every worker with a row, oldest first, and how many seconds ago each last reported.
 SELECT id, host, pid, queues, concurrency, model, version, started_at, seen_at, running, finished,
        extract(epoch FROM now() - seen_at)::float8 AS seen_ago
