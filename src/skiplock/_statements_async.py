@@ -24,6 +24,7 @@ from .bulk import JobFilter
 from .database import translate
 from .errors import IdempotencyConflict, SchemaNotMigrated
 from .job import Job
+from .presence import SILENT_AFTER
 from .sql import Queries
 
 TUPLES_OK = ExecStatus.TUPLES_OK
@@ -226,7 +227,7 @@ class AsyncStatements:
         return len(await self._rows(conn, "job_request_cancel_many", jobs.params()))
 
     async def queue_status(self, conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
-        return await self._fetch(conn, "queue_status", {}, dict_row)
+        return await self._fetch(conn, "queue_status", {"silent": SILENT_AFTER}, dict_row)
 
     async def job_list(
         self,

@@ -25,6 +25,7 @@ from .bulk import JobFilter
 from .database import translate
 from .errors import IdempotencyConflict, SchemaNotMigrated
 from .job import Job
+from .presence import SILENT_AFTER
 from .sql import Queries
 
 TUPLES_OK = ExecStatus.TUPLES_OK
@@ -219,7 +220,7 @@ class SyncStatements:
         return len(self._rows(conn, "job_request_cancel_many", jobs.params()))
 
     def queue_status(self, conn: Connection[Any]) -> list[dict[str, Any]]:
-        return self._fetch(conn, "queue_status", {}, dict_row)
+        return self._fetch(conn, "queue_status", {"silent": SILENT_AFTER}, dict_row)
 
     def job_list(
         self,

@@ -13,6 +13,9 @@ finding is at or above ``--fail-on`` (default ``warn``), else 0; it cannot conne
 - ``autovacuum``: autovacuum is on for the server (``warn`` when off);
 - ``dead_tuples``: per queue table, dead rows at least ``dead_tuples`` and ``dead_ratio`` of
   the live ones (``fail`` when more dead than live), or autovacuum disabled on the table;
+- ``workers``: every queue with due jobs has a live worker (one that reported itself in the
+  ``workers`` table within ``SILENT_AFTER`` seconds), and no silent worker still has jobs
+  running under its name;
 - ``expired_leases``: running jobs whose lease ran out more than ``lease_grace`` seconds ago:
   nobody reclaims them (the maintenance leader does, every few seconds);
 - ``claim_index``: ``jobs_claim_idx`` exists, is valid, and is not bloated: bloated means at

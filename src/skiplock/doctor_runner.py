@@ -50,6 +50,7 @@ class Doctor:
             findings += self._guard("xmin_horizon", lambda: self.check_xmin_horizon(conn))
             if tables:
                 findings += self._guard("dead_tuples", lambda: self.check_dead_tuples(conn))
+                findings += self._guard("workers", lambda: [self.check_workers(conn)])
                 findings += self._guard("expired_leases", lambda: [self.check_expired_leases(conn)])
                 findings += self._guard("claim_index", lambda: self.check_claim_index(conn))
                 findings += self._guard("retention", lambda: [self.check_retention(conn)])
@@ -81,6 +82,9 @@ class Doctor:
 
     def check_dead_tuples(self, conn: Connection[Any]) -> list[Finding]:
         return doctor_vacuum.check_dead_tuples(self, conn)
+
+    def check_workers(self, conn: Connection[Any]) -> Finding:
+        return doctor_upkeep.check_workers(self, conn)
 
     def check_expired_leases(self, conn: Connection[Any]) -> Finding:
         return doctor_upkeep.check_expired_leases(self, conn)

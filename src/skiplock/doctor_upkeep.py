@@ -1,6 +1,7 @@
 """``skiplock doctor``'s checks of what skiplock's own upkeep keeps in order: ``schema`` (the
-migrations), ``expired_leases`` (the maintenance leader's reclaims) and ``retention`` (its
-pruning).  Each takes the :class:`~skiplock.doctor_runner.Doctor` that runs it."""
+migrations), ``workers`` (a live worker for every queue with due jobs), ``expired_leases``
+(the maintenance leader's reclaims) and ``retention`` (its pruning).  Each takes the
+:class:`~skiplock.doctor_runner.Doctor` that runs it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from psycopg import Connection
 
 from .doctor_findings import COUNT_CAP, Finding, duration
 from .migrations import all_migrations
+from .presence import SILENT_AFTER
 
 if TYPE_CHECKING:
     from .doctor_runner import Doctor
@@ -36,6 +38,46 @@ def check_schema(doctor: Doctor, conn: Connection[Any]) -> Finding:
             {"pending": pending},
         )
     return Finding("schema", "ok", f"schema {doctor.schema!r} is at migration {versions[-1]:04d}")
+
+
+def check_workers(doctor: Doctor, conn: Connection[Any]) -> Finding:
+    unserved = doctor.rows(
+        conn, "doctor_queues_without_workers", silent=SILENT_AFTER, cap=COUNT_CAP
+    )
+    workers = doctor.rows(conn, "doctor_workers", silent=SILENT_AFTER)
+    live = [w for w in workers if w["live"]]
+    silent = [w for w in workers if not w["live"]]
+    details = {"live": len(live), "silent": silent, "queues_without_workers": unserved}
+    problems = [
+        f"{r['queue']} has {r['n']} due job(s), the oldest waiting {duration(r['oldest_seconds'])}"
+        f", and no live worker"
+        for r in unserved
+    ]
+    problems += [
+        f"worker {w['id']} stopped reporting {duration(w['seen_ago'])} ago with "
+        f"{w['running']} job(s) still running under its name"
+        for w in silent
+        if w["running"]
+    ]
+    quiet = len(silent) - sum(1 for w in silent if w["running"])
+    note = f"; {quiet} silent worker row(s) without jobs, pruned after an hour" if quiet else ""
+    if not problems:
+        return Finding(
+            "workers",
+            "ok",
+            f"{len(live)} live worker(s); every queue with due jobs has one{note}",
+            "",
+            details,
+        )
+    return Finding(
+        "workers",
+        "warn",
+        "; ".join(problems) + note,
+        "start workers for those queues (`skiplock worker APP`, or `--queues`; `skiplock "
+        "workers` lists the running ones); a silent worker's leased jobs are requeued when "
+        "their leases expire, its held-lock jobs when the server drops its connection",
+        details,
+    )
 
 
 def check_expired_leases(doctor: Doctor, conn: Connection[Any]) -> Finding:

@@ -16,13 +16,15 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from ._store_async import AsyncStore
 from .errors import SkiplockError
+
+if TYPE_CHECKING:
+    from ._store_async import AsyncStore
 
 log = logging.getLogger("skiplock.worker")
 

@@ -69,7 +69,7 @@ def status_table(rows: list[dict[str, Any]], schema: str) -> Table:
         caption=f"at {datetime.now().astimezone():%H:%M:%S}",
     )
     columns = ["queue", "pending", "scheduled", "running", "failed", "done", "cancelled"]
-    for column in [*columns, "oldest due", "finished/min", "settings"]:
+    for column in [*columns, "oldest due", "finished/min", "workers", "settings"]:
         table.add_column(column, justify="left" if column in ("queue", "settings") else "right")
     for row in rows:
         age = row["oldest_pending_seconds"]
@@ -77,6 +77,7 @@ def status_table(rows: list[dict[str, Any]], schema: str) -> Table:
             *(str(row[c]) for c in columns),
             "-" if age is None else f"{age:.1f}s",
             str(row["finished_last_minute"]),
+            str(row["workers"]) if row["workers"] or not row["pending"] else "[red]0[/red]",
             describe_settings(row),
         )
     return table

@@ -141,6 +141,31 @@ def test_status_json_counts_match_the_table_and_the_table_names_every_queue(
     assert missing.err.startswith("error:") and len(missing.err.strip().splitlines()) == 1
 
 
+def test_status_counts_the_live_workers_of_each_queue(tasks: App, db: Any) -> None:
+    app = tasks
+    app.enqueue_many("mail.send", [{"to": "a"}, {"to": "b"}])
+    app.enqueue("video.encode", {"n": 1})
+    for worker_id, queues, ago in (
+        ("live-1", "{emails,idle_but_served}", 1),
+        ("live-2", "{emails}", 3),
+        ("killed", "{video_transcoding_high}", 600),
+    ):
+        db.execute(
+            f'INSERT INTO "{app.schema}".workers (id, host, pid, queues, concurrency, model, '
+            "version, seen_at) VALUES (%s, 'h', 1, %s, 1, 'lease', '0', "
+            "now() - make_interval(secs => %s))",
+            (worker_id, queues, ago),
+        )
+    as_json, table = run_all(app, ["status", "--json"], ["status"])
+    rows = {r["queue"]: r for r in json.loads(as_json.out)}
+    assert {q: r["workers"] for q, r in rows.items()} == {
+        "emails": 2, "idle_but_served": 1, "video_transcoding_high": 0,
+    }  # fmt: skip
+    assert rows["idle_but_served"]["pending"] == 0
+    line = next(x for x in table.out.splitlines() if "video_transcoding_high" in x)
+    assert re.search(r"│\s+0\s+│", line), line  # due jobs and no worker: shown (in red)
+
+
 def test_status_watch_shows_the_counts_again_until_interrupted(tasks: App) -> None:
     app = tasks
     app.enqueue_many("mail.send", [{"to": "a"}, {"to": "b"}])

@@ -111,6 +111,8 @@ def test_the_queues_page_and_the_api_list_the_workers(shop: App, db: Any) -> Non
             ("web-1:42:aa", False, 3), ("web-2:7:bb", True, 3),
         ]  # fmt: skip
         assert listed[0]["queues"] == ["emails", "reports"]
+        queues = json.loads(browser.get("/api/queues").text)
+        assert {q["queue"]: q["workers"] for q in queues} == {"emails": 1, "reports": 1}
 
 
 def test_lists_page_by_id_and_the_api_says_where_the_next_page_starts(shop: App) -> None:

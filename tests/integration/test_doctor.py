@@ -81,7 +81,7 @@ def test_fresh_schema_is_healthy_and_exits_0(pg_dsn: str, schema: str, db: Any) 
     report = json.loads(result.stdout)
     by_check = {f["check"]: f for f in report["findings"]}
     expected = {
-        "schema", "xmin_horizon", "autovacuum", "dead_tuples", "expired_leases",
+        "schema", "xmin_horizon", "autovacuum", "dead_tuples", "workers", "expired_leases",
         "claim_index", "retention", "listen", "connections",
     }  # fmt: skip
     assert set(by_check) == expected, result.stdout
@@ -273,6 +273,54 @@ def test_a_few_dead_tuples_are_not_reported(pg_dsn: str, schema: str, db: Any) -
 
 
 # -- leases --------------------------------------------------------------------------------
+
+
+def test_queues_with_due_jobs_and_no_live_worker_are_reported(app: App, db: Any) -> None:
+    @app.task(name="mail", queue="mail")
+    def mail() -> None: ...
+
+    @app.task(name="video", queue="video")
+    def video() -> None: ...
+
+    def add_worker(worker_id: str, queues: str, ago: float) -> None:
+        db.execute(
+            sql.SQL(
+                "INSERT INTO {} (id, host, pid, queues, concurrency, model, version, seen_at) "
+                "VALUES (%s, 'h', 1, %s, 1, 'lease', '0', now() - make_interval(secs => %s))"
+            ).format(table(app.schema, "workers")),
+            (worker_id, queues, ago),
+        )
+
+    assert findings(app.dsn, app.schema)["workers"].status == "ok"  # nothing due, no worker
+    mail.enqueue()
+    mail.enqueue()
+    video.with_options(delay=3600).enqueue()  # scheduled, not due: needs no worker yet
+    found = findings(app.dsn, app.schema)["workers"]
+    assert found.status == "warn", found
+    assert found.message.startswith("mail has 2 due job(s)") and "video" not in found.message
+    assert "skiplock worker" in found.fix
+
+    add_worker("silent-one", "{mail}", 120)  # a killed worker does not serve the queue
+    assert "mail has 2 due" in findings(app.dsn, app.schema)["workers"].message
+    add_worker("live-one", "{mail,video}", 1)
+    served = findings(app.dsn, app.schema)["workers"]
+    assert served.status == "ok", served
+    assert "1 live worker(s)" in served.message and "1 silent worker row(s)" in served.message
+
+    # A silent worker with jobs still running under its name: its jobs wait for their leases.
+    job_id = mail.enqueue().id
+    db.execute(
+        sql.SQL(
+            "UPDATE {} SET status = 'running', locked_by = 'silent-one', attempts = 1, "
+            "locked_until = now() + interval '30 seconds' WHERE id = %s"
+        ).format(table(app.schema, "jobs")),
+        (job_id,),
+    )
+    stuck = findings(app.dsn, app.schema)["workers"]
+    assert stuck.status == "warn"
+    assert "worker silent-one stopped reporting" in stuck.message
+    assert "1 job(s) still running under its name" in stuck.message
+    assert [w["id"] for w in stuck.details["silent"]] == ["silent-one"]
 
 
 def test_expired_leases_are_reported(app: App, db: Any) -> None:

@@ -38,7 +38,7 @@ SELECT s.relname::text AS relname, s.n_live_tup, s.n_dead_tup,
 FROM pg_stat_user_tables AS s
 JOIN pg_class AS c ON c.oid = s.relid
 WHERE s.schemaname = %(schema)s
-  AND s.relname IN ('jobs', 'jobs_archive', 'queues', 'leaders', 'periodic_ticks')
+  AND s.relname IN ('jobs', 'jobs_archive', 'queues', 'leaders', 'periodic_ticks', 'workers')
 ORDER BY s.relname;
 
 -- name: doctor_expired_leases
@@ -50,6 +50,34 @@ SELECT count(*) AS n,
 FROM {jobs}
 WHERE status = 'running'
   AND locked_until < now() - make_interval(secs => %(grace)s);
+
+-- name: doctor_queues_without_workers
+-- Queues with due jobs that no live worker (one that reported within %(silent)s seconds)
+-- claims from: how many due jobs (counted up to %(cap)s in all) and the oldest one's age.
+WITH served AS (
+    SELECT coalesce(array_agg(DISTINCT q.queue), ARRAY[]::text[]) AS queues
+    FROM {workers} AS w, unnest(w.queues) AS q(queue)
+    WHERE w.seen_at > now() - make_interval(secs => %(silent)s)
+)
+SELECT due.queue, count(*) AS n, max(due.age) AS oldest_seconds
+FROM (
+    SELECT j.queue, extract(epoch FROM now() - j.run_at)::float8 AS age
+    FROM {jobs} AS j, served
+    WHERE j.status = 'pending' AND j.queue <> ALL(served.queues)
+    LIMIT %(cap)s
+) AS due
+GROUP BY due.queue
+ORDER BY due.queue;
+
+-- name: doctor_workers
+-- Every worker row: live (reported within %(silent)s seconds) or silent, how long ago it
+-- reported, and the jobs still running under its name.
+SELECT w.id, w.seen_at > now() - make_interval(secs => %(silent)s) AS live,
+       extract(epoch FROM now() - w.seen_at)::float8 AS seen_ago,
+       (SELECT count(*) FROM {jobs} AS j
+        WHERE j.status = 'running' AND j.locked_by = w.id) AS running
+FROM {workers} AS w
+ORDER BY w.seen_at DESC;
 
 -- name: doctor_maintenance_leader
 -- The worker holding the maintenance role and the seconds until its lease on the role ends

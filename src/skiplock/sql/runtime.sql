@@ -121,8 +121,9 @@ RETURNING j.id;
 
 -- name: queue_status
 -- Per queue: pending (due), scheduled, running, failed, done, age of the oldest due job in
--- seconds, jobs finished in the last minute, and its settings (paused, concurrency limit, rate
--- limit); a queue with settings but no jobs is listed with zero counts.
+-- seconds, jobs finished in the last minute, its settings (paused, concurrency limit, rate
+-- limit) and the live workers that claim from it (reported within %(silent)s seconds); a
+-- queue with settings or workers but no jobs is listed with zero counts.
 WITH counts AS (
     SELECT queue,
            count(*) FILTER (WHERE status = 'pending') AS pending,
@@ -137,15 +138,22 @@ WITH counts AS (
                               AND finished_at > now() - interval '1 minute') AS finished_last_minute
     FROM {jobs}
     GROUP BY queue
+), served AS (
+    SELECT served.queue, count(*) AS workers
+    FROM {workers} AS w, unnest(w.queues) AS served(queue)
+    WHERE w.seen_at > now() - make_interval(secs => %(silent)s)
+    GROUP BY served.queue
 )
-SELECT coalesce(c.queue, q.name) AS queue,
+SELECT coalesce(c.queue, q.name, s.queue) AS queue,
        coalesce(c.pending, 0) AS pending, coalesce(c.scheduled, 0) AS scheduled,
        coalesce(c.running, 0) AS running, coalesce(c.failed, 0) AS failed,
        coalesce(c.done, 0) AS done, coalesce(c.cancelled, 0) AS cancelled,
        c.oldest_pending_seconds, coalesce(c.finished_last_minute, 0) AS finished_last_minute,
-       coalesce(q.paused, false) AS paused, q.concurrency_limit, q.rate_limit, q.rate_period
+       coalesce(q.paused, false) AS paused, q.concurrency_limit, q.rate_limit, q.rate_period,
+       coalesce(s.workers, 0) AS workers
 FROM counts AS c
 FULL JOIN {queues} AS q ON q.name = c.queue
+FULL JOIN served AS s ON s.queue = coalesce(c.queue, q.name)
 ORDER BY 1;
 
 -- name: job_spend_rolled_back_attempt
