@@ -13,7 +13,15 @@ from ._store_sync import SyncStore
 from .app_admin import JobAdmin
 from .caller_connection import AsyncCallerConnection, CallerConnection
 from .database import check_dsn, prepared_statements_setting, resolve_dsn
-from .enqueue import EnqueueOptions, NewJob, NewJobs, build_job, build_jobs
+from .enqueue import (
+    EnqueueOptions,
+    MetaProvider,
+    NewJob,
+    NewJobs,
+    build_job,
+    build_jobs,
+    with_provided_meta,
+)
 from .errors import ConfigurationError, UnknownTask
 from .events import JobEvent
 from .job import Enqueued
@@ -70,6 +78,7 @@ class App(JobAdmin):
         self.periodic_tasks: dict[str, PeriodicTask] = {}
         self.event_listeners: list[Callable[[JobEvent], None]] = []
         self.job_hooks: list[JobHook] = []
+        self.meta_providers: list[MetaProvider] = []
         self.retention = dict(DEFAULT_RETENTION)
         for status, seconds in (retention or {}).items():
             if status not in DEFAULT_RETENTION:
@@ -228,6 +237,14 @@ class App(JobAdmin):
         self.job_hooks.append(hook)
         return hook
 
+    def enqueue_meta(self, provider: MetaProvider) -> MetaProvider:
+        """Register ``provider`` (usable as a decorator): called at every enqueue through this
+        app, in the caller's thread, what it returns is added to each job's ``meta`` (keys
+        given to the enqueue itself win), e.g. the current trace context or request id, for
+        :meth:`around_job` hooks to take up in the worker."""
+        self.meta_providers.append(provider)
+        return provider
+
     def get_task(self, name: str) -> Task[Any, Any]:
         try:
             return self.tasks[name]
@@ -240,6 +257,8 @@ class App(JobAdmin):
         """Validate jobs of a registered task; nothing is written if any one is invalid."""
         task = self.get_task(task_name)
         merged = task.settings.options.merged(options)
+        if self.meta_providers:
+            merged = with_provided_meta(merged, self.meta_providers)
         return build_jobs(task_name, payloads, merged, max_payload_bytes=self.max_payload_bytes)
 
     def build_job(
@@ -248,6 +267,8 @@ class App(JobAdmin):
         """Validate one job of a registered task, as a row of its own (for mixed batches)."""
         task = self.get_task(task_name)
         merged = task.settings.options.merged(options)
+        if self.meta_providers:
+            merged = with_provided_meta(merged, self.meta_providers)
         return build_job(task_name, payload, merged, max_payload_bytes=self.max_payload_bytes)
 
     # -- enqueue by task name ------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,6 +14,7 @@ from .payload import (
     check_priority,
     check_queue_name,
     check_task_name,
+    encode_meta,
     encode_payload,
     encode_payloads,
 )
@@ -30,6 +31,7 @@ class EnqueueOptions:
     max_attempts: int | None = None
     entity_key: str | None = None
     idempotency_key: str | None = None
+    meta: Mapping[str, Any] | None = None  # merged key by key, the later option's keys winning
 
     def merged(self, other: EnqueueOptions) -> EnqueueOptions:
         """These options with every option ``other`` sets taking precedence."""
@@ -44,10 +46,36 @@ class EnqueueOptions:
             self.max_attempts if other.max_attempts is None else other.max_attempts,
             self.entity_key if other.entity_key is None else other.entity_key,
             self.idempotency_key if other.idempotency_key is None else other.idempotency_key,
+            merged_meta(self.meta, other.meta),
         )
 
 
 NO_OPTIONS = EnqueueOptions()
+
+
+def merged_meta(
+    first: Mapping[str, Any] | None, then: Mapping[str, Any] | None
+) -> Mapping[str, Any] | None:
+    """Two metas as one, the keys of ``then`` winning."""
+    if not then:
+        return first
+    if not first:
+        return then
+    return {**first, **then}
+
+
+MetaProvider = Callable[[], Mapping[str, Any] | None]
+
+
+def with_provided_meta(
+    options: EnqueueOptions, providers: Sequence[MetaProvider]
+) -> EnqueueOptions:
+    """``options`` with what the app's meta providers (:meth:`App.enqueue_meta`) give now
+    under the meta it already has (an explicit key wins)."""
+    provided: dict[str, Any] = {}
+    for provider in providers:
+        provided.update(provider() or {})
+    return replace(options, meta=merged_meta(provided, options.meta))
 
 
 @dataclass(frozen=True)
@@ -63,6 +91,7 @@ class NewJob:
     max_attempts: int
     entity_key: str | None
     idempotency_key: str | None
+    meta: str | None = None  # JSON text
 
 
 def check_options(task: str, options: EnqueueOptions) -> dict[str, Any]:
@@ -92,6 +121,7 @@ def check_options(task: str, options: EnqueueOptions) -> dict[str, Any]:
         "max_attempts": check_max_attempts(options.max_attempts),
         "entity_key": options.entity_key,
         "idempotency_key": options.idempotency_key,
+        "meta": encode_meta(options.meta, task=task),
     }
 
 
@@ -127,6 +157,7 @@ class NewJobs:
     payloads: str
     count: int
     first_payload: str
+    meta: str | None = None  # JSON text, shared by the jobs
 
     @classmethod
     def repeated(cls, job: NewJob, count: int) -> NewJobs:
@@ -147,6 +178,7 @@ class NewJobs:
             "max_attempts": self.max_attempts,
             "entity_key": self.entity_key,
             "idempotency_key": self.idempotency_key,
+            "meta": self.meta,
             "payloads": self.payloads,
             "payload": self.first_payload,
             "channel": channel,
@@ -192,6 +224,7 @@ def insert_params(jobs: Sequence[NewJob], channel: str) -> dict[str, Any]:
         "max_attempts": [j.max_attempts for j in jobs],
         "entity_key": [j.entity_key for j in jobs],
         "idempotency_key": [j.idempotency_key for j in jobs],
+        "meta": [j.meta for j in jobs],
         "channel": channel,
     }
 

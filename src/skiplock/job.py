@@ -53,6 +53,7 @@ class Job:
     entity_key: str | None
     idempotency_key: str | None
     created_at: datetime
+    meta: dict[str, Any] | None = None  # set at enqueue, not passed to the task (see App.task)
     last_error: str | None = None
     finished_at: datetime | None = None
     result: Any = None  # what the task returned, for tasks with store_result=True

@@ -13,6 +13,7 @@ from typing import Any
 from .errors import InvalidName, InvalidPayload
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_META_BYTES = 8 * 1024  # a job's meta, as JSON
 
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$")
 _TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
@@ -66,6 +67,20 @@ def encode_payload(payload: Mapping[str, Any], *, max_bytes: int, task: str) -> 
         f"payload of task {task!r}",
         max_bytes,
         "store large data elsewhere and pass a reference (or raise App(max_payload_bytes=...))",
+    )
+
+
+def encode_meta(meta: Mapping[str, Any] | None, *, task: str) -> str | None:
+    """A job's meta as JSON text (None when there is none), or :class:`InvalidPayload`."""
+    if meta is None or (isinstance(meta, Mapping) and not meta):
+        return None
+    if not isinstance(meta, Mapping) or not all(isinstance(k, str) for k in meta):
+        raise InvalidPayload(f"meta of a job of task {task!r} must be a mapping with str keys")
+    return _encode_checked(
+        dict(meta),
+        f"meta of a job of task {task!r}",
+        MAX_META_BYTES,
+        "meta is for small values (trace context, request ids, tags): put data in the payload",
     )
 
 

@@ -168,10 +168,13 @@ class Task(Generic[P, R]):
         max_attempts: int | None = None,
         entity_key: str | None = None,
         idempotency_key: str | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> TaskCall:
-        """A handle that enqueues this task with these options instead of the task's defaults."""
+        """A handle that enqueues this task with these options instead of the task's defaults.
+        ``meta`` (a small JSON object) travels with the job without being passed to the task:
+        ``job.meta`` in :meth:`App.around_job` hooks and ``ctx.job.meta``."""
         options = EnqueueOptions(
-            queue, priority, run_at, delay, max_attempts, entity_key, idempotency_key
+            queue, priority, run_at, delay, max_attempts, entity_key, idempotency_key, meta
         )
         return TaskCall(self, self.settings.options.merged(options))
 

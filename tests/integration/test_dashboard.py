@@ -77,6 +77,9 @@ def test_pages_show_queues_jobs_and_one_job_with_secret_fields_hidden(shop: App,
 
         one = browser.get(f"/jobs/{mails[1]}")
         assert one.status == 200 and "u1@example.com" in one.text
+        assert "<h2>Meta</h2>" not in one.text  # none given
+        traced = shop.enqueue("report.build", {"n": 3}, meta={"traceparent": "00-f00d-01"}).id
+        assert '"traceparent": "00-f00d-01"' in browser.get(f"/jobs/{traced}").text
         assert SECRET not in one.text and '"password": "***"' in one.text
         api = json.loads(browser.get(f"/api/jobs/{mails[1]}").text)
         assert api["payload"] == {"to": "u1@example.com", "password": "***"}

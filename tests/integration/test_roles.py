@@ -158,6 +158,7 @@ def test_producer_and_workers_run_under_their_roles(
         ids.append(producer.enqueue("quick", {"n": 101}, delay=0.3).id)
         ids.append(asyncio.run(producer.enqueue_async("quick", {"n": 102})).id)
         ids.append(producer.enqueue("quick", {"n": 103}, entity_key="customer-7").id)
+        ids.append(producer.enqueue("quick", {"n": 104}, meta={"trace": "00-ab-01"}).id)
         flaky_id = producer.enqueue("flaky").id
         snoozer_id = producer.enqueue("snoozer").id
         limited_ids = [e.id for e in producer.enqueue_many("limited", [{"n": i} for i in range(4)])]

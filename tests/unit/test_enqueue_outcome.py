@@ -186,11 +186,33 @@ def test_merged_with_empty_options_is_unchanged_and_covers_every_field() -> None
         "max_attempts": 2,
         "entity_key": "e",
         "idempotency_key": "i",
+        "meta": {"trace": "t"},
     }
     assert {f.name for f in fields(EnqueueOptions)} == set(values)
     full = EnqueueOptions(**values)
     assert full.merged(EnqueueOptions()) == full
     assert EnqueueOptions().merged(full) == full
+
+
+def test_meta_merges_key_by_key_the_later_keys_winning() -> None:
+    base = EnqueueOptions(meta={"trace": "a", "tenant": "t1"})
+    merged = base.merged(EnqueueOptions(meta={"trace": "b", "request": "r"}))
+    assert merged.meta == {"trace": "b", "tenant": "t1", "request": "r"}
+    assert base.merged(EnqueueOptions(meta={})).meta == base.meta
+    assert EnqueueOptions().merged(base).meta == base.meta
+
+
+def test_meta_is_checked_and_encoded_empty_as_nothing() -> None:
+    assert build(meta={"trace": "00-abc-01", "n": 3}).meta == '{"trace":"00-abc-01","n":3}'
+    assert build(meta={}).meta is None and build().meta is None
+    for bad, message in (
+        (["trace"], "must be a mapping with str keys"),
+        ({1: "x"}, "must be a mapping with str keys"),
+        ({"when": datetime.now(UTC)}, "not JSON-serialisable"),
+        ({"blob": "x" * 9000}, "over the limit of 8192 bytes"),
+    ):
+        with pytest.raises(InvalidPayload, match=message):
+            build(meta=bad)
 
 
 # -- build_job ---------------------------------------------------------------------------

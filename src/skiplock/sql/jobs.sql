@@ -32,13 +32,13 @@ WITH input AS (
     FROM unnest(
         %(queue)s::text[], %(task)s::text[], %(payload)s::jsonb[], %(priority)s::int[],
         %(run_at)s::timestamptz[], %(delay)s::float8[], %(max_attempts)s::int[],
-        %(entity_key)s::text[], %(idempotency_key)s::text[]
+        %(entity_key)s::text[], %(idempotency_key)s::text[], %(meta)s::jsonb[]
     ) WITH ORDINALITY AS i(queue, task, payload, priority, at, delay, max_attempts,
-                           entity_key, idempotency_key, ord)
+                           entity_key, idempotency_key, meta, ord)
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts,
-                        entity_key, idempotency_key, status)
-    SELECT queue, task, payload, priority, due, max_attempts, entity_key, idempotency_key,
+                        entity_key, idempotency_key, meta, status)
+    SELECT queue, task, payload, priority, due, max_attempts, entity_key, idempotency_key, meta,
            CASE WHEN due > now() THEN 'scheduled' ELSE 'pending' END
     FROM input
     ORDER BY ord
@@ -60,9 +60,10 @@ WITH input AS (
     SELECT coalesce(%(run_at)s::timestamptz,
                     now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS due
 ), inserted AS (
-    INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts, entity_key, status)
+    INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts, entity_key, meta,
+                        status)
     SELECT %(queue)s::text, %(task)s::text, p.payload, %(priority)s::int, input.due,
-           %(max_attempts)s::int, %(entity_key)s::text,
+           %(max_attempts)s::int, %(entity_key)s::text, %(meta)s::jsonb,
            CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
     FROM input, jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(payload, ord)
     ORDER BY p.ord
@@ -81,10 +82,10 @@ WITH input AS (
                     now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS due
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts,
-                        entity_key, idempotency_key, status)
+                        entity_key, idempotency_key, meta, status)
     SELECT %(queue)s::text, %(task)s::text, %(payload)s::jsonb, %(priority)s::int, input.due,
            %(max_attempts)s::int, %(entity_key)s::text, %(idempotency_key)s::text,
-           CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
+           %(meta)s::jsonb, CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
     FROM input
     ON CONFLICT (idempotency_key)
         WHERE idempotency_key IS NOT NULL AND status IN ('scheduled', 'pending', 'running')
@@ -170,7 +171,7 @@ FROM picked, commit_mode
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.entity_key, j.idempotency_key,
-          j.created_at;
+          j.created_at, j.meta;
 
 -- name: transaction_begin
 -- Start a transaction on an autocommit connection (a held-lock claim, before its claim).
@@ -233,7 +234,7 @@ FROM picked, commit_mode
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.entity_key, j.idempotency_key,
-          j.created_at;
+          j.created_at, j.meta;
 
 -- name: job_complete_many
 -- Mark claimed jobs done, if each claim still owns its job; returns the ids it changed.
@@ -284,9 +285,9 @@ WITH moved AS (
 )
 INSERT INTO {archive} (id, queue, task, payload, status, priority, run_at, attempts,
                        max_attempts, locked_by, entity_key, idempotency_key, last_error,
-                       created_at, finished_at, result)
+                       created_at, finished_at, result, meta)
 SELECT id, queue, task, payload, 'done', priority, run_at, attempts, max_attempts, locked_by,
-       entity_key, idempotency_key, last_error, created_at, now(), result
+       entity_key, idempotency_key, last_error, created_at, now(), result, meta
 FROM moved
 RETURNING id;
 
@@ -374,12 +375,13 @@ FROM (SELECT queue, count(*) AS n FROM promoted GROUP BY queue) AS q;
 -- One job by id, with its current state; a done job moved to the archive (completion
 -- 'archive') is read from there (the move is one statement: a job is never in both).
 (SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
-        locked_until, entity_key, idempotency_key, created_at, last_error, finished_at, result
+        locked_until, entity_key, idempotency_key, created_at, meta, last_error, finished_at,
+        result
  FROM {jobs} WHERE id = %(id)s)
 UNION ALL
 (SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
-        NULL::timestamptz, entity_key, idempotency_key, created_at, last_error, finished_at,
-        result
+        NULL::timestamptz, entity_key, idempotency_key, created_at, meta, last_error,
+        finished_at, result
  FROM {archive} WHERE id = %(id)s)
 LIMIT 1;
 

@@ -6,7 +6,8 @@
 -- whose payload contains %(payload)s (JSON containment: nested objects match by their own
 -- fields), oldest first.
 SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
-       locked_until, entity_key, idempotency_key, created_at, last_error, finished_at, result
+       locked_until, entity_key, idempotency_key, created_at, meta, last_error, finished_at,
+       result
 FROM {jobs}
 WHERE task = %(task)s
   AND status IN ('scheduled', 'pending')

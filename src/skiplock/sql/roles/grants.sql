@@ -34,7 +34,7 @@ REVOKE ALL ON SCHEMA {schema} FROM {enqueuer}, {worker}, {admin}, {viewer};
 -- returns and the idempotency-key lookup needs: never payloads, errors or other jobs' state.
 GRANT USAGE ON SCHEMA {schema} TO {enqueuer};
 GRANT INSERT (queue, task, payload, priority, run_at, max_attempts, entity_key,
-              idempotency_key, status) ON {jobs} TO {enqueuer};
+              idempotency_key, meta, status) ON {jobs} TO {enqueuer};
 GRANT SELECT (id, queue, status, idempotency_key) ON {jobs} TO {enqueuer};
 
 -- name: role_grant_worker
