@@ -140,9 +140,17 @@ def jobs_show(job_id: int, dsn: str | None, schema: str, as_json: bool) -> None:
         return
     for key, value in job_dict(job).items():
         if key != "last_error":
-            click.echo(f"{key:>16}: {json.dumps(value) if key in ('payload', 'result') else value}")
+            shown = json.dumps(value) if key in ("payload", "result", "meta") else value
+            click.echo(f"{key:>16}: {shown}")
     if job.last_error:
         click.echo(f"{'last_error':>16}:\n{job.last_error}")
+
+
+def _json_option(text: str, option: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint=option) from None
 
 
 @click.command()
@@ -155,6 +163,7 @@ def jobs_show(job_id: int, dsn: str | None, schema: str, as_json: bool) -> None:
 @click.option("--delay", type=click.FloatRange(min=0), help="Seconds before the job is due.")
 @click.option("--max-attempts", type=click.IntRange(1), default=5, show_default=True)
 @click.option("--count", type=click.IntRange(1, 10_000_000), default=1, show_default=True)
+@click.option("--meta", help="Job meta as a JSON object (not passed to the task).")
 def enqueue(
     task: str,
     dsn: str | None,
@@ -165,13 +174,12 @@ def enqueue(
     delay: float | None,
     max_attempts: int,
     count: int,
+    meta: str | None,
 ) -> None:
     """Enqueue COUNT jobs of TASK (by name) with the same payload."""
-    try:
-        arguments = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
-    options = EnqueueOptions(queue, priority, None, delay, max_attempts)
+    arguments = _json_option(payload, "--payload")
+    meta_value = None if meta is None else _json_option(meta, "--meta")
+    options = EnqueueOptions(queue, priority, None, delay, max_attempts, meta=meta_value)
     job = build_job(task, arguments, options, max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES)
     with open_app(dsn, schema) as app:
         enqueued = 0

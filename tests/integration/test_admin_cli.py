@@ -412,7 +412,7 @@ def test_enqueue_from_the_command_line(tasks: App, db: Any) -> None:
         ["enqueue", "mail.send", "--payload", '{"a":1}', "--count", "1000", "--queue", "bulk"],
         ["enqueue", "mail.send", "--payload", '{"a":', "--queue", "bad"],
         ["enqueue", "video.thumb", "--payload", '{"n": 7}', "--queue", "later", "--delay",
-         "3600", "--priority", "5", "--max-attempts", "2"],
+         "3600", "--priority", "5", "--max-attempts", "2", "--meta", '{"source": "ops"}'],
     )  # fmt: skip
     assert bulk.code == 0, bulk
     rows = db.execute(
@@ -430,10 +430,12 @@ def test_enqueue_from_the_command_line(tasks: App, db: Any) -> None:
 
     assert later.code == 0, later
     row = db.execute(
-        f"SELECT status, priority, max_attempts, payload, run_at > now() + interval '59 minutes' "
-        f"FROM {jobs_table(app)} WHERE queue = 'later'"
+        f"SELECT status, priority, max_attempts, payload, run_at > now() + interval '59 minutes', "
+        f"meta FROM {jobs_table(app)} WHERE queue = 'later'"
     ).fetchall()
-    assert row == [("scheduled", 5, 2, {"n": 7}, True)]
+    assert row == [("scheduled", 5, 2, {"n": 7}, True, {"source": "ops"})]
+    bad_meta = run(app, "enqueue", "video.thumb", "--meta", "[1]")
+    assert bad_meta.code != 0 and "meta of a job of task 'video.thumb'" in bad_meta.err, bad_meta
 
 
 def test_pause_resume_and_limit_update_the_queues_table(tasks: App, db: Any) -> None:
