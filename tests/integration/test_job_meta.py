@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from skiplock import App, InvalidPayload, Job, JobContext, Worker, WorkerStats
+from skiplock.testing import assert_enqueued
 
 request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
 
@@ -48,6 +49,7 @@ def test_meta_is_stored_by_every_enqueue_path_and_read_back(app: App, db: Any) -
     job = app.get_job(one)
     assert job is not None and job.meta == {"trace": "a"} and job.payload == {"n": 1}
     assert [j.meta for j in app.sync_client.list_jobs(limit=2)] == [{"trace": "d"}, None]
+    assert assert_enqueued(t, payload={"n": 1}).meta == {"trace": "a"}
 
 
 def test_bad_meta_is_refused_and_nothing_is_written(app: App, db: Any) -> None:
