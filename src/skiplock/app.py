@@ -199,14 +199,17 @@ class App(JobAdmin):
         payload: Mapping[str, Any] | None = None,
         catch_up: int = 0,
         misfire_grace: float = 60.0,
+        timezone: str | None = None,
         **task_options: Any,
     ) -> Callable[[Callable[P, R]], Task[P, R]]:
-        """Register a task that runs on a schedule: ``cron`` (5 fields, UTC) or ``every`` seconds.
+        """Register a task that runs on a schedule: ``cron`` (5 fields, read in ``timezone``,
+        an IANA name, UTC by default; see :class:`~skiplock.periodic.Schedule` for daylight
+        saving time) or ``every`` seconds.
 
         Exactly one job is enqueued per tick however many workers run; ticks missed for longer
         than ``misfire_grace`` seconds are skipped unless ``catch_up`` asks for the last few.
         """
-        schedule = Schedule(cron=cron, every=every, catch_up=catch_up, misfire_grace=misfire_grace)
+        schedule = Schedule(cron, every, catch_up, misfire_grace, timezone)
 
         def register(func: Callable[P, R]) -> Task[P, R]:
             registered: Task[P, R] = self.task(name=name, **task_options)(func)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
+from functools import cached_property
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
@@ -23,12 +25,21 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 @dataclass(frozen=True)
 class Schedule:
-    """When a periodic task runs: ``cron`` (5 fields, UTC) or ``every`` seconds."""
+    """When a periodic task runs: ``cron`` (5 fields, read in ``timezone``, UTC by default)
+    or ``every`` seconds.
+
+    In a time zone with daylight saving time, cron does what cron does: a time the clocks
+    skip runs at the first moment after the gap (``30 2 * * *`` at 03:00 on the day clocks go
+    forward), a time they repeat runs once, at its first occurrence, and ``0 * * * *`` still
+    ticks every hour of the instant timeline.  Ticks are instants: every worker agrees on
+    them whatever its own time zone.
+    """
 
     cron: str | None = None
     every: float | None = None
     catch_up: int = 0
     misfire_grace: float = 60.0
+    timezone: str | None = None  # an IANA name such as "Europe/Berlin"; None: UTC
 
     def __post_init__(self) -> None:
         if (self.cron is None) == (self.every is None):
@@ -42,6 +53,21 @@ class Schedule:
                 raise ConfigurationError(f"invalid cron expression {self.cron!r}: {exc}") from None
         if self.catch_up < 0 or self.misfire_grace < 0:
             raise ConfigurationError("catch_up and misfire_grace must be >= 0")
+        if self.timezone is not None:
+            if self.cron is None:
+                raise ConfigurationError("timezone= applies to cron= schedules, not every=")
+            try:
+                ZoneInfo(self.timezone)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ConfigurationError(
+                    f"unknown time zone {self.timezone!r}: use an IANA name such as "
+                    "'Europe/Berlin' (a system without a time zone database needs "
+                    "`pip install tzdata`)"
+                ) from None
+
+    @cached_property
+    def _zone(self) -> tzinfo:
+        return UTC if self.timezone is None else ZoneInfo(self.timezone)
 
     def ticks_due(self, now: datetime) -> list[datetime]:
         """The ticks to enqueue at ``now``, oldest first: the latest tick if it came less than
@@ -66,9 +92,8 @@ class Schedule:
             return EPOCH + timedelta(microseconds=micros - micros % self._step_micros)
         assert self.cron is not None
         # CronSim in reverse yields ticks strictly before its start; start just after now.
-        return next(
-            CronSim(self.cron, now.astimezone(UTC) + timedelta(microseconds=1), reverse=True)
-        )
+        start = (now + timedelta(microseconds=1)).astimezone(self._zone)
+        return next(CronSim(self.cron, start, reverse=True)).astimezone(UTC)
 
     @property
     def _step_micros(self) -> int:
@@ -79,13 +104,13 @@ class Schedule:
         if self.every is not None:
             return tick - timedelta(microseconds=self._step_micros)
         assert self.cron is not None
-        return next(CronSim(self.cron, tick, reverse=True))
+        return next(CronSim(self.cron, tick.astimezone(self._zone), reverse=True)).astimezone(UTC)
 
     def next_tick(self, now: datetime) -> datetime:
         if self.every is not None:
             return self.latest_tick(now) + timedelta(microseconds=self._step_micros)
         assert self.cron is not None
-        return next(CronSim(self.cron, now.astimezone(UTC)))
+        return next(CronSim(self.cron, now.astimezone(self._zone))).astimezone(UTC)
 
 
 @dataclass(frozen=True)

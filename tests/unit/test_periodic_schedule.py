@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta, timezone
+from itertools import pairwise
 
 import pytest
 from hypothesis import example, given
@@ -89,6 +90,50 @@ def test_cron_is_evaluated_in_utc_whatever_the_timezone_of_now() -> None:
     assert s.next_tick(now) == at(2024, 1, 2, 12)
 
 
+# -- cron in a time zone ---------------------------------------------------------------------
+
+BERLIN = "Europe/Berlin"
+
+
+def test_cron_in_a_time_zone_ticks_at_local_wall_clock_times_as_utc_instants() -> None:
+    s = Schedule(cron="0 9 * * 1-5", timezone=BERLIN)  # weekdays 09:00 in Berlin
+    winter, summer = at(2026, 1, 14, 12), at(2026, 7, 15, 12)  # Wednesdays
+    assert s.latest_tick(winter) == at(2026, 1, 14, 8)  # CET, UTC+1
+    assert s.latest_tick(summer) == at(2026, 7, 15, 7)  # CEST, UTC+2
+    assert s.next_tick(at(2026, 1, 16, 12)) == at(2026, 1, 19, 8)  # Friday -> Monday
+    assert s.previous_tick(at(2026, 1, 19, 8)) == at(2026, 1, 16, 8)
+    assert s.latest_tick(winter).tzinfo is UTC
+    assert Schedule(cron="0 9 * * *").latest_tick(winter) == at(2026, 1, 14, 9)  # UTC default
+
+
+def test_cron_across_daylight_saving_time_changes_runs_like_cron() -> None:
+    daily = Schedule(cron="30 2 * * *", timezone=BERLIN)
+    # 2026-03-29: clocks go from 02:00 to 03:00, so 02:30 never happens: it runs at 03:00.
+    assert daily.next_tick(at(2026, 3, 28, 12)) == at(2026, 3, 29, 1)  # 03:00 CEST
+    assert daily.previous_tick(at(2026, 3, 30, 0, 30)) == at(2026, 3, 29, 1)
+    # 2026-10-25: 02:00-03:00 happens twice; 02:30 runs once, the first time (CEST).
+    ticks = [daily.next_tick(at(2026, 10, 24, 12))]
+    ticks.append(daily.next_tick(ticks[-1]))
+    assert ticks == [at(2026, 10, 25, 0, 30), at(2026, 10, 26, 1, 30)]
+    assert daily.latest_tick(at(2026, 10, 25, 1, 45)) == at(2026, 10, 25, 0, 30)
+    # An hourly schedule keeps ticking every hour of real time through both changes.
+    hourly = Schedule(cron="0 * * * *", timezone=BERLIN)
+    tick, seen = at(2026, 10, 24, 22), []
+    for _ in range(5):
+        tick = hourly.next_tick(tick)
+        seen.append(tick)
+    assert [t - s for s, t in pairwise(seen)] == [timedelta(hours=1)] * 4
+
+
+def test_a_time_zone_schedule_is_the_same_for_workers_in_any_zone() -> None:
+    s = Schedule(cron="15 18 * * *", timezone="America/New_York")
+    utc_now = at(2026, 6, 1, 23)
+    tokyo_now = utc_now.astimezone(timezone(timedelta(hours=9)))
+    assert s.latest_tick(utc_now) == s.latest_tick(tokyo_now) == at(2026, 6, 1, 22, 15)
+    assert s.ticks_due(tokyo_now) == []  # 45 minutes ago: past the misfire grace
+    assert s.ticks_due(at(2026, 6, 1, 22, 15, 30)) == [at(2026, 6, 1, 22, 15)]
+
+
 # -- ticks_due -------------------------------------------------------------------------------
 
 
@@ -165,6 +210,9 @@ def test_ticks_due_has_no_duplicates_and_is_sorted() -> None:
         {"every": math.inf},
         {"every": 60, "catch_up": -1},
         {"every": 60, "misfire_grace": -1},
+        {"cron": "0 9 * * *", "timezone": "Mars/Olympus_Mons"},
+        {"cron": "0 9 * * *", "timezone": "../etc/passwd"},
+        {"every": 60, "timezone": "Europe/Berlin"},
     ],
     ids=repr,
 )
@@ -224,3 +272,17 @@ def test_cron_latest_is_the_last_tick_at_or_before_now(cron: str, now: datetime)
     assert latest <= now < following
     assert s.previous_tick(following) == latest
     assert s.next_tick(now) == following
+
+
+def test_app_periodic_takes_a_time_zone() -> None:
+    from skiplock import App
+
+    app = App("postgresql://nobody@localhost/nothing")
+
+    @app.periodic(cron="0 9 * * *", timezone=BERLIN, name="morning")
+    def morning() -> None: ...
+
+    (periodic,) = app.periodic_tasks.values()
+    assert periodic.schedule.latest_tick(at(2026, 1, 14, 12)) == at(2026, 1, 14, 8)
+    with pytest.raises(ConfigurationError, match="unknown time zone 'Nowhere/City'"):
+        app.periodic(cron="0 9 * * *", timezone="Nowhere/City")
