@@ -58,7 +58,7 @@ class Schedule:
                 raise ConfigurationError("timezone= applies to cron= schedules, not every=")
             try:
                 ZoneInfo(self.timezone)
-            except (ZoneInfoNotFoundError, ValueError):
+            except (ZoneInfoNotFoundError, ValueError, TypeError):
                 raise ConfigurationError(
                     f"unknown time zone {self.timezone!r}: use an IANA name such as "
                     "'Europe/Berlin' (a system without a time zone database needs "

@@ -212,6 +212,7 @@ def test_ticks_due_has_no_duplicates_and_is_sorted() -> None:
         {"every": 60, "misfire_grace": -1},
         {"cron": "0 9 * * *", "timezone": "Mars/Olympus_Mons"},
         {"cron": "0 9 * * *", "timezone": "../etc/passwd"},
+        {"cron": "0 9 * * *", "timezone": 1},
         {"every": 60, "timezone": "Europe/Berlin"},
     ],
     ids=repr,
