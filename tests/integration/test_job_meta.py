@@ -126,34 +126,23 @@ def test_archived_jobs_keep_their_meta(pg_dsn: str, schema: str, db: Any) -> Non
         archiving.close()
 
 
-def test_the_documented_opentelemetry_recipe_links_job_spans_to_the_request(
-    app: App, db: Any
-) -> None:
-    """docs/worker.md's recipe, with a real OpenTelemetry SDK: the job's span is a child of
+def test_tracing_instrument_links_job_spans_to_the_request(app: App, db: Any) -> None:
+    """skiplock.tracing.instrument with a real OpenTelemetry SDK: the job's span is a child of
     the span that enqueued it, current inside the task (sync and async), and records a failure."""
-    from opentelemetry import propagate, trace
+    from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from skiplock.tracing import instrument
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("shop")
-
-    @app.enqueue_meta
-    def trace_context() -> dict[str, str]:
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier)
-        return carrier
-
-    @app.around_job
-    def span(job: Job) -> Any:
-        parent = propagate.extract(job.meta or {})
-        return tracer.start_as_current_span(
-            f"run {job.task}", context=parent, kind=trace.SpanKind.CONSUMER,
-            attributes={"job.id": job.id, "job.attempt": job.attempts},
-        )  # fmt: skip
+    instrument(app, tracer_provider=provider)
+    instrument(app, tracer_provider=provider)  # a second call adds nothing
+    assert (len(app.job_hooks), len(app.meta_providers)) == (1, 1)
 
     inside: dict[int, int] = {}  # job id -> the trace id current inside its task
 
@@ -174,7 +163,8 @@ def test_the_documented_opentelemetry_recipe_links_job_spans_to_the_request(
     assert (stats.done, stats.failed) == (2, 1)
     request_context = request.get_span_context()
     finished = exporter.get_finished_spans()
-    runs = {s.attributes["job.id"]: s for s in finished if s.kind == trace.SpanKind.CONSUMER}  # type: ignore[index]
+    consumed = [s for s in finished if s.kind == trace.SpanKind.CONSUMER]
+    runs = {int(s.attributes["messaging.message.id"]): s for s in consumed}  # type: ignore[arg-type,index]
     assert sorted(runs) == sorted([*traced, untraced])
     for job_id in traced:
         assert runs[job_id].context.trace_id == request_context.trace_id
@@ -183,6 +173,11 @@ def test_the_documented_opentelemetry_recipe_links_job_spans_to_the_request(
     for job_id, job_span in runs.items():  # the job's span is current inside its task
         assert inside[job_id] == job_span.context.trace_id
     assert runs[traced[1]].status.status_code == trace.StatusCode.ERROR
+    assert runs[traced[1]].name == "invoice process"
+    assert runs[traced[1]].kind == trace.SpanKind.CONSUMER
+    attributes = dict(runs[traced[1]].attributes or {})
+    assert attributes["messaging.destination.name"] == "default"
+    assert (attributes["skiplock.task"], attributes["skiplock.attempt"]) == ("invoice", 1)
     assert runs[untraced].parent is None
     assert runs[untraced].context.trace_id != request_context.trace_id
     job = app.get_job(untraced)
