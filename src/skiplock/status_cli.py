@@ -7,7 +7,7 @@ import contextlib
 import json
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -115,7 +115,6 @@ def workers_table(rows: list[dict[str, Any]], schema: str) -> Table:
         table.add_column(
             column, justify="left" if column in ("worker", "queues", "model") else "right"
         )
-    now = datetime.now(UTC)
     for row in rows:
         seen = f"{row['seen_ago']:.0f}s ago" + (" (silent)" if row["silent"] else "")
         table.add_row(
@@ -125,15 +124,15 @@ def workers_table(rows: list[dict[str, Any]], schema: str) -> Table:
             str(row["concurrency"]),
             str(row["running"]),
             str(row["finished"]),
-            duration(now - row["started_at"]),
+            duration(row["up_seconds"]),
             f"[red]{seen}[/red]" if row["silent"] else seen,
         )
     return table
 
 
-def duration(elapsed: timedelta) -> str:
-    """``3d 4h``, ``2h 5m``, ``4m 10s``, ``12s``."""
-    seconds = max(0, int(elapsed.total_seconds()))
+def duration(elapsed: float) -> str:
+    """Seconds as ``3d 4h``, ``2h 5m``, ``4m 10s``, ``12s``."""
+    seconds = max(0, int(elapsed))
     days, seconds = divmod(seconds, 86400)
     hours, seconds = divmod(seconds, 3600)
     minutes, seconds = divmod(seconds, 60)

@@ -15,6 +15,7 @@ import pytest
 import skiplock
 from skiplock import App, Worker
 from skiplock.presence import GONE_AFTER, SILENT_AFTER, is_silent
+from skiplock.status_cli import duration
 
 
 @pytest.fixture(autouse=True)
@@ -98,6 +99,9 @@ def test_rows_of_killed_workers_turn_silent_and_the_leader_forgets_them(app: App
     listed = {w["id"]: w for w in app.sync_client.list_workers()}
     assert set(listed) == {"killed-long-ago", "killed-lately"}
     assert listed["killed-lately"]["seen_ago"] > SILENT_AFTER
+    assert 65 <= listed["killed-lately"]["up_seconds"] < 125  # by the server's clock
+    assert duration(listed["killed-long-ago"]["up_seconds"]) == "1h 1m"
+    assert [duration(s) for s in (0, 59.9, 250, 90_000)] == ["0s", "59s", "4m 10s", "1d 1h"]
     assert is_silent(listed["killed-lately"]["seen_ago"])
 
     @app.task(name="noop")

@@ -80,9 +80,11 @@ DELETE FROM {workers} WHERE id = %(id)s;
 DELETE FROM {workers} WHERE seen_at < now() - make_interval(secs => %(older_than)s) RETURNING id;
 
 -- name: presence_list
--- Every worker with a row, oldest first, and how many seconds ago each last reported.
+-- Every worker with a row, oldest first, how many seconds ago each last reported and how long
+-- it has run (both by the server's clock, whatever the caller's).
 SELECT id, host, pid, queues, concurrency, model, version, started_at, seen_at, running, finished,
-       extract(epoch FROM now() - seen_at)::float8 AS seen_ago
+       extract(epoch FROM now() - seen_at)::float8 AS seen_ago,
+       extract(epoch FROM now() - started_at)::float8 AS up_seconds
 FROM {workers} ORDER BY started_at, id;
 
 -- name: periodic_claim_tick
