@@ -27,6 +27,7 @@ from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
 from .migrations import all_migrations
 from .payload import load_json
+from .presence import is_silent
 from .rate_limit import check_rate_limit
 
 POOL_MAX_SIZE = 4
@@ -242,9 +243,12 @@ class AsyncClient:
 
     async def list_workers(self, conn: AsyncConnection[Any] | None = None) -> list[dict[str, Any]]:
         """The workers that reported themselves (see presence.py), oldest first; ``seen_ago``
-        is how many seconds ago each last did."""
+        is how many seconds ago each last did, ``silent`` whether that is too long ago."""
         async with self.connection(conn) as c:
-            return await self.store.presence_list(c)
+            rows = await self.store.presence_list(c)
+        for row in rows:
+            row["silent"] = is_silent(row["seen_ago"])
+        return rows
 
     async def list_jobs(
         self,

@@ -28,6 +28,7 @@ from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
 from .migrations import all_migrations
 from .payload import load_json
+from .presence import is_silent
 from .rate_limit import check_rate_limit
 
 POOL_MAX_SIZE = 4
@@ -235,9 +236,12 @@ class SyncClient:
 
     def list_workers(self, conn: Connection[Any] | None = None) -> list[dict[str, Any]]:
         """The workers that reported themselves (see presence.py), oldest first; ``seen_ago``
-        is how many seconds ago each last did."""
+        is how many seconds ago each last did, ``silent`` whether that is too long ago."""
         with self.connection(conn) as c:
-            return self.store.presence_list(c)
+            rows = self.store.presence_list(c)
+        for row in rows:
+            row["silent"] = is_silent(row["seen_ago"])
+        return rows
 
     def list_jobs(
         self,

@@ -258,21 +258,22 @@ class App(JobAdmin):
         self, task_name: str, payloads: Iterable[Mapping[str, Any]], options: EnqueueOptions
     ) -> NewJobs:
         """Validate jobs of a registered task; nothing is written if any one is invalid."""
-        task = self.get_task(task_name)
-        merged = task.settings.options.merged(options)
-        if self.meta_providers:
-            merged = with_provided_meta(merged, self.meta_providers)
+        merged = self._options_for(task_name, options)
         return build_jobs(task_name, payloads, merged, max_payload_bytes=self.max_payload_bytes)
 
     def build_job(
         self, task_name: str, payload: Mapping[str, Any], options: EnqueueOptions
     ) -> NewJob:
         """Validate one job of a registered task, as a row of its own (for mixed batches)."""
-        task = self.get_task(task_name)
-        merged = task.settings.options.merged(options)
+        merged = self._options_for(task_name, options)
+        return build_job(task_name, payload, merged, max_payload_bytes=self.max_payload_bytes)
+
+    def _options_for(self, task_name: str, options: EnqueueOptions) -> EnqueueOptions:
+        """The task's defaults under ``options``, with the meta providers' keys added."""
+        merged = self.get_task(task_name).settings.options.merged(options)
         if self.meta_providers:
             merged = with_provided_meta(merged, self.meta_providers)
-        return build_job(task_name, payload, merged, max_payload_bytes=self.max_payload_bytes)
+        return merged
 
     # -- enqueue by task name ------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from .admin import console, dsn_option, emit_json, json_option, open_app, schema_option
 from .app import App
-from .presence import SILENT_AFTER, is_silent
+from .presence import SILENT_AFTER
 from .queue_settings import describe_settings
 
 
@@ -96,8 +96,6 @@ def workers(dsn: str | None, schema: str, as_json: bool) -> None:
     """
     with open_app(dsn, schema) as app:
         rows = app.sync_client.list_workers()
-    for row in rows:
-        row["silent"] = is_silent(row["seen_ago"])
     if as_json:
         emit_json(rows)
     elif not rows:

@@ -23,7 +23,6 @@ from ..bulk import JobFilter
 from ..errors import IdempotencyConflict, InvalidName
 from ..job import Job, JobStatus
 from ..payload import check_queue_name, check_task_name
-from ..presence import is_silent
 from .access import checked_form
 
 PAGE_SIZE = 50
@@ -127,10 +126,9 @@ class Views:
         )
 
     async def _workers(self) -> list[dict[str, Any]]:
-        """The workers table's rows, as JSON can carry them, each marked silent or not."""
+        """The workers table's rows, as JSON can carry them."""
         rows = await self.client.list_workers()
         for row in rows:
-            row["silent"] = is_silent(row["seen_ago"])
             for name in ("started_at", "seen_at"):
                 row[name] = row[name].isoformat()
         return rows
