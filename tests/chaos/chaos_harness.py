@@ -418,7 +418,7 @@ class Check:
     late_rejected: int  # outcomes logged as 'lost': writes of claims that had lost their job
     per_fault: list[int]  # jobs interrupted by each fault
     per_fault_recovery: list[float | None]  # the slowest recovery after each fault
-    requeued: list[float]  # fault -> lease reclaimed (from the leaders' logs), per job
+    requeued: list[float]  # fault -> lease reclaimed (from the workers' logs), per job
     statuses: dict[str, int]
     notes: dict[str, Any] = field(default_factory=dict)
 
@@ -475,7 +475,7 @@ def check(
     for proc in run.workers:
         for at, job_id in proc.reclaims():
             reclaimed[job_id].append(at)
-    requeued: list[float] = []  # fault -> the maintenance leader reclaimed the job
+    requeued: list[float] = []  # fault -> a worker reclaimed the job
     recovery: list[float] = []
     per_fault: list[int] = []
     per_fault_recovery: list[float | None] = []

@@ -34,14 +34,13 @@ EXPLANATIONS = {
         "**kill -9, lease model.** {jobs} jobs of 5-50 ms on 3 workers (concurrency 4, lease "
         "2 s, poll 0.2 s); every {every} s a random worker (the maintenance leader "
         "included, in full mode) gets SIGKILL and a new one starts. "
-        "Its claims stay `running` until the lease runs out and the maintenance leader "
-        "reclaims them. Checks: every job done, none lost or stuck, no stale write, "
-        "duplicates no more than the jobs the killed workers held. Recovery is kill → job "
-        "running again, which adds up: the lease expiry, the leader's reclaim interval (1 s), "
-        "up to 10 s more when the killed worker was the maintenance leader (its role must "
-        "expire first), and the wait behind the backlog, since a reclaimed job is queued with "
-        "`run_at = now()` behind every job already due. The details give kill → reclaimed "
-        "separately (from the leader's log)."
+        "Its claims stay `running` until the lease runs out and a surviving worker reclaims "
+        "them (every worker reclaims expired leases, at the reclaim interval: half the lease, "
+        "1 s here). Checks: every job done, none lost or stuck, no stale write, duplicates no "
+        "more than the jobs the killed workers held. Recovery is kill → job running again: the "
+        "lease expiry, the reclaim interval, and the next claim from the start of the queue "
+        "(a reclaimed job keeps its `run_at`, so it is among the first claimed again). The "
+        "details give kill → reclaimed separately (from the workers' logs)."
     ),
     "kill-held": (
         "**kill -9, held-lock model.** The same, with `--model held`: each job's row lock is "
@@ -54,9 +53,9 @@ EXPLANATIONS = {
         "**kill -9 of the maintenance leader.** {rounds} round(s): two lease workers (lease "
         "{lease} s, poll 0.2 s), the leader running some of 8 jobs of 1.5 s gets SIGKILL. "
         "docs/worker.md promises that a killed worker's leased jobs run again \"after at most "
-        "--lease seconds plus the leader's reclaim interval\"; the check allows that plus the "
-        "poll interval plus 2 s. It fails: until the dead leader's role expires (10 s after "
-        "its last renewal, `leader_ttl`, not a CLI option) nobody reclaims."
+        '--lease seconds plus the reclaim interval"; the check allows that plus the poll '
+        "interval plus 2 s. The survivor reclaims them itself (every worker does, not only "
+        "the leader, whose role would pass on only 10 s after its last renewal)."
     ),
     "stop": (
         "**SIGSTOP for 3x the lease.** A worker running {jobs_per_round} jobs of 2 s (lease "
@@ -106,8 +105,8 @@ EXPLANATIONS = {
         "the server went down → each interrupted job running again, or, when none had to run "
         "again, → the first job started once the server was back (downtime included). A "
         "downtime longer than the lease (2 s) lets the leases of running jobs expire: their "
-        "outcomes are refused (`outcome=lost`), they are reclaimed and run again behind the "
-        "backlog, which is what the p99 shows."
+        "outcomes are refused (`outcome=lost`), they are reclaimed and run again, which is "
+        "what the p99 shows."
     ),
     "sigterm-lease": (
         "**SIGTERM with jobs in flight, lease model.** {rounds} round(s): both workers "
@@ -249,21 +248,12 @@ def render(results: list[Result], full: bool, command: str, took: float) -> str:
         )
         + ". The quick mode CI runs (`pytest tests/chaos`) uses smaller sizes, spares the "
         "leader in the kill-lease scenario (kill-leader covers it) and skips terminate-held.",
-        "- Bug found (the test `test_shutdown_does_not_report_a_written_outcome_as_lost`): at "
-        "a graceful stop the worker cancels the completer while it may be writing a batch; "
-        "when that write had committed, the batch is written again at stop, finds the jobs "
-        "already finished and reports them `outcome=lost` (a false alarm: the rows are right). "
-        "It shows up now and then as `late_writes_rejected` in the SIGTERM lease row's "
-        "details.",
-        "- Known gap (the failing `kill-leader` row): reclaiming expired leases is the "
-        "maintenance leader's job only, and a dead leader's role expires only after its ttl "
-        "(10 s, `Worker(leader_ttl=...)`, not a CLI option). Until then nobody reclaims, so "
-        "with leases shorter than 10 s a dead leader's jobs wait longer than docs/worker.md "
-        'promises ("at most --lease seconds plus the leader\'s reclaim interval").',
-        "- A reclaimed job gets `run_at = now()` (sql/jobs.sql, `job_reclaim_expired`), so it "
-        "queues behind every job already due: under a backlog its rerun waits for the backlog "
-        "(the lease and restart rows' recovery p99). Keeping its original `run_at` would let it "
-        "run next.",
+        "- Fixed since the first full run (each kept by a test): at a graceful stop the "
+        "completer's last write was cut short and written again, reporting finished jobs "
+        "`outcome=lost` (`test_shutdown_does_not_report_a_written_outcome_as_lost`); only the "
+        "maintenance leader reclaimed expired leases, so a killed leader's jobs waited for its "
+        "role to expire (10 s) and the `kill-leader` row failed; a reclaimed job was given "
+        "`run_at = now()` and waited behind the backlog.",
         "- A worker whose lease was reclaimed while it was frozen keeps running its handler to "
         "the end (skiplock logs `lease lost` at its next heartbeat and refuses the outcome, but "
         "does not cancel the handler), which is where the SIGSTOP overlap comes from.",
