@@ -124,6 +124,13 @@ class AsyncClient:
         async with self.connection(conn) as c:
             return await self.store.job_get(c, job_id)
 
+    async def waits_for(
+        self, job_id: int, conn: AsyncConnection[Any] | None = None
+    ) -> list[tuple[int, str]]:
+        """The jobs a waiting job depends on and the state of each (none once it is released)."""
+        async with self.connection(conn) as c:
+            return await self.store.job_dependencies_of(c, job_id)
+
     async def retry_job(self, job_id: int, conn: AsyncConnection[Any] | None = None) -> bool:
         async with self.connection(conn) as c:
             return await self.store.job_retry_failed(c, job_id)

@@ -119,6 +119,11 @@ class SyncClient:
         with self.connection(conn) as c:
             return self.store.job_get(c, job_id)
 
+    def waits_for(self, job_id: int, conn: Connection[Any] | None = None) -> list[tuple[int, str]]:
+        """The jobs a waiting job depends on and the state of each (none once it is released)."""
+        with self.connection(conn) as c:
+            return self.store.job_dependencies_of(c, job_id)
+
     def retry_job(self, job_id: int, conn: Connection[Any] | None = None) -> bool:
         with self.connection(conn) as c:
             return self.store.job_retry_failed(c, job_id)

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
-from ._statements_async import AsyncStatements
+from ._dependencies_async import AsyncDependencyStatements
 from .enqueue import InsertOutcome, NewJob, NewJobs, insert_params, shared_key_results
 from .job import Claim, ClaimKey, Enqueued, Job
 from .statement_params import claim_arrays, claim_statement, result_arrays
@@ -31,7 +31,7 @@ async def roll_back_quietly(conn: AsyncConnection[Any]) -> None:
             await conn.rollback()
 
 
-class AsyncStore(AsyncStatements):
+class AsyncStore(AsyncDependencyStatements):
     async def _claimed_jobs(
         self, conn: AsyncConnection[Any], name: str, params: dict[str, Any]
     ) -> list[Job]:
@@ -47,7 +47,15 @@ class AsyncStore(AsyncStatements):
         self, conn: AsyncConnection[Any], jobs: Sequence[NewJob]
     ) -> list[Enqueued]:
         """Insert jobs with options of their own; a job whose idempotency key an unfinished job
-        holds resolves to that job."""
+        holds resolves to that job.  Jobs that depend on others are inserted one by one."""
+        if any(job.depends_on is not None for job in jobs):
+            results: list[Enqueued] = []
+            for job in jobs:
+                if job.depends_on is None:
+                    results += await self.job_insert_many(conn, [job])
+                else:
+                    results += await self.job_insert_dependent(conn, NewJobs.repeated(job, 1))
+            return results
         outcome = InsertOutcome.start(jobs)
         for _ in range(3):  # the holder of a key can finish between our insert and our lookup
             todo = outcome.pending_indexes()
@@ -72,6 +80,8 @@ class AsyncStore(AsyncStatements):
         """Insert the jobs of one call; with an idempotency key, they stand for one job."""
         if jobs.count == 0:
             return []
+        if jobs.depends_on is not None:
+            return await self.job_insert_dependent(conn, jobs)
         params = jobs.params(self.queries.channel)
         if jobs.idempotency_key is None and jobs.count > 1:
             ((ids,),) = await self._rows(conn, "job_insert_batch", params)

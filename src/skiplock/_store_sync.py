@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg import Connection
 
-from ._statements_sync import SyncStatements
+from ._dependencies_sync import SyncDependencyStatements
 from .enqueue import InsertOutcome, NewJob, NewJobs, insert_params, shared_key_results
 from .job import Claim, ClaimKey, Enqueued, Job
 from .statement_params import claim_arrays, claim_statement, result_arrays
@@ -32,7 +32,7 @@ def roll_back_quietly(conn: Connection[Any]) -> None:
             conn.rollback()
 
 
-class SyncStore(SyncStatements):
+class SyncStore(SyncDependencyStatements):
     def _claimed_jobs(self, conn: Connection[Any], name: str, params: dict[str, Any]) -> list[Job]:
         """The jobs a claim statement returned.  Read in binary (ids, counts and timestamps
         decode faster), the payload as JSON text: 4.0 us per job (decoded and made a Job)
@@ -44,7 +44,15 @@ class SyncStore(SyncStatements):
 
     def job_insert_many(self, conn: Connection[Any], jobs: Sequence[NewJob]) -> list[Enqueued]:
         """Insert jobs with options of their own; a job whose idempotency key an unfinished job
-        holds resolves to that job."""
+        holds resolves to that job.  Jobs that depend on others are inserted one by one."""
+        if any(job.depends_on is not None for job in jobs):
+            results: list[Enqueued] = []
+            for job in jobs:
+                if job.depends_on is None:
+                    results += self.job_insert_many(conn, [job])
+                else:
+                    results += self.job_insert_dependent(conn, NewJobs.repeated(job, 1))
+            return results
         outcome = InsertOutcome.start(jobs)
         for _ in range(3):  # the holder of a key can finish between our insert and our lookup
             todo = outcome.pending_indexes()
@@ -69,6 +77,8 @@ class SyncStore(SyncStatements):
         """Insert the jobs of one call; with an idempotency key, they stand for one job."""
         if jobs.count == 0:
             return []
+        if jobs.depends_on is not None:
+            return self.job_insert_dependent(conn, jobs)
         params = jobs.params(self.queries.channel)
         if jobs.idempotency_key is None and jobs.count > 1:
             ((ids,),) = self._rows(conn, "job_insert_batch", params)

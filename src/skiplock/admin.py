@@ -132,16 +132,20 @@ def jobs_show(job_id: int, dsn: str | None, schema: str, as_json: bool) -> None:
     """Everything about one job, including its last error and traceback."""
     with open_app(dsn, schema) as app:
         job = app.get_job(job_id)
+        waits_for = app.sync_client.waits_for(job_id) if job and job.status == "waiting" else []
     if job is None:
         click.echo(f"no job {job_id}", err=True)
         raise SystemExit(NOT_CHANGED)
+    shown = job_dict(job)
+    if waits_for:
+        shown["waits_for"] = {str(dep): status for dep, status in waits_for}
     if as_json:
-        emit_json(job_dict(job))
+        emit_json(shown)
         return
-    for key, value in job_dict(job).items():
+    for key, value in shown.items():
         if key != "last_error":
-            shown = json.dumps(value) if key in ("payload", "result", "meta") else value
-            click.echo(f"{key:>16}: {shown}")
+            text = json.dumps(value) if key in ("payload", "result", "meta", "waits_for") else value
+            click.echo(f"{key:>16}: {text}")
     if job.last_error:
         click.echo(f"{'last_error':>16}:\n{job.last_error}")
 
@@ -164,6 +168,13 @@ def _json_option(text: str, option: str) -> Any:
 @click.option("--max-attempts", type=click.IntRange(1), default=5, show_default=True)
 @click.option("--count", type=click.IntRange(1, 10_000_000), default=1, show_default=True)
 @click.option("--meta", help="Job meta as a JSON object (not passed to the task).")
+@click.option(
+    "--depends-on",
+    type=int,
+    multiple=True,
+    metavar="JOB_ID",
+    help="Run only once this job is done (repeatable); cancelled if it fails.",
+)
 def enqueue(
     task: str,
     dsn: str | None,
@@ -175,18 +186,24 @@ def enqueue(
     max_attempts: int,
     count: int,
     meta: str | None,
+    depends_on: tuple[int, ...],
 ) -> None:
     """Enqueue COUNT jobs of TASK (by name) with the same payload."""
     arguments = _json_option(payload, "--payload")
     meta_value = None if meta is None else _json_option(meta, "--meta")
-    options = EnqueueOptions(queue, priority, None, delay, max_attempts, meta=meta_value)
-    job = build_job(task, arguments, options, max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES)
-    with open_app(dsn, schema) as app:
-        enqueued = 0
-        while enqueued < count:
-            batch = min(10_000, count - enqueued)
-            app.sync_client.enqueue_batch(NewJobs.repeated(job, batch))
-            enqueued += batch
+    options = EnqueueOptions(
+        queue, priority, None, delay, max_attempts, meta=meta_value, depends_on=depends_on
+    )
+    try:
+        job = build_job(task, arguments, options, max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES)
+        with open_app(dsn, schema) as app:
+            enqueued = 0
+            while enqueued < count:
+                batch = min(10_000, count - enqueued)
+                app.sync_client.enqueue_batch(NewJobs.repeated(job, batch))
+                enqueued += batch
+    except ValueError as exc:  # a bad option, or depends_on naming no job
+        raise click.BadParameter(str(exc)) from None
     click.echo(f"enqueued {count} job(s) of {task} on queue {queue}")
 
 

@@ -32,6 +32,7 @@ class EnqueueOptions:
     entity_key: str | None = None
     idempotency_key: str | None = None
     meta: Mapping[str, Any] | None = None  # merged key by key, the later option's keys winning
+    depends_on: Sequence[int | Enqueued] | None = None  # jobs (or their ids) to run after
 
     def merged(self, other: EnqueueOptions) -> EnqueueOptions:
         """These options with every option ``other`` sets taking precedence."""
@@ -47,6 +48,7 @@ class EnqueueOptions:
             self.entity_key if other.entity_key is None else other.entity_key,
             self.idempotency_key if other.idempotency_key is None else other.idempotency_key,
             merged_meta(self.meta, other.meta),
+            self.depends_on if other.depends_on is None else other.depends_on,
         )
 
 
@@ -92,6 +94,28 @@ class NewJob:
     entity_key: str | None
     idempotency_key: str | None
     meta: str | None = None  # JSON text
+    depends_on: tuple[int, ...] | None = None  # job ids; None: depends on nothing
+
+
+MAX_DEPENDENCIES = 1000
+
+
+def check_dependencies(depends_on: Sequence[int | Enqueued] | None) -> tuple[int, ...] | None:
+    """The ids of the jobs a new job depends on (each once, in order), from ids or what an
+    enqueue returned; None for none."""
+    if depends_on is None:
+        return None
+    if isinstance(depends_on, int | Enqueued) or not isinstance(depends_on, Sequence):
+        raise ValueError("depends_on must be a list of job ids or of what enqueue returned")
+    ids: dict[int, None] = {}
+    for item in depends_on:
+        job_id = item.id if isinstance(item, Enqueued) else item
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
+            raise ValueError(f"depends_on: {item!r} is not a job id (a positive integer)")
+        ids[job_id] = None
+    if len(ids) > MAX_DEPENDENCIES:
+        raise ValueError(f"depends_on: {len(ids)} jobs, at most {MAX_DEPENDENCIES}")
+    return tuple(ids) or None
 
 
 def check_options(task: str, options: EnqueueOptions) -> dict[str, Any]:
@@ -122,6 +146,7 @@ def check_options(task: str, options: EnqueueOptions) -> dict[str, Any]:
         "entity_key": options.entity_key,
         "idempotency_key": options.idempotency_key,
         "meta": encode_meta(options.meta, task=task),
+        "depends_on": check_dependencies(options.depends_on),
     }
 
 
@@ -158,6 +183,7 @@ class NewJobs:
     count: int
     first_payload: str
     meta: str | None = None  # JSON text, shared by the jobs
+    depends_on: tuple[int, ...] | None = None  # job ids, shared by the jobs
 
     @classmethod
     def repeated(cls, job: NewJob, count: int) -> NewJobs:

@@ -13,12 +13,15 @@ from .payload import load_json
 class JobStatus(enum.StrEnum):
     """The states of a job.
 
+    ``waiting`` (enqueued with ``depends_on``) -> ``pending`` or ``scheduled`` once every job it
+    depends on is done, or ``cancelled`` when one of them failed or was cancelled;
     ``scheduled`` -> ``pending`` when its run_at comes; ``pending`` -> ``running`` when a worker
     claims it; ``running`` -> ``done``, back to ``scheduled``/``pending`` for a retry, or
     ``failed`` when its attempts are spent.  ``done``, ``failed`` and ``cancelled`` are final
     (an admin may retry a failed or cancelled job).
     """
 
+    WAITING = "waiting"
     SCHEDULED = "scheduled"
     PENDING = "pending"
     RUNNING = "running"

@@ -1,6 +1,6 @@
 """Maintenance that one worker runs for everybody (the leader): promote due scheduled jobs,
-enqueue periodic ticks, prune finished jobs past their retention (and workers gone for an
-hour), reclaim expired leases.
+release (or cancel) jobs waiting for others, enqueue periodic ticks, prune finished jobs past
+their retention (and workers gone for an hour), reclaim expired leases.
 Reclaiming is also done by every other worker, so that the death of the leader itself does
 not hold up the recovery of its jobs."""
 
@@ -27,10 +27,15 @@ from .presence import GONE_AFTER
 
 log = logging.getLogger("skiplock.maintenance")
 
+RELEASE_BATCH = 1000  # waiting jobs read by one statement
+RELEASE_ROUNDS = 5  # statements a round at most, while they cancel jobs (chains of dependents)
+
 
 @dataclass
 class MaintenanceStats:
     promoted: int = 0
+    released: int = 0
+    dependents_cancelled: int = 0
     reclaimed: int = 0
     pruned: int = 0
     periodic_enqueued: int = 0
@@ -62,6 +67,7 @@ class Maintenance:
         self.stats = MaintenanceStats()
         self._next_reclaim = 0.0
         self._next_prune = 0.0
+        self._waiting_after = 0  # where the next read of waiting jobs starts (release_waiting)
 
     async def run(self) -> None:
         while True:
@@ -92,6 +98,7 @@ class Maintenance:
         self.stats.runs += 1
         steps: list[tuple[str, Callable[[AsyncConnection[Any]], Awaitable[None]]]] = [
             ("promote", self._promote),
+            ("release", self._release_waiting),
             ("periodic", self._enqueue_periodic),
         ]
         if force or now >= self._next_reclaim:
@@ -113,6 +120,28 @@ class Maintenance:
         if promoted:
             self.stats.promoted += sum(promoted.values())
             self.on_work()
+
+    async def _release_waiting(self, conn: AsyncConnection[Any]) -> None:
+        """Release the waiting jobs whose dependencies are done, cancel those with a failed
+        one: a batch a round, each from where the last stopped, so that every waiting job is
+        read in turn however many wait.  A cancellation may end the wait of jobs depending on
+        the cancelled job: read again at once, a few times, so a chain is cancelled together."""
+        for _ in range(RELEASE_ROUNDS):
+            done = await self.store.job_release_waiting(conn, self._waiting_after, RELEASE_BATCH)
+            self._waiting_after = done.last_id or 0 if done.read >= RELEASE_BATCH else 0
+            released, cancelled = sum(done.released.values()), sum(done.cancelled.values())
+            self.stats.released += released
+            self.stats.dependents_cancelled += cancelled
+            if released:
+                self.on_work()
+            if cancelled:
+                log.warning(
+                    "cancelled %d jobs whose dependencies failed or were cancelled: %s",
+                    cancelled,
+                    done.cancelled,
+                )
+            else:
+                return
 
     async def _reclaim(self, conn: AsyncConnection[Any]) -> None:
         reclaimed = await self.store.job_reclaim_expired(conn)
@@ -139,6 +168,7 @@ class Maintenance:
         pruned = await self.store.job_prune_by_retention(conn, self.app.retention)
         self.stats.pruned += sum(pruned.values())
         await self.store.job_held_starts_prune(conn)
+        await self.store.job_dependencies_prune(conn)
         await self.store.presence_prune_gone(conn, GONE_AFTER)
         if self.app.periodic_tasks:
             await self.store.periodic_prune_ticks(conn)

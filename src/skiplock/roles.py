@@ -38,7 +38,7 @@ from .sql import parse_blocks
 
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 GRANTS = ("role_grant_enqueuer", "role_grant_worker", "role_grant_admin", "role_grant_viewer")
-TABLE_COUNT = 8  # the tables role_check_owner looks for (grants.sql)
+TABLE_COUNT = 9  # the tables role_check_owner looks for (grants.sql)
 
 
 def check_role_name(name: str) -> str:
@@ -103,6 +103,8 @@ def statement(name: str, schema: str, roles: RoleNames, role: str | None = None)
         "ticks": sql.Identifier(schema, "periodic_ticks"),
         "held_starts": sql.Identifier(schema, "held_starts"),
         "workers": sql.Identifier(schema, "workers"),
+        "dependencies": sql.Identifier(schema, "job_dependencies"),
+        "jobs_id_seq": sql.Identifier(schema, "jobs_id_seq"),
         "migrations": sql.Identifier(schema, "migrations"),
         "enqueuer": sql.Identifier(roles.enqueuer),
         "worker": sql.Identifier(roles.worker),

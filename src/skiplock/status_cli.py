@@ -68,7 +68,7 @@ def status_table(rows: list[dict[str, Any]], schema: str) -> Table:
         title=f"skiplock queues (schema {schema})",
         caption=f"at {datetime.now().astimezone():%H:%M:%S}",
     )
-    columns = ["queue", "pending", "scheduled", "running", "failed", "done", "cancelled"]
+    columns = ["queue", "pending", "scheduled", "waiting", "running", "failed", "done", "cancelled"]
     for column in [*columns, "oldest due", "finished/min", "workers", "settings"]:
         table.add_column(column, justify="left" if column in ("queue", "settings") else "right")
     for row in rows:

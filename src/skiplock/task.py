@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -169,12 +169,23 @@ class Task(Generic[P, R]):
         entity_key: str | None = None,
         idempotency_key: str | None = None,
         meta: Mapping[str, Any] | None = None,
+        depends_on: Sequence[int | Enqueued] | None = None,
     ) -> TaskCall:
         """A handle that enqueues this task with these options instead of the task's defaults.
         ``meta`` (a small JSON object) travels with the job without being passed to the task:
-        ``job.meta`` in :meth:`App.around_job` hooks and ``ctx.job.meta``."""
+        ``job.meta`` in :meth:`App.around_job` hooks and ``ctx.job.meta``.  ``depends_on``
+        (jobs, or their ids): the job waits until every one of them is done, and is cancelled
+        if one fails or is cancelled."""
         options = EnqueueOptions(
-            queue, priority, run_at, delay, max_attempts, entity_key, idempotency_key, meta
+            queue,
+            priority,
+            run_at,
+            delay,
+            max_attempts,
+            entity_key,
+            idempotency_key,
+            meta,
+            depends_on,
         )
         return TaskCall(self, self.settings.options.merged(options))
 

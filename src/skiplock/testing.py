@@ -3,11 +3,11 @@
 They work on your test database like the rest of skiplock (there is no fake queue: SKIP
 LOCKED, NOTIFY and transactions cannot be faked faithfully).
 
-- :func:`enqueued`, :func:`assert_enqueued`, :func:`assert_not_enqueued` find the waiting
-  (scheduled or pending) jobs of a task whose payload contains the given fields (JSON
-  containment, ``@>``: nested objects match by their own fields).  Given ``conn``, they read in
-  that connection's transaction, so they see jobs a test enqueued and never committed (Django's
-  ``TestCase``, a rolled-back SQLAlchemy session).
+- :func:`enqueued`, :func:`assert_enqueued`, :func:`assert_not_enqueued` find the jobs
+  of a task not yet started (waiting, scheduled or pending) whose payload contains the given
+  fields (JSON containment, ``@>``: nested objects match by their own fields).  Given
+  ``conn``, they read in that connection's transaction, so they see jobs a test enqueued and
+  never committed (Django's ``TestCase``, a rolled-back SQLAlchemy session).
 - :func:`drain` (and :func:`drain_async`) runs a burst worker in this process until no job of
   the queues is due (scheduled jobs whose time has come included), and returns what it did;
   ``with_scheduled=True`` also runs jobs scheduled for later and retries waiting out their

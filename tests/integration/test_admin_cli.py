@@ -510,3 +510,23 @@ def test_prune_older_than_zero_deletes_every_finished_job(tasks: App, db: Any) -
     assert json.loads(pruned.out) == {"done": 2, "failed": 1, "cancelled": 1}
     left = {i for (i,) in db.execute(f"SELECT id FROM {jobs_table(app)}")}
     assert left == set(ids[4:])
+
+
+def test_enqueue_depends_on_and_show_what_a_waiting_job_waits_for(tasks: App) -> None:
+    first = tasks.enqueue("mail.send", {"to": "a@example.com"}, delay=3600).id
+    made = run(tasks, "enqueue", "mail.send", "--queue", "emails", "--depends-on", str(first))
+    assert made.code == 0, made
+    waiting = tasks.sync_client.list_jobs(status="waiting")
+    assert len(waiting) == 1
+    shown, as_json, bad = run_all(
+        tasks,
+        ["jobs", "show", str(waiting[0].id)],
+        ["jobs", "show", str(waiting[0].id), "--json"],
+        ["enqueue", "mail.send", "--depends-on", "999999999"],
+    )
+    assert f'waits_for: {{"{first}": "scheduled"}}' in shown.out, shown
+    assert json.loads(as_json.out)["waits_for"] == {str(first): "scheduled"}
+    assert bad.code == 2 and "no job was ever enqueued with id 999999999" in bad.err, bad
+    status = run(tasks, "status", "--json")
+    (emails,) = [q for q in json.loads(status.out) if q["queue"] == "emails"]
+    assert (emails["waiting"], emails["scheduled"]) == (1, 1)

@@ -63,7 +63,7 @@ def test_pages_show_queues_jobs_and_one_job_with_secret_fields_hidden(shop: App,
                                                queues.text, re.S)}  # fmt: skip
         assert set(rows) == {"emails", "reports", "idle"}
         cells = re.findall(r'<td class="n">(?:<a [^>]*>)?(\S+?)(?:</a>)?</td>', rows["emails"])
-        assert cells[:6] == ["2", "0", "0", "1", "0", "0"], cells  # pending .. cancelled
+        assert cells[:7] == ["2", "0", "0", "0", "1", "0", "0"], cells  # pending .. cancelled
         assert "paused" in rows["idle"] and "at most 2 running" in rows["reports"]
         assert "at most 30 starts per 60s" in rows["idle"]
 
@@ -254,6 +254,25 @@ def test_read_only_has_no_actions_at_all(shop: App, db: Any) -> None:
         refused = browser.post(f"/jobs/{job}/retry", {"csrf": "x" * 43})
         assert refused.status == 403 and "read-only" in refused.text
     assert statuses(db, shop) == {job: "failed"}
+
+
+def test_a_waiting_job_shows_what_it_waits_for_and_can_be_cancelled(shop: App, db: Any) -> None:
+    first = shop.enqueue("mail.send", {"to": "a"}, delay=3600).id
+    waiting = shop.enqueue("mail.send", {"to": "b"}, depends_on=[first]).id
+    with serving(shop) as base:
+        browser = Browser(base)
+        browser.log_in()
+        page = browser.get(f"/jobs/{waiting}")
+        assert page.status == 200 and 'class="status waiting"' in page.text
+        link = rf'waits for</dt><dd><a href="[^"]*/jobs/{first}">{first}</a> \(scheduled\)'
+        assert re.search(link, page.text), page.text
+        api = json.loads(browser.get(f"/api/jobs/{waiting}").text)
+        assert api["waits_for"] == {str(first): "scheduled"}
+        assert json.loads(browser.get(f"/api/jobs/{first}").text)["waits_for"] == {}
+        assert f"/jobs/{waiting}/cancel" in page.text  # the cancel form
+        done = browser.post(f"/jobs/{waiting}/cancel", {"csrf": page.csrf()})
+        assert done.notice() == f"Job {waiting} was cancelled."
+    assert statuses(db, shop)[waiting] == "cancelled"
 
 
 def test_bad_input_gets_a_clear_answer(shop: App) -> None:

@@ -286,6 +286,7 @@ def test_enqueuer_cannot_change_delete_or_read_jobs(
     register(producer, state)
     try:
         job_id = producer.enqueue("quick", {"n": 1, "card": "4111-1111"}).id
+        after = producer.enqueue("quick", {"n": 2}, depends_on=[job_id]).id  # reads its status
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             producer.get_job(job_id)  # reads the payload
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -320,8 +321,10 @@ def test_enqueuer_cannot_change_delete_or_read_jobs(
             [job_id],
         ).fetchone()
         assert row == (job_id, "default", "pending", None)
-    payload = db.execute(sql.SQL("SELECT payload FROM {}").format(jobs)).fetchone()
+    payload = db.execute(sql.SQL("SELECT payload FROM {} ORDER BY id").format(jobs)).fetchone()
     assert payload == ({"n": 1, "card": "4111-1111"},)  # untouched
+    waiting = db.execute(sql.SQL("SELECT status FROM {} WHERE id = %s").format(jobs), [after])
+    assert waiting.fetchone() == ("waiting",)
 
 
 def test_worker_cannot_run_ddl_or_change_queue_settings(
@@ -362,7 +365,7 @@ def test_worker_cannot_run_ddl_or_change_queue_settings(
     tables = db.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s", [schema]
     ).fetchone()
-    assert tables == (8,)
+    assert tables == (9,)
 
 
 def test_admin_manages_jobs_and_queues_and_doctor_sees_everything(
@@ -495,7 +498,11 @@ def test_grants_are_exact_and_reapplying_restores_them(
     names = roles.names
     before = {kind: privileges(db, getattr(names, kind)) for kind in KINDS}
     enqueuer_tables = {p[1:] for p in before["enqueuer"] if len(p) == 3}
-    assert enqueuer_tables == {("jobs", "INSERT"), ("jobs", "SELECT")} or enqueuer_tables == set()
+    dependencies = ("job_dependencies", "INSERT")
+    assert enqueuer_tables in (
+        {("jobs", "INSERT"), ("jobs", "SELECT"), dependencies},
+        {dependencies},
+    )
     enqueuer_columns = {(p[2], p[3]) for p in before["enqueuer"] if len(p) == 4}
     assert ("payload", "INSERT") in enqueuer_columns
     assert ("payload", "SELECT") not in enqueuer_columns

@@ -187,6 +187,7 @@ def test_merged_with_empty_options_is_unchanged_and_covers_every_field() -> None
         "entity_key": "e",
         "idempotency_key": "i",
         "meta": {"trace": "t"},
+        "depends_on": (3, 4),
     }
     assert {f.name for f in fields(EnqueueOptions)} == set(values)
     full = EnqueueOptions(**values)
@@ -200,6 +201,17 @@ def test_meta_merges_key_by_key_the_later_keys_winning() -> None:
     assert merged.meta == {"trace": "b", "tenant": "t1", "request": "r"}
     assert base.merged(EnqueueOptions(meta={})).meta == base.meta
     assert EnqueueOptions().merged(base).meta == base.meta
+
+
+def test_depends_on_is_replaced_not_merged_and_checked_into_ids() -> None:
+    base = EnqueueOptions(depends_on=[1, 2])
+    assert base.merged(EnqueueOptions(depends_on=[5])).depends_on == [5]
+    assert base.merged(EnqueueOptions()).depends_on == [1, 2]
+    assert build(depends_on=[Enqueued(9), 4, 9, Enqueued(4, deduplicated=True)]).depends_on == (
+        9,
+        4,
+    )
+    assert build(depends_on=[]).depends_on is None and build().depends_on is None
 
 
 def test_meta_is_checked_and_encoded_empty_as_nothing() -> None:

@@ -86,6 +86,13 @@ class Views:
             shown["payload"] = {k: "***" if k in secret else v for k, v in job.payload.items()}
         return shown
 
+    async def _shown_in_full(self, job: Job) -> dict[str, Any]:
+        """:meth:`shown`, with the jobs a waiting job depends on (id -> state)."""
+        shown = self.shown(job)
+        waits_for = await self.client.waits_for(job.id) if job.status == "waiting" else []
+        shown["waits_for"] = {str(dep): status for dep, status in waits_for}
+        return shown
+
     async def _listed(self, request: Request) -> tuple[dict[str, Any], list[Job]]:
         filters = _filters(request)
         before = _int_param(request, "before")
@@ -152,7 +159,7 @@ class Views:
         found = await self.client.get_job(_job_id(request))
         if found is None:
             raise HTTPException(404, f"no job {request.path_params['job_id']}")
-        return self._page(request, "job.html", job=self.shown(found))
+        return self._page(request, "job.html", job=await self._shown_in_full(found))
 
     async def api_queues(self, request: Request) -> Response:
         return JSONResponse(await self.client.queue_status())
@@ -169,7 +176,7 @@ class Views:
         found = await self.client.get_job(_job_id(request))
         if found is None:
             return JSONResponse({"error": "no such job"}, status_code=404)
-        return JSONResponse(self.shown(found))
+        return JSONResponse(await self._shown_in_full(found))
 
     # -- actions: POST from the dashboard's own forms, then back to a page ----------------
 

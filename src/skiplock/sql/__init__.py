@@ -76,6 +76,8 @@ class Queries:
             "ticks": sql.Identifier(schema, "periodic_ticks"),
             "held_starts": sql.Identifier(schema, "held_starts"),
             "workers": sql.Identifier(schema, "workers"),
+            "dependencies": sql.Identifier(schema, "job_dependencies"),
+            "jobs_id_seq": sql.Identifier(schema, "jobs_id_seq"),
             "channel": sql.Identifier(self.channel),
             "entity_key_running": sql.Identifier(schema, "entity_key_running"),
         }

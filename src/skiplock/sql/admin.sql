@@ -53,7 +53,7 @@ WITH target AS (
 ), holder AS (
     SELECT u.id FROM {jobs} AS u, target
     WHERE u.idempotency_key = target.idempotency_key
-      AND u.status IN ('scheduled', 'pending', 'running')
+      AND u.status IN ('waiting', 'scheduled', 'pending', 'running')
     LIMIT 1
 ), retried AS (
     UPDATE {jobs} AS j
@@ -94,7 +94,7 @@ WITH candidates AS (
     WHERE NOT EXISTS (
         SELECT 1 FROM {jobs} AS u
         WHERE u.idempotency_key = k.idempotency_key
-          AND u.status IN ('scheduled', 'pending', 'running'))
+          AND u.status IN ('waiting', 'scheduled', 'pending', 'running'))
 ), retried AS (
     UPDATE {jobs} AS j
     SET status = 'pending', run_at = now(), finished_at = NULL, cancel_requested = false,
@@ -113,17 +113,18 @@ FROM woken;
 -- Admin: cancel a job that has not started.  NOWAIT: a pending-looking row that is locked is
 -- running under a held lock, and waiting for it would block until the job ends.
 UPDATE {jobs} SET status = 'cancelled', finished_at = now()
-WHERE id = (SELECT id FROM {jobs} WHERE id = %(id)s AND status IN ('scheduled', 'pending')
+WHERE id = (SELECT id FROM {jobs}
+            WHERE id = %(id)s AND status IN ('waiting', 'scheduled', 'pending')
             FOR UPDATE NOWAIT)
 RETURNING id;
 
 -- name: job_cancel_many
--- Admin: cancel the jobs matching the filters that have not started (scheduled or pending);
--- one batch.  Returns the jobs cancelled and the last id cancelled.
+-- Admin: cancel the jobs matching the filters that have not started (waiting, scheduled or
+-- pending); one batch.  Returns the jobs cancelled and the last id cancelled.
 WITH candidates AS (
     SELECT id FROM {jobs}
     WHERE id > %(after_id)s
-      AND status IN ('scheduled', 'pending')
+      AND status IN ('waiting', 'scheduled', 'pending')
       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
       AND (%(task)s::text IS NULL OR task = %(task)s)
     ORDER BY id

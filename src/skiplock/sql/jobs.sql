@@ -43,7 +43,7 @@ WITH input AS (
     FROM input
     ORDER BY ord
     ON CONFLICT (idempotency_key)
-        WHERE idempotency_key IS NOT NULL AND status IN ('scheduled', 'pending', 'running')
+        WHERE idempotency_key IS NOT NULL AND status IN ('waiting', 'scheduled', 'pending', 'running')
         DO NOTHING
     RETURNING id, queue, status, idempotency_key
 ), woken AS (
@@ -88,7 +88,7 @@ WITH input AS (
            %(meta)s::jsonb, CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
     FROM input
     ON CONFLICT (idempotency_key)
-        WHERE idempotency_key IS NOT NULL AND status IN ('scheduled', 'pending', 'running')
+        WHERE idempotency_key IS NOT NULL AND status IN ('waiting', 'scheduled', 'pending', 'running')
         DO NOTHING
     RETURNING id, status
 ), woken AS (
@@ -101,7 +101,7 @@ SELECT inserted.id FROM inserted, woken;
 -- The unfinished job holding each of the given idempotency keys.
 SELECT id, idempotency_key FROM {jobs}
 WHERE idempotency_key = ANY(%(keys)s::text[])
-  AND status IN ('scheduled', 'pending', 'running');
+  AND status IN ('waiting', 'scheduled', 'pending', 'running');
 
 -- name: job_claim
 -- Claim up to %(limit)s pending jobs of one queue, best priority then oldest run_at first.

@@ -122,7 +122,7 @@ WHERE j.id = c.id
 RETURNING j.id;
 
 -- name: queue_status
--- Per queue: pending (due), scheduled, running, failed, done, age of the oldest due job in
+-- Per queue: pending (due), scheduled, waiting (for other jobs), running, failed, done, age of the oldest due job in
 -- seconds, jobs finished in the last minute, its settings (paused, concurrency limit, rate
 -- limit) and the live workers that claim from it (reported within %(silent)s seconds); a
 -- queue with settings or workers but no jobs is listed with zero counts.
@@ -130,6 +130,7 @@ WITH counts AS (
     SELECT queue,
            count(*) FILTER (WHERE status = 'pending') AS pending,
            count(*) FILTER (WHERE status = 'scheduled') AS scheduled,
+           count(*) FILTER (WHERE status = 'waiting') AS waiting,
            count(*) FILTER (WHERE status = 'running') AS running,
            count(*) FILTER (WHERE status = 'failed') AS failed,
            count(*) FILTER (WHERE status = 'done') AS done,
@@ -148,6 +149,7 @@ WITH counts AS (
 )
 SELECT coalesce(c.queue, q.name, s.queue) AS queue,
        coalesce(c.pending, 0) AS pending, coalesce(c.scheduled, 0) AS scheduled,
+       coalesce(c.waiting, 0) AS waiting,
        coalesce(c.running, 0) AS running, coalesce(c.failed, 0) AS failed,
        coalesce(c.done, 0) AS done, coalesce(c.cancelled, 0) AS cancelled,
        c.oldest_pending_seconds, coalesce(c.finished_last_minute, 0) AS finished_last_minute,

@@ -2,7 +2,7 @@
 -- Placeholders as in jobs.sql.
 
 -- name: job_find_waiting
--- The waiting (scheduled or pending) jobs of task %(task)s, of queue %(queue)s (NULL: any),
+-- The jobs of task %(task)s not yet started (waiting, scheduled or pending), of queue %(queue)s (NULL: any),
 -- whose payload contains %(payload)s (JSON containment: nested objects match by their own
 -- fields), oldest first.
 SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
@@ -10,7 +10,7 @@ SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempt
        result
 FROM {jobs}
 WHERE task = %(task)s
-  AND status IN ('scheduled', 'pending')
+  AND status IN ('waiting', 'scheduled', 'pending')
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND payload @> %(payload)s::jsonb
 ORDER BY id;
