@@ -262,6 +262,38 @@ def test_sigterm_lets_the_running_job_finish_then_exits_0(workdir: Path, app: Ap
     assert job_state(db, app, waiting_id)[:2] == ("pending", 0)
 
 
+def test_a_running_worker_runs_a_chain_of_dependent_jobs_in_order(
+    workdir: Path, app: App, db: Any
+) -> None:
+    """Not a burst: the worker's maintenance leader (a round every poll interval) releases each
+    waiting job once the one before it is done, and wakes the workers."""
+    first = app.enqueue("linger", {"seconds": 0.3}).id
+    second = app.enqueue("quick", {"n": 2}, depends_on=[first]).id
+    third = app.enqueue("quick", {"n": 3}, depends_on=[second], priority=-5).id
+    broken = app.enqueue("suicide", depends_on=[third], delay=3600).id  # due in an hour
+    assert job_state(db, app, third)[0] == "waiting"
+    with worker_process(
+        workdir, app, "--concurrency", "4", "--poll-interval", "0.2", "--log-level", "debug"
+    ) as w:
+        wait_for(
+            lambda: job_state(db, app, third)[0] == "done" or w.proc.poll() is not None,
+            30,
+            "the chain to run",
+        )
+        assert w.proc.poll() is None, w.stderr
+        # Released once its dependency is done, though not yet due: scheduled, not run.
+        wait_for(lambda: job_state(db, app, broken)[0] == "scheduled", 10, "the last release")
+        w.proc.send_signal(signal.SIGTERM)
+        assert w.proc.wait(timeout=30) == 0, w.stderr
+    finished = [
+        int(re.findall(r"\bjob_id=(\d+)\b", line)[0])
+        for line in w.stderr.splitlines()
+        if "event=finished" in line
+    ]
+    assert finished == [first, second, third], w.stderr
+    assert marks(workdir) == 1  # the suicide task never ran
+
+
 def _run_cli(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "skiplock", *args],
