@@ -308,6 +308,12 @@ class AsyncStore(AsyncDependencyStatements):
         )
         return {queue: n for queue, n, _ in rows}
 
+    async def job_cancel_expired(
+        self, conn: AsyncConnection[Any], limit: int = 1000
+    ) -> dict[str, int]:
+        """Cancel jobs not started by their expiry; returns how many per queue."""
+        return dict(await self._rows(conn, "job_cancel_expired", {"limit": limit}))
+
     async def job_prune_finished(
         self, conn: AsyncConnection[Any], status: str, older_than: float, limit: int = 5000
     ) -> int:

@@ -299,6 +299,10 @@ class SyncStore(SyncDependencyStatements):
         )
         return {queue: n for queue, n, _ in rows}
 
+    def job_cancel_expired(self, conn: Connection[Any], limit: int = 1000) -> dict[str, int]:
+        """Cancel jobs not started by their expiry; returns how many per queue."""
+        return dict(self._rows(conn, "job_cancel_expired", {"limit": limit}))
+
     def job_prune_finished(
         self, conn: Connection[Any], status: str, older_than: float, limit: int = 5000
     ) -> int:

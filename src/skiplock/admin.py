@@ -175,6 +175,11 @@ def _json_option(text: str, option: str) -> Any:
     metavar="JOB_ID",
     help="Run only once this job is done (repeatable); cancelled if it fails.",
 )
+@click.option(
+    "--expires",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds: a job not started by then is cancelled, never run.",
+)
 def enqueue(
     task: str,
     dsn: str | None,
@@ -187,12 +192,20 @@ def enqueue(
     count: int,
     meta: str | None,
     depends_on: tuple[int, ...],
+    expires: float | None,
 ) -> None:
     """Enqueue COUNT jobs of TASK (by name) with the same payload."""
     arguments = _json_option(payload, "--payload")
     meta_value = None if meta is None else _json_option(meta, "--meta")
     options = EnqueueOptions(
-        queue, priority, None, delay, max_attempts, meta=meta_value, depends_on=depends_on
+        queue,
+        priority,
+        None,
+        delay,
+        max_attempts,
+        meta=meta_value,
+        depends_on=depends_on,
+        expires=expires,
     )
     try:
         job = build_job(task, arguments, options, max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -33,6 +34,7 @@ class EnqueueOptions:
     idempotency_key: str | None = None
     meta: Mapping[str, Any] | None = None  # merged key by key, the later option's keys winning
     depends_on: Sequence[int | Enqueued] | None = None  # jobs (or their ids) to run after
+    expires: float | timedelta | datetime | None = None  # seconds after the enqueue, or when
 
     def merged(self, other: EnqueueOptions) -> EnqueueOptions:
         """These options with every option ``other`` sets taking precedence."""
@@ -49,6 +51,7 @@ class EnqueueOptions:
             self.idempotency_key if other.idempotency_key is None else other.idempotency_key,
             merged_meta(self.meta, other.meta),
             self.depends_on if other.depends_on is None else other.depends_on,
+            self.expires if other.expires is None else other.expires,
         )
 
 
@@ -95,6 +98,31 @@ class NewJob:
     idempotency_key: str | None
     meta: str | None = None  # JSON text
     depends_on: tuple[int, ...] | None = None  # job ids; None: depends on nothing
+    expires_at: datetime | None = None  # an expiry given as a time ...
+    expires_in: float | None = None  # ... or as seconds after the enqueue (the server's clock)
+
+
+def check_expiry(
+    expires: float | timedelta | datetime | None, delay: float | None, run_at: datetime | None
+) -> tuple[datetime | None, float | None]:
+    """(expires_at, expires_in): when a job not started yet is dropped, as a time or as seconds
+    after the enqueue; refused when it would come before the job is even due."""
+    if expires is None:
+        return None, None
+    if isinstance(expires, datetime):
+        if expires.tzinfo is None:
+            raise ValueError("expires must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        if run_at is not None and expires <= run_at:
+            raise ValueError(f"expires ({expires}) must come after run_at ({run_at})")
+        return expires, None
+    seconds = expires.total_seconds() if isinstance(expires, timedelta) else expires
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ValueError(f"expires must be seconds, a timedelta or a datetime, got {expires!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"expires must be a positive number of seconds, got {expires!r}")
+    if delay is not None and seconds <= delay:
+        raise ValueError(f"expires ({seconds} s) must be longer than the delay ({delay} s)")
+    return None, float(seconds)
 
 
 MAX_DEPENDENCIES = 1000
@@ -128,6 +156,8 @@ def check_options(task: str, options: EnqueueOptions) -> dict[str, Any]:
     delay = options.delay
     if isinstance(delay, timedelta):
         delay = delay.total_seconds()
+    delay = check_delay(delay)
+    expires_at, expires_in = check_expiry(options.expires, delay, options.run_at)
     for key, label in (
         (options.entity_key, "entity_key"),
         (options.idempotency_key, "idempotency_key"),
@@ -141,12 +171,14 @@ def check_options(task: str, options: EnqueueOptions) -> dict[str, Any]:
         "task": check_task_name(task),
         "priority": check_priority(options.priority),
         "run_at": options.run_at,
-        "delay": check_delay(delay),
+        "delay": delay,
         "max_attempts": check_max_attempts(options.max_attempts),
         "entity_key": options.entity_key,
         "idempotency_key": options.idempotency_key,
         "meta": encode_meta(options.meta, task=task),
         "depends_on": check_dependencies(options.depends_on),
+        "expires_at": expires_at,
+        "expires_in": expires_in,
     }
 
 
@@ -184,6 +216,8 @@ class NewJobs:
     first_payload: str
     meta: str | None = None  # JSON text, shared by the jobs
     depends_on: tuple[int, ...] | None = None  # job ids, shared by the jobs
+    expires_at: datetime | None = None
+    expires_in: float | None = None
 
     @classmethod
     def repeated(cls, job: NewJob, count: int) -> NewJobs:
@@ -205,6 +239,8 @@ class NewJobs:
             "entity_key": self.entity_key,
             "idempotency_key": self.idempotency_key,
             "meta": self.meta,
+            "expires_at": self.expires_at,
+            "expires_in": self.expires_in,
             "payloads": self.payloads,
             "payload": self.first_payload,
             "channel": channel,
@@ -251,6 +287,8 @@ def insert_params(jobs: Sequence[NewJob], channel: str) -> dict[str, Any]:
         "entity_key": [j.entity_key for j in jobs],
         "idempotency_key": [j.idempotency_key for j in jobs],
         "meta": [j.meta for j in jobs],
+        "expires_at": [j.expires_at for j in jobs],
+        "expires_in": [j.expires_in for j in jobs],
         "channel": channel,
     }
 

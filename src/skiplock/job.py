@@ -57,6 +57,7 @@ class Job:
     idempotency_key: str | None
     created_at: datetime
     meta: dict[str, Any] | None = None  # set at enqueue, not passed to the task (see App.task)
+    expires_at: datetime | None = None  # not started by then: never claimed, cancelled
     last_error: str | None = None
     finished_at: datetime | None = None
     result: Any = None  # what the task returned, for tasks with store_result=True

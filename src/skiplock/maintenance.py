@@ -1,6 +1,7 @@
 """Maintenance that one worker runs for everybody (the leader): promote due scheduled jobs,
-release (or cancel) jobs waiting for others, enqueue periodic ticks, prune finished jobs past
-their retention (and workers gone for an hour), reclaim expired leases.
+cancel jobs past their expiry, release (or cancel) jobs waiting for others, enqueue periodic
+ticks, prune finished jobs past their retention (and workers gone for an hour), reclaim expired
+leases.
 Reclaiming is also done by every other worker, so that the death of the leader itself does
 not hold up the recovery of its jobs."""
 
@@ -36,6 +37,7 @@ class MaintenanceStats:
     promoted: int = 0
     released: int = 0
     dependents_cancelled: int = 0
+    expired: int = 0
     reclaimed: int = 0
     pruned: int = 0
     periodic_enqueued: int = 0
@@ -98,6 +100,7 @@ class Maintenance:
         self.stats.runs += 1
         steps: list[tuple[str, Callable[[AsyncConnection[Any]], Awaitable[None]]]] = [
             ("promote", self._promote),
+            ("expire", self._cancel_expired),
             ("release", self._release_waiting),
             ("periodic", self._enqueue_periodic),
         ]
@@ -120,6 +123,14 @@ class Maintenance:
         if promoted:
             self.stats.promoted += sum(promoted.values())
             self.on_work()
+
+    async def _cancel_expired(self, conn: AsyncConnection[Any]) -> None:
+        expired = await self.store.job_cancel_expired(conn)
+        if expired:
+            self.stats.expired += sum(expired.values())
+            log.info(
+                "cancelled %d jobs not started by their expiry: %s", sum(expired.values()), expired
+            )
 
     async def _release_waiting(self, conn: AsyncConnection[Any]) -> None:
         """Release the waiting jobs whose dependencies are done, cancel those with a failed

@@ -170,12 +170,14 @@ class Task(Generic[P, R]):
         idempotency_key: str | None = None,
         meta: Mapping[str, Any] | None = None,
         depends_on: Sequence[int | Enqueued] | None = None,
+        expires: float | timedelta | datetime | None = None,
     ) -> TaskCall:
         """A handle that enqueues this task with these options instead of the task's defaults.
         ``meta`` (a small JSON object) travels with the job without being passed to the task:
         ``job.meta`` in :meth:`App.around_job` hooks and ``ctx.job.meta``.  ``depends_on``
         (jobs, or their ids): the job waits until every one of them is done, and is cancelled
-        if one fails or is cancelled."""
+        if one fails or is cancelled.  ``expires`` (seconds after the enqueue, a timedelta or a
+        time): a job not started by then is never run, it ends ``cancelled``."""
         options = EnqueueOptions(
             queue,
             priority,
@@ -186,6 +188,7 @@ class Task(Generic[P, R]):
             idempotency_key,
             meta,
             depends_on,
+            expires,
         )
         return TaskCall(self, self.settings.options.merged(options))
 

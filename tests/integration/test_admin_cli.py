@@ -514,10 +514,13 @@ def test_prune_older_than_zero_deletes_every_finished_job(tasks: App, db: Any) -
 
 def test_enqueue_depends_on_and_show_what_a_waiting_job_waits_for(tasks: App) -> None:
     first = tasks.enqueue("mail.send", {"to": "a@example.com"}, delay=3600).id
-    made = run(tasks, "enqueue", "mail.send", "--queue", "emails", "--depends-on", str(first))
+    made = run(
+        tasks, "enqueue", "mail.send", "--queue", "emails", "--depends-on", str(first),
+        "--expires", "600",
+    )  # fmt: skip
     assert made.code == 0, made
     waiting = tasks.sync_client.list_jobs(status="waiting")
-    assert len(waiting) == 1
+    assert len(waiting) == 1 and waiting[0].expires_at is not None
     shown, as_json, bad = run_all(
         tasks,
         ["jobs", "show", str(waiting[0].id)],

@@ -25,10 +25,15 @@ def test_from_tuple_equals_the_constructor() -> None:
 
 
 def test_from_tuple_takes_the_optional_fields_when_the_row_has_them() -> None:
-    job = Job.from_tuple((*ROW[:4], "failed", *ROW[5:], {"trace": "t"}, "boom", NOW))
+    job = Job.from_tuple((*ROW[:4], "failed", *ROW[5:], {"trace": "t"}, NOW, "boom", NOW))
     assert job.status is JobStatus.FAILED
-    assert (job.meta, job.last_error, job.finished_at) == ({"trace": "t"}, "boom", NOW)
-    assert Job.from_tuple(ROW).meta is None
+    assert (job.meta, job.expires_at, job.last_error, job.finished_at) == (
+        {"trace": "t"},
+        NOW,
+        "boom",
+        NOW,
+    )
+    assert (Job.from_tuple(ROW).meta, Job.from_tuple(ROW).expires_at) == (None, None)
 
 
 def test_a_job_from_a_row_is_still_frozen() -> None:

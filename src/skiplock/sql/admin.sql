@@ -16,12 +16,12 @@
 -- their primary keys read newest first.
 SELECT * FROM (
     SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts,
-           locked_by, locked_until, entity_key, idempotency_key, created_at, meta, last_error,
-           finished_at, result
+           locked_by, locked_until, entity_key, idempotency_key, created_at, meta, expires_at,
+           last_error, finished_at, result
     FROM {jobs}
     UNION ALL
     SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts,
-           locked_by, NULL::timestamptz, entity_key, idempotency_key, created_at, meta,
+           locked_by, NULL::timestamptz, entity_key, idempotency_key, created_at, meta, expires_at,
            last_error, finished_at, result
     FROM {archive}
 ) AS listed

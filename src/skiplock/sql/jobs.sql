@@ -32,13 +32,15 @@ WITH input AS (
     FROM unnest(
         %(queue)s::text[], %(task)s::text[], %(payload)s::jsonb[], %(priority)s::int[],
         %(run_at)s::timestamptz[], %(delay)s::float8[], %(max_attempts)s::int[],
-        %(entity_key)s::text[], %(idempotency_key)s::text[], %(meta)s::jsonb[]
+        %(entity_key)s::text[], %(idempotency_key)s::text[], %(meta)s::jsonb[],
+        %(expires_at)s::timestamptz[], %(expires_in)s::float8[]
     ) WITH ORDINALITY AS i(queue, task, payload, priority, at, delay, max_attempts,
-                           entity_key, idempotency_key, meta, ord)
+                           entity_key, idempotency_key, meta, expires_at, expires_in, ord)
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts,
-                        entity_key, idempotency_key, meta, status)
+                        entity_key, idempotency_key, meta, expires_at, status)
     SELECT queue, task, payload, priority, due, max_attempts, entity_key, idempotency_key, meta,
+           coalesce(expires_at, now() + make_interval(secs => expires_in)),
            CASE WHEN due > now() THEN 'scheduled' ELSE 'pending' END
     FROM input
     ORDER BY ord
@@ -61,9 +63,11 @@ WITH input AS (
                     now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS due
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts, entity_key, meta,
-                        status)
+                        expires_at, status)
     SELECT %(queue)s::text, %(task)s::text, p.payload, %(priority)s::int, input.due,
            %(max_attempts)s::int, %(entity_key)s::text, %(meta)s::jsonb,
+           coalesce(%(expires_at)s::timestamptz,
+                    now() + make_interval(secs => %(expires_in)s::float8)),
            CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
     FROM input, jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(payload, ord)
     ORDER BY p.ord
@@ -82,10 +86,13 @@ WITH input AS (
                     now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS due
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts,
-                        entity_key, idempotency_key, meta, status)
+                        entity_key, idempotency_key, meta, expires_at, status)
     SELECT %(queue)s::text, %(task)s::text, %(payload)s::jsonb, %(priority)s::int, input.due,
            %(max_attempts)s::int, %(entity_key)s::text, %(idempotency_key)s::text,
-           %(meta)s::jsonb, CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
+           %(meta)s::jsonb,
+           coalesce(%(expires_at)s::timestamptz,
+                    now() + make_interval(secs => %(expires_in)s::float8)),
+           CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
     FROM input
     ON CONFLICT (idempotency_key)
         WHERE idempotency_key IS NOT NULL AND status IN ('waiting', 'scheduled', 'pending', 'running')
@@ -128,6 +135,7 @@ WITH better AS (
     WHERE c.status = 'pending' AND c.queue = %(queue)s
       AND c.priority < coalesce(%(after_priority)s::int, -2147483648)
       AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
+      AND (c.expires_at IS NULL OR c.expires_at > now())
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -140,6 +148,7 @@ WITH better AS (
              coalesce(%(after_run_at)s::timestamptz, '-infinity'),
              coalesce(%(after_id)s::bigint, 0))
       AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
+      AND (c.expires_at IS NULL OR c.expires_at > now())
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -171,7 +180,7 @@ FROM picked, commit_mode
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.entity_key, j.idempotency_key,
-          j.created_at, j.meta;
+          j.created_at, j.meta, j.expires_at;
 
 -- name: transaction_begin
 -- Start a transaction on an autocommit connection (a held-lock claim, before its claim).
@@ -192,6 +201,7 @@ WITH locked AS (
             WHERE c.status = 'pending' AND c.queue = q.name
               AND c.priority < coalesce(q.after_priority, -2147483648)
               AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
+              AND (c.expires_at IS NULL OR c.expires_at > now())
             ORDER BY c.priority, c.run_at, c.id
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
@@ -205,6 +215,7 @@ WITH locked AS (
                                                    coalesce(q.after_run_at, '-infinity'),
                                                    coalesce(q.after_id, 0))
               AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
+              AND (c.expires_at IS NULL OR c.expires_at > now())
             ORDER BY c.priority, c.run_at, c.id
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
@@ -234,7 +245,7 @@ FROM picked, commit_mode
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.entity_key, j.idempotency_key,
-          j.created_at, j.meta;
+          j.created_at, j.meta, j.expires_at;
 
 -- name: job_complete_many
 -- Mark claimed jobs done, if each claim still owns its job; returns the ids it changed.
@@ -285,9 +296,9 @@ WITH moved AS (
 )
 INSERT INTO {archive} (id, queue, task, payload, status, priority, run_at, attempts,
                        max_attempts, locked_by, entity_key, idempotency_key, last_error,
-                       created_at, finished_at, result, meta)
+                       created_at, finished_at, result, meta, expires_at)
 SELECT id, queue, task, payload, 'done', priority, run_at, attempts, max_attempts, locked_by,
-       entity_key, idempotency_key, last_error, created_at, now(), result, meta
+       entity_key, idempotency_key, last_error, created_at, now(), result, meta, expires_at
 FROM moved
 RETURNING id;
 
@@ -371,16 +382,35 @@ WITH due AS (
 SELECT q.queue, q.n, pg_notify(%(channel)s, q.queue)
 FROM (SELECT queue, count(*) AS n FROM promoted GROUP BY queue) AS q;
 
+-- name: job_cancel_expired
+-- Cancel jobs not started by their expires_at (claims skip them already); returns how many
+-- per queue.
+WITH expired AS (
+    SELECT id FROM {jobs}
+    WHERE expires_at < now() AND status IN ('waiting', 'scheduled', 'pending')
+    ORDER BY expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), cancelled AS (
+    UPDATE {jobs} AS j
+    SET status = 'cancelled', finished_at = now(),
+        last_error = format('expired: not run by %%s', j.expires_at)
+    FROM expired
+    WHERE j.id = expired.id AND j.status IN ('waiting', 'scheduled', 'pending')
+    RETURNING j.queue
+)
+SELECT queue, count(*) FROM cancelled GROUP BY queue;
+
 -- name: job_get
 -- One job by id, with its current state; a done job moved to the archive (completion
 -- 'archive') is read from there (the move is one statement: a job is never in both).
 (SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
-        locked_until, entity_key, idempotency_key, created_at, meta, last_error, finished_at,
-        result
+        locked_until, entity_key, idempotency_key, created_at, meta, expires_at, last_error,
+        finished_at, result
  FROM {jobs} WHERE id = %(id)s)
 UNION ALL
 (SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
-        NULL::timestamptz, entity_key, idempotency_key, created_at, meta, last_error,
+        NULL::timestamptz, entity_key, idempotency_key, created_at, meta, expires_at, last_error,
         finished_at, result
  FROM {archive} WHERE id = %(id)s)
 LIMIT 1;

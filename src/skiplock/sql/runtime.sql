@@ -122,10 +122,10 @@ WHERE j.id = c.id
 RETURNING j.id;
 
 -- name: queue_status
--- Per queue: pending (due), scheduled, waiting (for other jobs), running, failed, done, age of the oldest due job in
--- seconds, jobs finished in the last minute, its settings (paused, concurrency limit, rate
--- limit) and the live workers that claim from it (reported within %(silent)s seconds); a
--- queue with settings or workers but no jobs is listed with zero counts.
+-- Per queue: pending (due), scheduled, waiting (for other jobs), running, failed, done, age
+-- of the oldest due job in seconds, jobs finished in the last minute, its settings (paused,
+-- concurrency limit, rate limit) and the live workers that claim from it (reported within
+-- %(silent)s seconds); a queue with settings or workers but no jobs is listed with zero counts.
 WITH counts AS (
     SELECT queue,
            count(*) FILTER (WHERE status = 'pending') AS pending,

@@ -2,12 +2,12 @@
 -- Placeholders as in jobs.sql.
 
 -- name: job_find_waiting
--- The jobs of task %(task)s not yet started (waiting, scheduled or pending), of queue %(queue)s (NULL: any),
--- whose payload contains %(payload)s (JSON containment: nested objects match by their own
--- fields), oldest first.
+-- The jobs of task %(task)s not yet started (waiting, scheduled or pending), of queue
+-- %(queue)s (NULL: any), whose payload contains %(payload)s (JSON containment: nested objects
+-- match by their own fields), oldest first.
 SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
-       locked_until, entity_key, idempotency_key, created_at, meta, last_error, finished_at,
-       result
+       locked_until, entity_key, idempotency_key, created_at, meta, expires_at, last_error,
+       finished_at, result
 FROM {jobs}
 WHERE task = %(task)s
   AND status IN ('waiting', 'scheduled', 'pending')

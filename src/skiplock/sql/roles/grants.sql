@@ -37,7 +37,7 @@ REVOKE ALL ON SCHEMA {schema} FROM {enqueuer}, {worker}, {admin}, {viewer};
 -- (but the status of the jobs a new job depends on, and the last id given out).
 GRANT USAGE ON SCHEMA {schema} TO {enqueuer};
 GRANT INSERT (queue, task, payload, priority, run_at, max_attempts, entity_key,
-              idempotency_key, meta, status) ON {jobs} TO {enqueuer};
+              idempotency_key, meta, expires_at, status) ON {jobs} TO {enqueuer};
 GRANT SELECT (id, queue, status, idempotency_key) ON {jobs} TO {enqueuer};
 GRANT SELECT (id, status) ON {archive} TO {enqueuer};
 GRANT INSERT ON {dependencies} TO {enqueuer};
