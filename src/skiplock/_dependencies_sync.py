@@ -16,7 +16,7 @@ from typing import Any
 from psycopg import Connection
 
 from ._statements_sync import SyncStatements
-from .enqueue import NewJobs, shared_key_results
+from .enqueue import NewJobs
 from .job import Enqueued
 from .statement_params import int_array
 
@@ -31,6 +31,16 @@ class Released:
     last_id: int | None = None  # the last of them (None: there were none after ``after_id``)
 
 
+def _ids(rows: list[Any]) -> list[Any]:
+    """The ids ``job_insert_dependent`` returned ([None] when an unfinished job holds the key),
+    or a ValueError naming the ids depended on that no job ever had (nothing was inserted)."""
+    ((ids, unknown),) = rows
+    if unknown:
+        listed = ", ".join(map(str, unknown))
+        raise ValueError(f"depends_on: no job was ever enqueued with id {listed}")
+    return list(ids or [None])
+
+
 class SyncDependencyStatements(SyncStatements):
     def job_insert_dependent(self, conn: Connection[Any], jobs: NewJobs) -> list[Enqueued]:
         """Insert the jobs of one call that depend on ``jobs.depends_on``; with an idempotency
@@ -40,25 +50,13 @@ class SyncDependencyStatements(SyncStatements):
         params["depends_on"] = int_array(jobs.depends_on)
         if jobs.idempotency_key is not None:
             params["payloads"] = f"[{jobs.first_payload}]"
-        for _ in range(3):  # the holder of a key can finish between our insert and our lookup
-            ((ids, unknown),) = self._rows(conn, "job_insert_dependent", params)
-            if unknown:
-                listed = ", ".join(map(str, unknown))
-                raise ValueError(f"depends_on: no job was ever enqueued with id {listed}")
-            if jobs.idempotency_key is None:
-                if len(ids) != jobs.count:
-                    raise RuntimeError(f"inserted {len(ids)} jobs of {jobs.count}")
-                return [Enqueued(job_id) for job_id in ids]
-            if ids:
-                return shared_key_results(ids[0], jobs.count, inserted=True)
-            existing = self._rows(
-                conn, "job_find_unfinished_by_idempotency_keys", {"keys": [jobs.idempotency_key]}
+            return self._insert_keyed(
+                conn, jobs, "job_insert_dependent", params, lambda rows: _ids(rows)[0]
             )
-            if existing:
-                return shared_key_results(existing[0][0], jobs.count, inserted=False)
-        raise RuntimeError(
-            f"idempotency key {jobs.idempotency_key!r} kept changing hands; enqueue again"
-        )
+        ids = _ids(self._rows(conn, "job_insert_dependent", params))
+        if len(ids) != jobs.count:
+            raise RuntimeError(f"inserted {len(ids)} jobs of {jobs.count}")
+        return [Enqueued(job_id) for job_id in ids]
 
     def job_release_waiting(
         self, conn: Connection[Any], after_id: int = 0, limit: int = 1000

@@ -17,7 +17,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from ._dependencies_async import AsyncDependencyStatements
-from .enqueue import InsertOutcome, NewJob, NewJobs, insert_params, shared_key_results
+from .enqueue import InsertOutcome, NewJob, NewJobs, insert_params
 from .job import Claim, ClaimKey, Enqueued, Job
 from .statement_params import claim_arrays, claim_statement, result_arrays
 
@@ -88,17 +88,8 @@ class AsyncStore(AsyncDependencyStatements):
             if len(ids) != jobs.count:
                 raise RuntimeError(f"inserted {len(ids)} jobs of {jobs.count}")
             return [Enqueued(job_id) for job_id in ids]
-        for _ in range(3):  # the holder of a key can finish between our insert and our lookup
-            rows = await self._rows(conn, "job_insert_one", params)
-            if rows:
-                return shared_key_results(rows[0][0], jobs.count, inserted=True)
-            existing = await self._rows(
-                conn, "job_find_unfinished_by_idempotency_keys", {"keys": [jobs.idempotency_key]}
-            )
-            if existing:
-                return shared_key_results(existing[0][0], jobs.count, inserted=False)
-        raise RuntimeError(
-            f"idempotency key {jobs.idempotency_key!r} kept changing hands; enqueue again"
+        return await self._insert_keyed(
+            conn, jobs, "job_insert_one", params, lambda rows: rows[0][0] if rows else None
         )
 
     async def periodic_enqueue_tick(
