@@ -116,6 +116,8 @@ WHERE idempotency_key = ANY(%(keys)s::text[])
 -- running job are left alone (one index probe each: see migration 0004), and at most one job
 -- per entity key is taken (the first in claim order; a sort of the locked jobs by key, not a
 -- comparison of each with all the others).
+-- Jobs past their expires_at are skipped (the maintenance leader cancels them): a NULL check
+-- per candidate for jobs without one (the claim of 100 took 2-3% longer with it under pgbench).
 -- The claim index is read from the worker's last claimed key (after_priority, after_run_at,
 -- after_id; NULLs read the whole index): every job of a better priority, then the jobs after
 -- that key.  Skipped are the same priority's entries before the key: mostly jobs already
