@@ -264,3 +264,26 @@ def test_jobs_no_longer_waiting_lose_their_dependency_rows_at_the_prune(app: App
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         SyncStore(app.queries).job_dependencies_prune(conn)
     assert dependency_rows(app, db) == [(third.id, first.id)]
+
+
+def test_async_enqueue_takes_depends_on_and_refuses_unknown_ids(app: App) -> None:
+    @app.task(name="noop")
+    def noop() -> None:
+        pass
+
+    async def enqueue() -> tuple[int, int, int]:
+        first = await noop.enqueue_async()
+        second = await app.enqueue_async("noop", depends_on=[first])
+        keyed = await noop.with_options(depends_on=[second], idempotency_key="k").enqueue_async()
+        with pytest.raises(ValueError, match="no job was ever enqueued with id 999999999"):
+            await noop.with_options(depends_on=[999_999_999]).enqueue_async()
+        await app.close_async()
+        return first.id, second.id, keyed.id
+
+    first, second, keyed = asyncio.run(enqueue())
+    assert [status(app, j) for j in (first, second, keyed)] == [
+        JobStatus.PENDING,
+        JobStatus.WAITING,
+        JobStatus.WAITING,
+    ]
+    assert app.sync_client.waits_for(keyed) == [(second, "waiting")]

@@ -128,3 +128,18 @@ def test_every_way_of_enqueueing_takes_expires(app: App) -> None:
                                (mixed[0], False), (mixed[1], True)):  # fmt: skip
         job = app.get_job(enqueued.id)
         assert job is not None and (job.expires_at is not None) == expiring, job
+
+
+def test_async_enqueue_takes_expires(app: App) -> None:
+    @app.task(name="noop")
+    def noop() -> None:
+        pass
+
+    async def enqueue() -> int:
+        job = await noop.with_options(expires=timedelta(minutes=5)).enqueue_async()
+        await app.close_async()
+        return job.id
+
+    job = app.get_job(asyncio.run(enqueue()))
+    assert job is not None and job.expires_at is not None
+    assert timedelta(minutes=4) < job.expires_at - job.created_at <= timedelta(minutes=5)
