@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .job import Enqueued
@@ -106,14 +106,18 @@ def check_expiry(
     expires: float | timedelta | datetime | None, delay: float | None, run_at: datetime | None
 ) -> tuple[datetime | None, float | None]:
     """(expires_at, expires_in): when a job not started yet is dropped, as a time or as seconds
-    after the enqueue; refused when it would come before the job is even due."""
+    after the enqueue; refused when it would come before the job is even due (a time compared
+    with a number of seconds by this machine's clock)."""
     if expires is None:
         return None, None
     if isinstance(expires, datetime):
         if expires.tzinfo is None:
             raise ValueError("expires must be timezone-aware (e.g. datetime.now(timezone.utc))")
-        if run_at is not None and expires <= run_at:
-            raise ValueError(f"expires ({expires}) must come after run_at ({run_at})")
+        due = run_at
+        if due is None and delay is not None:
+            due = datetime.now(UTC) + timedelta(seconds=delay)
+        if due is not None and expires <= due:
+            raise ValueError(f"expires ({expires}) must come after the job is due ({due})")
         return expires, None
     seconds = expires.total_seconds() if isinstance(expires, timedelta) else expires
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
@@ -122,6 +126,8 @@ def check_expiry(
         raise ValueError(f"expires must be a positive number of seconds, got {expires!r}")
     if delay is not None and seconds <= delay:
         raise ValueError(f"expires ({seconds} s) must be longer than the delay ({delay} s)")
+    if run_at is not None and run_at >= datetime.now(UTC) + timedelta(seconds=seconds):
+        raise ValueError(f"expires ({seconds} s from now) must come after run_at ({run_at})")
     return None, float(seconds)
 
 

@@ -103,7 +103,9 @@ def test_bad_expiry_is_refused_and_inserts_nothing(app: App, db: Any) -> None:
         ({"expires": "60"}, "seconds, a timedelta or a datetime"),
         ({"expires": datetime.now()}, "timezone-aware"),
         ({"expires": 30, "delay": 60}, "longer than the delay"),
-        ({"expires": now, "run_at": now + timedelta(minutes=1)}, "after run_at"),
+        ({"expires": now, "run_at": now + timedelta(minutes=1)}, "after the job is due"),
+        ({"expires": now + timedelta(seconds=30), "delay": 60}, "after the job is due"),
+        ({"expires": 30, "run_at": now + timedelta(minutes=1)}, "after run_at"),
     ):
         with pytest.raises(ValueError, match=message):
             noop.with_options(**options).enqueue()
