@@ -30,6 +30,10 @@ log = logging.getLogger("skiplock.maintenance")
 
 RELEASE_BATCH = 1000  # waiting jobs read by one statement
 RELEASE_ROUNDS = 5  # statements a round at most, while they cancel jobs (chains of dependents)
+# While jobs wait for others, the leader looks for the ones it can release this often between
+# its rounds: a chain of jobs moves on a step per interval at most (promotion and the rest keep
+# to the round's interval).
+WAITING_RELEASE_INTERVAL = 0.1
 
 
 @dataclass
@@ -70,6 +74,7 @@ class Maintenance:
         self._next_reclaim = 0.0
         self._next_prune = 0.0
         self._waiting_after = 0  # where the next read of waiting jobs starts (release_waiting)
+        self._jobs_waiting = False  # whether the last read found any
 
     async def run(self) -> None:
         while True:
@@ -77,7 +82,18 @@ class Maintenance:
                 await self.run_once()
             else:
                 await self.reclaim_if_due()
-            await asyncio.sleep(self.interval)
+            await self._until_next_round()
+
+    async def _until_next_round(self) -> None:
+        """Sleep for the interval; a leader with jobs waiting for others reads them more often
+        meanwhile, so that each is released soon after what it waits for is done."""
+        next_round = time.monotonic() + self.interval
+        while self.elector.is_leader and self._jobs_waiting:
+            if next_round - time.monotonic() <= WAITING_RELEASE_INTERVAL:
+                break
+            await asyncio.sleep(WAITING_RELEASE_INTERVAL)
+            await self._run_step("release", self._release_waiting)
+        await asyncio.sleep(max(0.0, next_round - time.monotonic()))
 
     async def reclaim_if_due(self) -> None:
         """Every worker, leader or not, reclaims expired leases at the reclaim interval: the
@@ -111,12 +127,17 @@ class Maintenance:
             self._next_prune = now + self.prune_interval
             steps.append(("prune", self._prune))
         for name, step in steps:
-            try:
-                async with self.pool.connection() as conn:
-                    await step(conn)
-            except (psycopg.Error, SkiplockError) as exc:
-                self.stats.errors += 1
-                log.warning("maintenance step %s failed, retrying next round: %s", name, exc)
+            await self._run_step(name, step)
+
+    async def _run_step(
+        self, name: str, step: Callable[[AsyncConnection[Any]], Awaitable[None]]
+    ) -> None:
+        try:
+            async with self.pool.connection() as conn:
+                await step(conn)
+        except (psycopg.Error, SkiplockError) as exc:
+            self.stats.errors += 1
+            log.warning("maintenance step %s failed, retrying next round: %s", name, exc)
 
     async def _promote(self, conn: AsyncConnection[Any]) -> None:
         promoted = await self.store.job_promote_due(conn)
@@ -141,6 +162,8 @@ class Maintenance:
             done = await self.store.job_release_waiting(conn, self._waiting_after, RELEASE_BATCH)
             self._waiting_after = done.last_id or 0 if done.read >= RELEASE_BATCH else 0
             released, cancelled = sum(done.released.values()), sum(done.cancelled.values())
+            # Some still wait: the read left some, or stopped at its batch before the end.
+            self._jobs_waiting = done.read > released + cancelled or bool(self._waiting_after)
             self.stats.released += released
             self.stats.dependents_cancelled += cancelled
             if released:

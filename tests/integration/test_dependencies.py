@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -287,3 +288,33 @@ def test_async_enqueue_takes_depends_on_and_refuses_unknown_ids(app: App) -> Non
         JobStatus.WAITING,
     ]
     assert app.sync_client.waits_for(keyed) == [(second, "waiting")]
+
+
+def test_a_leader_with_jobs_waiting_releases_them_between_its_rounds(app: App) -> None:
+    """Rounds come every poll interval (3 s here); once one has found jobs waiting, the leader
+    looks for releasable ones every 0.1 s, so a chain does not move a step per round."""
+    ran: list[tuple[int, float]] = []
+
+    @app.task(name="step")
+    async def step(n: int) -> None:
+        ran.append((n, time.monotonic()))
+
+    async def chain() -> None:
+        worker = Worker(app, poll_interval=3)
+        running = asyncio.create_task(worker.run())
+        try:
+            first = await step.enqueue_async(n=1)
+            second = await step.with_options(depends_on=[first]).enqueue_async(n=2)
+            await step.with_options(depends_on=[second]).enqueue_async(n=3)
+            async with asyncio.timeout(20):
+                while len(ran) < 3:
+                    await asyncio.sleep(0.02)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(running, 30)
+            await app.close_async()
+
+    asyncio.run(chain())
+    (one, _), (two, released), (three, last) = ran
+    assert (one, two, three) == (1, 2, 3)
+    assert last - released < 2.0  # not the next round, 3 s later
