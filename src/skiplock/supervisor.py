@@ -109,7 +109,7 @@ class Supervisor:
         # Counted only; the main loop passes it on.  Held in this thread while a child starts,
         # the signal can still reach another thread of the process, and its handler then runs
         # here before the new child is registered: passing it on from the handler missed that
-        # child, which ran on alone (a test caught it once in a few hundred runs).
+        # child, which ran on alone (a CI run of the test suite caught it).
         self.signals += 1
 
     def _pass_on_stop(self) -> None:
