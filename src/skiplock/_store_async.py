@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Mapping, Sequence
+from itertools import groupby
 from typing import Any
 
 import psycopg
@@ -47,13 +48,15 @@ class AsyncStore(AsyncDependencyStatements):
         self, conn: AsyncConnection[Any], jobs: Sequence[NewJob]
     ) -> list[Enqueued]:
         """Insert jobs with options of their own; a job whose idempotency key an unfinished job
-        holds resolves to that job.  Jobs that depend on others are inserted one by one."""
+        holds resolves to that job.  Jobs that depend on others are inserted one by one, in
+        order between the runs of other jobs (one statement a run)."""
         if any(job.depends_on is not None for job in jobs):
             results: list[Enqueued] = []
-            for job in jobs:
-                if job.depends_on is None:
-                    results += await self.job_insert_many(conn, [job])
-                else:
+            for dependent, run in groupby(jobs, key=lambda job: job.depends_on is not None):
+                if not dependent:
+                    results += await self.job_insert_many(conn, list(run))
+                    continue
+                for job in run:
                     results += await self.job_insert_dependent(conn, NewJobs.repeated(job, 1))
             return results
         outcome = InsertOutcome.start(jobs)

@@ -142,7 +142,6 @@ class Supervisor:
             self._start(slot)
         not_before: dict[int, float] = {}
         while True:
-            self._pass_on_stop()
             time.sleep(0.2)
             self._pass_on_stop()
             alive = 0
