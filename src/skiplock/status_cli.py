@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
+import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,8 +37,8 @@ def status(dsn: str | None, schema: str, as_json: bool, watch: float | None) -> 
     """Jobs per queue and state, the oldest due job's age, and last minute's throughput."""
     with open_app(dsn, schema) as app:
         if watch is not None:
-            with contextlib.suppress(KeyboardInterrupt):
-                watch_status(app, schema, watch, as_json)
+            with stop_requested() as stopped:
+                watch_status(app, schema, watch, as_json, stopped)
             return
         rows = app.sync_client.queue_status()
     if as_json:
@@ -45,14 +47,48 @@ def status(dsn: str | None, schema: str, as_json: bool, watch: float | None) -> 
     console().print(status_table(rows, schema))
 
 
-def watch_status(app: App, schema: str, every: float, as_json: bool) -> None:
-    """``status --watch``: until interrupted."""
+@contextmanager
+def stop_requested() -> Iterator[Callable[[], bool]]:
+    """Ctrl-C (SIGINT) or SIGTERM asks a watch to stop between two reads, not inside one: a
+    KeyboardInterrupt raised in the middle of the driver's or the pool's code may leave a query
+    running on a pooled connection, or the pool's lock held, so that closing it never returns.
+    A second one interrupts at once (a read that waits on a lock, a server that went away)."""
+    asked: list[int] = []
+
+    def ask(signum: int, _frame: object) -> None:
+        if asked:
+            raise KeyboardInterrupt
+        asked.append(signum)
+
+    previous = {sig: signal.signal(sig, ask) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield lambda: bool(asked)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def sleep_unless(stopped: Callable[[], bool], seconds: float) -> bool:
+    """Sleep ``seconds`` in steps of at most 0.1 s; False as soon as a stop was asked for."""
+    deadline = time.monotonic() + seconds
+    while not stopped():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        time.sleep(min(left, 0.1))
+    return False
+
+
+def watch_status(
+    app: App, schema: str, every: float, as_json: bool, stopped: Callable[[], bool]
+) -> None:
+    """``status --watch``: until ``stopped()``."""
     out = console()
     if out.is_terminal and not as_json:
         with Live(status_table(app.sync_client.queue_status(), schema), console=out) as live:
-            while True:
-                time.sleep(every)
+            while sleep_unless(stopped, every):
                 live.update(status_table(app.sync_client.queue_status(), schema))
+        return
     while True:
         rows = app.sync_client.queue_status()
         if as_json:
@@ -60,7 +96,8 @@ def watch_status(app: App, schema: str, every: float, as_json: bool) -> None:
         else:
             out.print(status_table(rows, schema))
         sys.stdout.flush()
-        time.sleep(every)
+        if not sleep_unless(stopped, every):
+            return
 
 
 def status_table(rows: list[dict[str, Any]], schema: str) -> Table:

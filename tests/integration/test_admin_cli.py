@@ -217,6 +217,62 @@ def test_status_watch_shows_the_counts_again_until_interrupted(tasks: App) -> No
     assert proc.returncode == 0 and "Traceback" not in err, err
 
 
+def test_status_watch_stops_between_reads_and_a_second_ctrl_c_at_once(
+    tasks: App, pg_dsn: str
+) -> None:
+    """Ctrl-C during a read (here one waiting on a lock) lets the read finish and print, then
+    exits 0: an interrupt inside the driver's or the pool's code could leave a query running
+    or the pool's lock held (the watch once never exited).  A second Ctrl-C does not wait."""
+    import psycopg
+
+    app = tasks
+    app.enqueue_many("mail.send", [{"to": "a"}])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+    argv = [sys.executable, "-m", "skiplock", "status", "--watch", "0.2", "--json",
+            "--dsn", app.dsn, "--schema", app.schema]  # fmt: skip
+
+    def blocked_read(locker: psycopg.Connection[Any]) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+        assert proc.stdout is not None
+        json.loads(proc.stdout.readline())  # it reads; now its next read waits on a lock
+        locker.execute(f"LOCK TABLE {jobs_table(app)} IN ACCESS EXCLUSIVE MODE")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            waiting = locker.execute(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass",
+                (jobs_table(app),),
+            ).fetchone()
+            if waiting and waiting[0]:
+                return proc
+            time.sleep(0.05)
+        raise AssertionError("the watch's read never waited on the lock")
+
+    with psycopg.connect(pg_dsn) as locker:  # a transaction: the lock holds until commit
+        proc = blocked_read(locker)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert proc.poll() is None  # the read it was in goes on
+        locker.execute(
+            f"INSERT INTO {jobs_table(app)} (queue, task, payload) "
+            "VALUES ('emails', 'mail.send', '{}')"
+        )
+        locker.commit()
+        out, err = proc.communicate(timeout=30)
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert [x["queues"][0]["pending"] for x in lines] == [2], out  # that read, and no other
+    assert proc.returncode == 0 and err == "", err
+
+    with psycopg.connect(pg_dsn) as locker:
+        proc = blocked_read(locker)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)  # while the lock is still held
+        locker.rollback()
+    assert proc.returncode == 1 and "Aborted" in err, err
+
+
 def test_jobs_list_and_show(tasks: App, db: Any) -> None:
     app = tasks
     ids = [e.id for e in app.enqueue_many("mail.send", [{"to": f"u{i}"} for i in range(4)])]
