@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from ._store_async import AsyncStore
 from .bulk import BULK_BATCH, CancelledJobs, JobFilter, RetriedJobs
 from .caller_connection import AsyncCallerConnection, caller_connection_async
-from .database import connect_kwargs, unavailable
+from .database import connect_kwargs, server_watch_settings, unavailable
 from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
 from .migrations import all_migrations
@@ -34,11 +34,22 @@ POOL_MAX_SIZE = 4
 
 
 async def open_pool(
-    dsn: str, *, min_size: int, max_size: int, prepare: bool = True
+    dsn: str, store: AsyncStore, *, min_size: int, max_size: int, prepare: bool = True
 ) -> AsyncConnectionPool:
     """A pool of autocommit connections, or :class:`DatabaseUnavailable` saying why not;
-    ``prepare=False``: no prepared statements (behind a transaction-mode pooler)."""
+    ``prepare=False``: no prepared statements (behind a transaction-mode pooler).
+
+    Each connection has the server watch for its client going silent (``session_watch_client``),
+    except behind a transaction-mode pooler, where a session setting would land on a server
+    connection that other clients share."""
     kwargs = connect_kwargs(dsn, prepare=prepare)
+    watch = server_watch_settings(dsn) if prepare else None
+
+    async def configure(conn: AsyncConnection[Any]) -> None:
+        set_json_loads(load_json, conn)  # skiplock's own connections only, never a caller's
+        if watch is not None:
+            await store.session_watch_client(conn, watch)
+
     try:
         # Connect once directly: a pool would only report a timeout, not the reason.
         probe = await AsyncConnection.connect(dsn, **kwargs)
@@ -50,16 +61,11 @@ async def open_pool(
         kwargs=kwargs,
         min_size=min_size,
         max_size=max_size,
-        configure=_configure,
+        configure=configure,
         open=False,
     )
     await pool.open(wait=True, timeout=15)
     return pool
-
-
-async def _configure(conn: AsyncConnection[Any]) -> None:
-    """Set up each of skiplock's own pooled connections (never a caller's)."""
-    set_json_loads(load_json, conn)
 
 
 class AsyncClient:
@@ -72,7 +78,7 @@ class AsyncClient:
     async def _open_pool(self) -> AsyncConnectionPool:
         if self._pool is None:
             self._pool = await open_pool(
-                self._dsn(), min_size=1, max_size=POOL_MAX_SIZE, prepare=self.prepare
+                self._dsn(), self.store, min_size=1, max_size=POOL_MAX_SIZE, prepare=self.prepare
             )
         return self._pool
 

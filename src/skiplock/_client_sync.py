@@ -23,7 +23,7 @@ from psycopg_pool import ConnectionPool
 from ._store_sync import SyncStore
 from .bulk import BULK_BATCH, CancelledJobs, JobFilter, RetriedJobs
 from .caller_connection import CallerConnection, caller_connection
-from .database import connect_kwargs, unavailable
+from .database import connect_kwargs, server_watch_settings, unavailable
 from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
 from .migrations import all_migrations
@@ -34,10 +34,23 @@ from .rate_limit import check_rate_limit
 POOL_MAX_SIZE = 4
 
 
-def open_pool(dsn: str, *, min_size: int, max_size: int, prepare: bool = True) -> ConnectionPool:
+def open_pool(
+    dsn: str, store: SyncStore, *, min_size: int, max_size: int, prepare: bool = True
+) -> ConnectionPool:
     """A pool of autocommit connections, or :class:`DatabaseUnavailable` saying why not;
-    ``prepare=False``: no prepared statements (behind a transaction-mode pooler)."""
+    ``prepare=False``: no prepared statements (behind a transaction-mode pooler).
+
+    Each connection has the server watch for its client going silent (``session_watch_client``),
+    except behind a transaction-mode pooler, where a session setting would land on a server
+    connection that other clients share."""
     kwargs = connect_kwargs(dsn, prepare=prepare)
+    watch = server_watch_settings(dsn) if prepare else None
+
+    def configure(conn: Connection[Any]) -> None:
+        set_json_loads(load_json, conn)  # skiplock's own connections only, never a caller's
+        if watch is not None:
+            store.session_watch_client(conn, watch)
+
     try:
         # Connect once directly: a pool would only report a timeout, not the reason.
         probe = Connection.connect(dsn, **kwargs)
@@ -49,16 +62,11 @@ def open_pool(dsn: str, *, min_size: int, max_size: int, prepare: bool = True) -
         kwargs=kwargs,
         min_size=min_size,
         max_size=max_size,
-        configure=_configure,
+        configure=configure,
         open=False,
     )
     pool.open(wait=True, timeout=15)
     return pool
-
-
-def _configure(conn: Connection[Any]) -> None:
-    """Set up each of skiplock's own pooled connections (never a caller's)."""
-    set_json_loads(load_json, conn)
 
 
 class SyncClient:
@@ -71,7 +79,7 @@ class SyncClient:
     def _open_pool(self) -> ConnectionPool:
         if self._pool is None:
             self._pool = open_pool(
-                self._dsn(), min_size=1, max_size=POOL_MAX_SIZE, prepare=self.prepare
+                self._dsn(), self.store, min_size=1, max_size=POOL_MAX_SIZE, prepare=self.prepare
             )
         return self._pool
 

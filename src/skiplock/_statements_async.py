@@ -68,6 +68,13 @@ class AsyncStatements:
         """Rows whose columns are :class:`Job`'s fields, in its order."""
         return [Job.from_tuple(row) for row in await self._fetch(conn, name, params)]
 
+    async def session_watch_client(
+        self, conn: AsyncConnection[Any], settings: dict[str, str]
+    ) -> None:
+        """Have the server notice soon when this session's client goes silent (see
+        :func:`skiplock.database.server_watch_settings`)."""
+        await self._fetch(conn, "session_watch_client", settings)
+
     # -- queues, leadership, periodic ----------------------------------------------------
 
     async def queue_settings(

@@ -65,6 +65,11 @@ class SyncStatements:
         """Rows whose columns are :class:`Job`'s fields, in its order."""
         return [Job.from_tuple(row) for row in self._fetch(conn, name, params)]
 
+    def session_watch_client(self, conn: Connection[Any], settings: dict[str, str]) -> None:
+        """Have the server notice soon when this session's client goes silent (see
+        :func:`skiplock.database.server_watch_settings`)."""
+        self._fetch(conn, "session_watch_client", settings)
+
     # -- queues, leadership, periodic ----------------------------------------------------
 
     def queue_settings(

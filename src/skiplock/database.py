@@ -11,6 +11,16 @@ pooler that does not track prepared statements (PgBouncer before 1.21, or with
 statement is missing or already taken: such a setup turns them off (``App(prepared_statements=
 False)`` or ``SKIPLOCK_PREPARED_STATEMENTS=off``), and the errors it would otherwise get are
 translated into one that says so (:func:`translate`).
+
+Dead connections: a connection whose server went away without a word (a failover that moved
+its address, a firewall or NAT that forgot it, a host that lost power) gets no reset, so a
+worker would wait on it for as long as the kernel lets it: a statement ~15 minutes of
+retransmissions, an idle or listening connection forever; and the server would keep the
+session, its transaction and its row locks for over two hours.  skiplock's own TCP connections
+therefore give up after ~10 s without an acknowledgement (TCP keepalives and
+``tcp_user_timeout``, see :data:`DEAD_PEER_PARAMS`), and their sessions ask the server to do
+the same (:func:`server_watch_settings`).  A setting the DSN names keeps its value, at both
+ends (``keepalives=0`` turns the probes off, ``tcp_user_timeout=0`` the timeout).
 """
 
 from __future__ import annotations
@@ -27,6 +37,18 @@ from .errors import ConfigurationError, DatabaseUnavailable, SchemaNotMigrated
 ENV_VARS = ("SKIPLOCK_DATABASE_URL", "DATABASE_URL")
 PREPARED_STATEMENTS_VAR = "SKIPLOCK_PREPARED_STATEMENTS"
 CONNECT_TIMEOUT = 5
+# libpq settings for every connection skiplock opens (ignored on Unix sockets): probe an idle
+# connection after 5 s, every 2 s, and drop one whose data or probes go unacknowledged for
+# 10 s.  A healthy server's kernel acknowledges however busy the server is, so a long statement
+# is never cut; a worker's heartbeat (every lease / 3, 10 s by default) stuck on a dead
+# connection fails in time for the next one, on a new connection, to keep its 30 s leases.
+DEAD_PEER_PARAMS = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,  # milliseconds; libpq 12 and later
+}
 _ON = ("1", "true", "on", "yes")
 _OFF = ("0", "false", "off", "no")
 
@@ -84,9 +106,34 @@ def connect_kwargs(dsn: str, *, prepare: bool = True) -> dict[str, Any]:
         extra["prepare_threshold"] = None
     if "connect_timeout" not in params:
         extra["connect_timeout"] = CONNECT_TIMEOUT
+    for key, value in dead_peer_params().items():
+        if key not in params:  # the DSN's own settings win, each one
+            extra[key] = value
     if "application_name" not in params:
         extra["application_name"] = "skiplock"
     return extra
+
+
+def dead_peer_params() -> dict[str, int]:
+    """:data:`DEAD_PEER_PARAMS` that this libpq knows (``tcp_user_timeout`` came in 12)."""
+    if psycopg.pq.version() >= 120000:
+        return dict(DEAD_PEER_PARAMS)
+    return {k: v for k, v in DEAD_PEER_PARAMS.items() if k != "tcp_user_timeout"}
+
+
+def server_watch_settings(dsn: str) -> dict[str, str] | None:
+    """The same dead-peer settings for the server's side of a session (the parameters of the
+    ``session_watch_client`` statement), from the DSN's values where it names them; None when
+    the DSN turns keepalives off."""
+    params = {**dead_peer_params(), **conninfo.conninfo_to_dict(dsn)}
+    if str(params.get("keepalives", 1)) == "0":
+        return None
+    return {
+        "idle": str(params["keepalives_idle"]),
+        "interval": str(params["keepalives_interval"]),
+        "count": str(params["keepalives_count"]),
+        "user_timeout": str(params.get("tcp_user_timeout", 0)),
+    }
 
 
 def unavailable(exc: BaseException, dsn: str) -> DatabaseUnavailable:

@@ -20,7 +20,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from ._store_async import AsyncStore
-from .database import connect_kwargs
+from .database import connect_kwargs, server_watch_settings
 from .errors import SkiplockError
 
 log = logging.getLogger("skiplock.listener")
@@ -62,6 +62,8 @@ class Listener:
                     },
                 )
                 async with conn:
+                    if self.prepare and (watch := server_watch_settings(self.dsn)) is not None:
+                        await self.store.session_watch_client(conn, watch)
                     await self.store.channel_listen(conn)
                     self.backend_pid = conn.info.backend_pid
                     self.listening.set()

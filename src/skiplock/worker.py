@@ -170,7 +170,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
         self._executor = TaskThreads(self.concurrency)
         pool_size = 6 + (self.concurrency if held else 0)
         self._pool = await open_pool(
-            dsn, min_size=2, max_size=pool_size, prepare=self.app.prepared_statements
+            dsn, self.store, min_size=2, max_size=pool_size, prepare=self.app.prepared_statements
         )
         try:
             await self._check_schema()

@@ -56,7 +56,7 @@ def test_a_held_up_write_does_not_hold_up_the_next_batch_and_counts_as_unwritten
     recorded: list[Recorded] = []
 
     async def main() -> None:
-        pool = await open_pool(app.dsn, min_size=2, max_size=4)
+        pool = await open_pool(app.dsn, AsyncStore(app.queries), min_size=2, max_size=4)
         completer = Completer(
             AsyncStore(app.queries), pool, "keep", on_recorded=recorded.extend,
             max_writes=max_writes,
@@ -92,7 +92,7 @@ def test_a_failed_write_keeps_its_outcomes_and_writes_them_again(app: App, db: A
     recorded: list[Recorded] = []
 
     async def main() -> None:
-        pool = await open_pool(app.dsn, min_size=2, max_size=4)
+        pool = await open_pool(app.dsn, AsyncStore(app.queries), min_size=2, max_size=4)
         completer = Completer(AsyncStore(app.queries), pool, "keep", on_recorded=recorded.extend)
         completer.start()
         with psycopg.connect(app.dsn) as locker:

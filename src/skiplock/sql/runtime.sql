@@ -1,6 +1,15 @@
 -- Statements of the worker runtime: queue settings, leadership, periodic ticks, pruning,
 -- released and held-lock jobs, and status.  Placeholders as in jobs.sql.
 
+-- name: session_watch_client
+-- Make the server drop this session, rolling back its transaction, once its client has gone
+-- silent (TCP keepalives and user timeout, the client's own values): by default PostgreSQL
+-- waits on the kernel's, over two hours, holding the session's row locks meanwhile.
+SELECT set_config('tcp_keepalives_idle', %(idle)s, false),
+       set_config('tcp_keepalives_interval', %(interval)s, false),
+       set_config('tcp_keepalives_count', %(count)s, false),
+       set_config('tcp_user_timeout', %(user_timeout)s, false);
+
 -- name: queue_settings
 -- Pause flags, concurrency limits and whether a rate limit applies, of the given queues
 -- (queues without a row have none of them).
