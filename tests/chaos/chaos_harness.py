@@ -27,6 +27,7 @@ import math
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -708,3 +709,68 @@ def scratch_cluster() -> Iterator[ScratchCluster]:
         yield cluster
     finally:
         cluster.destroy()
+
+
+# -- silent network loss ---------------------------------------------------------------------
+
+
+def blackhole_available(dsn: str) -> str | None:
+    """None when iptables can drop the packets of connections to ``dsn`` here, else why not."""
+    host = conninfo.conninfo_to_dict(dsn).get("host") or ""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return f"the server is not reached over the loopback interface (host {host!r})"
+    if shutil.which("iptables") is None:
+        return "no iptables program (apt-get install iptables)"
+    probe = subprocess.run(["iptables", "-w", "-n", "-L", "INPUT"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"iptables cannot be used here: {probe.stderr.strip()[:200]}"
+    return None
+
+
+class Blackhole:
+    """Drops every packet of chosen TCP connections to or from the loopback interface, in both
+    directions, without a reset: each end stops hearing from the other, as when a failover
+    moves the server's address or a NAT forgets the connections.  A connection is named by its
+    client port; the rules carry a comment unique to this object and all go at :meth:`close`."""
+
+    PREFIX = "skiplock-chaos-"
+
+    def __init__(self, tag: str) -> None:
+        self.comment = f"{self.PREFIX}{os.getpid()}-{tag}"
+        self.ports: list[int] = []
+        self.purge_orphans()
+
+    @classmethod
+    def purge_orphans(cls) -> None:
+        """Delete the rules of runs whose process is gone (killed before its cleanup): left in
+        place, a rule would silence any later connection that happens to get its port."""
+        listed = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True,
+                                text=True, check=True).stdout  # fmt: skip
+        for line in listed.splitlines():
+            found = re.search(rf'--comment "?{cls.PREFIX}(\d+)-', line)
+            if found is None or line.split()[0] != "-A":
+                continue
+            with contextlib.suppress(OSError):
+                os.kill(int(found[1]), 0)
+                continue  # its run is still going
+            rule = shlex.split(line)[2:]  # after "-A INPUT"
+            subprocess.run(["iptables", "-w", "-D", "INPUT", *rule], capture_output=True)
+
+    def _rule(self, action: str, port: int, direction: str) -> None:
+        subprocess.run(
+            ["iptables", "-w", action, "INPUT", "-i", "lo", "-p", "tcp", direction, str(port),
+             "-m", "comment", "--comment", self.comment, "-j", "DROP"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+
+    def drop(self, port: int) -> None:
+        self._rule("-I", port, "--sport")
+        self._rule("-I", port, "--dport")
+        self.ports.append(port)
+
+    def close(self) -> None:
+        for port in self.ports:
+            for direction in ("--sport", "--dport"):
+                with contextlib.suppress(subprocess.CalledProcessError):
+                    self._rule("-D", port, direction)
+        self.ports.clear()

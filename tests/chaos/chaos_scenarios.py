@@ -23,6 +23,7 @@ from typing import Any
 import chaos_app
 import psycopg
 from chaos_harness import (
+    Blackhole,
     ChaosRun,
     Fault,
     Result,
@@ -32,6 +33,7 @@ from chaos_harness import (
     scratch_cluster,
     socket_owner,
     wait_for,
+    with_params,
 )
 from psycopg import sql
 
@@ -72,6 +74,22 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "sigterm": (
         {"rounds": 1, "short": 300, "long": 8, "concurrency": 8, "grace": 0.5},
         {"rounds": 3, "short": 1500, "long": 8, "concurrency": 8, "grace": 0.5},
+    ),
+    "blackhole": (
+        # Quick: shorter TCP timeouts through the DSN (as a user may set them), ~3 s to notice;
+        # full: skiplock's defaults.
+        {
+            "jobs": 1500,
+            "faults": 1,
+            "every": (1.0, 2.0),
+            "timeouts": {
+                "keepalives_idle": 1,
+                "keepalives_interval": 1,
+                "keepalives_count": 2,
+                "tcp_user_timeout": 3000,
+            },
+        },
+        {"jobs": 6000, "faults": 3, "every": (4.0, 8.0), "timeouts": {}},
     ),
     "retries": ({"flaky": 200, "herd": 1000}, {"flaky": 2000, "herd": 10000}),
     "bigids": ({"jobs": 100}, {"jobs": 2000}),
@@ -734,6 +752,117 @@ def scenario_terminate(dsn: str, full: bool, model: str = "lease") -> Result:
     return result
 
 
+# -- 4b. silent connection loss --------------------------------------------------------------
+
+
+def scenario_blackhole(dsn: str, full: bool, model: str = "lease") -> Result:
+    """Now and then, drop every packet of all of one worker's connections (its pool and its
+    LISTEN connection) for good, in both directions and without a reset, while the queue
+    drains: the worker and the server each stop hearing from the other, as after a failover
+    that moved the server's address or a NAT that forgot the connections.  The worker must
+    notice (TCP keepalives and user timeout), reconnect and go on; the server must drop the
+    sessions, rolling back what they held (a held-lock job's transaction)."""
+    size = sizes("blackhole", full)
+    rng = random.Random()
+    started = time.time()
+    timeouts = size["timeouts"]
+    run = ChaosRun(with_params(dsn, **timeouts) if timeouts else dsn, f"hole_{model}")
+    hole = Blackhole(run.tag)
+    try:
+        ids = run.enqueue("work", durations(rng, size["jobs"], 20, 80))
+        procs = [run.start_worker(concurrency=4, lease=2.0, model=model) for _ in range(2)]
+        run.wait_started(procs)
+        wait_for(lambda: run.listening_workers() == len(procs), 20, "every worker to LISTEN")
+        dropped: dict[int, int] = {}  # client port -> its backend's pid
+        next_fault = time.monotonic() + rng.uniform(*size["every"])
+
+        def inject() -> None:
+            nonlocal next_fault
+            if len(run.faults) >= size["faults"] or time.monotonic() < next_fault:
+                return
+            if run.counts().get("pending", 0) == 0:
+                return
+            proc = procs[len(run.faults) % len(procs)]
+            sessions = [s for s in run.sessions() if s[1] and s[1] not in dropped]
+            owners = socket_owner({s[1]: s[0] for s in sessions if s[1]}, [proc.pid])
+            mine = [s for s in sessions if owners.get(s[0]) == proc.pid]
+            if not any(kind == "listener" for _, _, kind, _ in mine):
+                return  # its listener is reconnecting: next time
+            at = time.time()
+            for backend, port, _, _ in mine:
+                assert port is not None
+                hole.drop(port)
+                dropped[port] = backend
+            kinds = Counter(kind for _, _, kind, _ in mine)
+            what = f"{proc.name}: {kinds['pool']} pooled + {kinds['listener']} LISTEN"
+            fault = Fault(at, "blackhole", [proc.pid], what)
+            fault.jobs = run.jobs_held_by(proc)
+            run.faults.append(fault)
+            next_fault = time.monotonic() + rng.uniform(*size["every"])
+
+        run.wait_drained(300 if full else 120, watch=inject, step=0.05)
+        alive = all(p.alive() for p in procs)
+
+        def sessions_left() -> set[int]:
+            rows = run.db.execute(
+                "SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", (list(dropped.values()),)
+            ).fetchall()
+            return {r[0] for r in rows}
+
+        try:  # the server's side: keepalives and user timeout, then the session ends
+            wait_for(lambda: not sessions_left(), 60, "the server to drop the dead sessions")
+            server_dropped = True
+        except TimeoutError:
+            server_dropped = False
+        try:
+            wait_for(lambda: run.listening_workers() == len(procs), 30, "LISTEN to come back")
+            listening = True
+        except TimeoutError:
+            listening = False
+        result = Result.from_check(
+            f"blackhole-{model}",
+            f"silent connection loss (packets dropped) of {model} workers",
+            len(ids),
+            f"{len(run.faults)} x all of a worker's connections",
+            check(run, ids),
+            run.faults,
+        )
+        reconnects = {p.name: p.stderr.count("listener connection lost") for p in procs}
+        hit = [p for p in procs if any(p.pid in f.pids for f in run.faults)]
+        ledger = run.ledger()
+        resumed = {
+            p.name: any(
+                e.pid == p.pid and e.started > f.at + 2.0
+                for f in run.faults if p.pid in f.pids
+                for e in ledger
+            )
+            for p in hit
+        }  # fmt: skip
+        result.notes.update(
+            connections_dropped=len(dropped),
+            listener_reconnects_logged=reconnects,
+            tcp_timeouts=timeouts or "skiplock's defaults",
+        )
+        result.expect(len(run.faults) == size["faults"], f"{size['faults']} fault(s) injected")
+        result.expect(alive, "no worker process exits")
+        result.expect(server_dropped, f"the server drops every dead session ({sessions_left()})")
+        result.expect(listening, "every worker LISTENs again, on a new connection")
+        result.expect(
+            all(reconnects[p.name] >= 1 for p in hit),
+            f"each hit worker's listener notices and reconnects ({reconnects})",
+        )
+        result.expect(all(resumed.values()), f"each hit worker runs jobs again ({resumed})")
+        statuses = run.counts()
+        result.expect(statuses == {"done": len(ids)}, f"every job done (got {statuses})")
+        _common_expectations(result)
+        _finish(run, result)
+    finally:
+        hole.close()
+        run.close()
+    result.wall = time.time() - started
+    return result
+
+
 # -- 5. PostgreSQL restarts -------------------------------------------------------------------
 
 
@@ -1234,6 +1363,8 @@ SCENARIOS: dict[str, Callable[[str, bool], Result]] = {
     "race": scenario_race,
     "terminate-lease": lambda dsn, full: scenario_terminate(dsn, full, "lease"),
     "terminate-held": lambda dsn, full: scenario_terminate(dsn, full, "held"),
+    "blackhole-lease": lambda dsn, full: scenario_blackhole(dsn, full, "lease"),
+    "blackhole-held": lambda dsn, full: scenario_blackhole(dsn, full, "held"),
     "restart": scenario_restart,
     "sigterm-lease": lambda dsn, full: scenario_sigterm(dsn, full, "lease"),
     "sigterm-held": lambda dsn, full: scenario_sigterm(dsn, full, "held"),

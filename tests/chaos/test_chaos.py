@@ -9,11 +9,12 @@ the scenario's own checks (``result.failures``)."""
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import psycopg
 import pytest
-from chaos_harness import Result, find_pg_bindir
+from chaos_harness import Result, blackhole_available, find_pg_bindir
 from chaos_scenarios import SCENARIOS
 from psycopg import sql
 
@@ -68,6 +69,20 @@ def test_late_completion_racing_the_reclaim(pg_dsn: str) -> None:
 
 def test_terminated_sessions_reconnect(pg_dsn: str) -> None:
     assert_sound(run_quick("terminate-lease", pg_dsn))
+
+
+@pytest.mark.parametrize("model", ["lease", "held"])
+def test_silently_lost_connections_are_noticed_at_both_ends(pg_dsn: str, model: str) -> None:
+    """A worker whose connections go silent (packets dropped, no reset) reconnects and goes on,
+    and the server drops the dead sessions, releasing held-lock jobs' rows: the server's side
+    gets the client's keepalive settings (without them it waits over two hours)."""
+    reason = blackhole_available(pg_dsn)
+    if reason is not None:
+        if os.environ.get("SKIPLOCK_REQUIRE_IPTABLES"):  # CI: a missing iptables fails
+            pytest.fail(reason)
+        pytest.skip(reason)
+    result = run_quick(f"blackhole-{model}", pg_dsn)
+    assert_sound(result)
 
 
 @pytest.mark.skipif(find_pg_bindir() is None, reason="no initdb/pg_ctl for a scratch cluster")
