@@ -114,7 +114,10 @@ EXPLANATIONS = {
         "**Silent connection loss, held-lock model.** The same with `--model held`: the held "
         "jobs' rows stay locked by the dead sessions' open transactions until the server drops "
         "them (its keepalives and user timeout, the client's values); then they roll back and "
-        "the other worker runs the jobs again, counting the dead attempt."
+        "the other worker runs the jobs again, counting the dead attempt. When the hit worker "
+        "notices first (its commit fails), it counts the attempt it could not record and the "
+        "job waits out its retry backoff (the `work` task's default policy), which is where "
+        "the longer recoveries come from."
     ),
     "restart": (
         "**PostgreSQL restarts.** On a scratch cluster the suite creates (`initdb`, `pg_ctl` "
