@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -186,6 +187,7 @@ class Claiming:
     async def _claim_leased(self, queues: list[str], limit: int) -> int:
         assert self._pool is not None
         jobs: list[Job] = []
+        sent = time.monotonic()  # the leases run from the claim's commit, a little later
         for attempt in range(2):
             if self._claim_conn is None:
                 self._claim_conn = await self._pool.getconn()
@@ -202,8 +204,11 @@ class Claiming:
                     raise
                 log.info("the claim connection was lost (%s); claiming on a new one", exc)
         self.recycling.count_claimed(len(jobs))
+        lease_until = sent + self.lease_seconds
         for job in jobs:
-            self._reserved.append(self._track(job, "lease"))
+            running = self._track(job, "lease")
+            running.lease_until = lease_until
+            self._reserved.append(running)
         self._start_reserved()
         return len(jobs)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -39,6 +41,7 @@ class Heartbeat:
         leased = [r for r in self.running() if r.model == "lease"]
         if not leased:
             return
+        sent = time.monotonic()
         try:
             async with self.pool.connection() as conn:
                 kept = await self.store.job_heartbeat(
@@ -48,6 +51,7 @@ class Heartbeat:
             log.warning("heartbeat failed: %s", exc)
             return
         for r in leased:
+            r.lease_until = sent + self.lease_seconds if r.job.id in kept else -math.inf
             if r.job.id not in kept:
                 log.warning(
                     "job %s attempt %s: lease lost (reclaimed); its outcome will not count",

@@ -16,6 +16,8 @@ back without running it.  At shutdown the parked slots are let go.
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -26,6 +28,8 @@ from .execution import Outcome
 from .job import Job
 from .queue_settings import QueueSettings
 from .running import RunningJob
+
+log = logging.getLogger("skiplock.worker")
 
 # Busy slots together run jobs that do not await for at most this long before the event loop
 # gets to its other work (claims, writes, the heartbeat): each slot's share is this divided by
@@ -39,6 +43,7 @@ ParkedSlot = tuple[asyncio.Task[None], "asyncio.Future[RunningJob | None]"]
 
 class LeasedSlots:
     # Set by Worker.__init__ / Worker.run.
+    lease_seconds: float
     capacity: Capacity
     settings: QueueSettings | None
     _completer: Completer | None
@@ -47,6 +52,7 @@ class LeasedSlots:
     _parked: deque[ParkedSlot]
     _handlers: int
     _stopping: bool
+    _doubt_logged_at: float = -math.inf  # when the last "not starting job" line was logged
 
     if TYPE_CHECKING:  # defined by Worker, Claiming and JobOutcomes
 
@@ -87,17 +93,39 @@ class LeasedSlots:
 
     def _next_reserved(self) -> RunningJob | None:
         """The next reserved job, marked started; those cancelled by an admin or whose queue
-        was paused while they waited for a slot are given back on the way."""
+        was paused while they waited for a slot are given back on the way, and so are those
+        whose lease may be gone: no heartbeat has renewed it for two thirds of the lease (the
+        database is out of reach, or the process was frozen), or one found it reclaimed.
+        Started, such a job could run twice at once, here and wherever it was reclaimed."""
         assert self.settings is not None
         while self._reserved:
             running = self._reserved.popleft()
             if running.stop_reason is not None or running.job.queue in self.settings.paused:
                 self._give_back(running)
                 continue
-            running.started = time.monotonic()
+            now = time.monotonic()
+            if running.lease_until - now < self.lease_seconds / 3:
+                self._lease_in_doubt(running, now)
+                continue
+            running.started = now
             self._emit_started(running.job)
             return running
         return None
+
+    def _lease_in_doubt(self, running: RunningJob, now: float) -> None:
+        """Give back a reserved job whose lease may be gone instead of starting it (the release
+        is refused, and reported lost, when it was reclaimed meanwhile)."""
+        if now >= self._doubt_logged_at + 5.0:  # one line per 5 s, not one per job
+            self._doubt_logged_at = now
+            reclaimed = running.lease_until == -math.inf
+            log.warning(
+                "not starting job %s: %s; giving it back (and any other like it)",
+                running.job.id,
+                "a heartbeat found its lease reclaimed"
+                if reclaimed
+                else "no heartbeat has renewed its lease lately",
+            )
+        self._give_back(running)
 
     def _give_back(self, running: RunningJob) -> None:
         """A claimed job that will not run here: cancelled if an admin said so, else released

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from typing import Literal
@@ -22,6 +23,9 @@ class RunningJob:
         self.started = time.monotonic()
         self.task: asyncio.Task[None] | None = None
         self.stop_reason: StopReason | None = None
+        # Leased jobs: until when (monotonic) the lease is known to hold: the claim's or the
+        # last heartbeat's send time plus the lease; -inf once a heartbeat found it reclaimed.
+        self.lease_until = math.inf
         self._cancel_flag: threading.Event | None = None
 
     @property

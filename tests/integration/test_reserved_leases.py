@@ -1,0 +1,134 @@
+"""A leasing worker never starts a job it claimed ahead (reserved) once that job's lease may be
+gone: a heartbeat found it reclaimed, or no heartbeat has renewed it for two thirds of the
+lease (the database out of reach, the process frozen).  Started, it would run while another
+worker runs it too.  A real Worker on a real server; its heartbeat is made to fail in one test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from skiplock import App, Worker
+from skiplock._store_sync import SyncStore
+
+
+def primed_worker(app: App) -> Worker:
+    """Concurrency 1, lease 1 s, claiming ahead from its first claim (a throughput as if it had
+    just run 1,000 jobs): the first claim takes the slow job and the victim behind it."""
+    worker = Worker(app, concurrency=1, prefetch=5, lease_seconds=1.0, poll_interval=0.1,
+                    listen=False)  # fmt: skip
+    worker.capacity.throughput.add(1000)
+    return worker
+
+
+Runs = dict[str, list[int]]  # attempts of each run, by task
+
+
+def register(app: App, release: asyncio.Event | None = None) -> tuple[Any, Any, Runs]:
+    runs: Runs = {"slow": [], "victim": []}
+    started = asyncio.Event()
+
+    @app.task(name="slow", pass_context=True)
+    async def slow(ctx: Any) -> None:
+        runs["slow"].append(ctx.job.attempts)
+        started.set()
+        if release is not None:
+            await release.wait()
+        else:
+            await asyncio.sleep(1.5)
+
+    @app.task(name="victim", pass_context=True)
+    async def victim(ctx: Any) -> None:
+        runs["victim"].append(ctx.job.attempts)
+
+    slow.started = started  # type: ignore[attr-defined]
+    return slow, victim, runs
+
+
+async def until(check: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return bool(check())
+
+
+def test_a_reserved_job_a_heartbeat_found_reclaimed_is_not_started(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> tuple[Runs, int]:
+        release = asyncio.Event()
+        slow, victim, runs = register(app, release)
+        slow.enqueue()
+        victim_id = victim.enqueue().id
+        worker = primed_worker(app)
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(slow.started.wait(), 15)
+        assert [r.job.id for r in worker._reserved] == [victim_id]  # claimed ahead, waiting
+
+        def steal() -> None:  # expire, reclaim and claim it elsewhere in one transaction
+            with psycopg.connect(app.dsn) as conn:
+                conn.execute(f'UPDATE "{app.schema}".jobs SET locked_until = now() - '
+                             "interval '1 s' WHERE id = %s", (victim_id,))  # fmt: skip
+                SyncStore(app.queries).job_reclaim_expired(conn)
+                taken = SyncStore(app.queries).job_claim(conn, ["default"], 1, "thief", 30)
+                assert [j.id for j in taken] == [victim_id]
+
+        await asyncio.to_thread(steal)
+        await asyncio.sleep(0.8)  # a heartbeat or two (every lease / 3) report it lost
+        release.set()
+        assert await until(lambda: worker.stats.lost >= 1, 15)  # its release was refused
+        await asyncio.sleep(0.3)
+        worker.stop()
+        await asyncio.wait_for(running, 15)
+        return runs, victim_id
+
+    with caplog.at_level(logging.WARNING, logger="skiplock.worker"):
+        runs, victim_id = asyncio.run(main())
+    assert runs["victim"] == []  # the thief has it; this worker never ran it
+    assert "a heartbeat found its lease reclaimed" in caplog.text
+    job = app.get_job(victim_id)
+    assert job is not None and (job.status, job.locked_by) == ("running", "thief")
+
+
+def test_a_reserved_job_no_heartbeat_renewed_is_given_back_not_started(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> tuple[Runs, int]:
+        slow, victim, runs = register(app)  # the slow job runs 1.5 s: past the 1 s lease
+        slow.enqueue()
+        victim_id = victim.enqueue().id
+        worker = primed_worker(app)
+        beat = worker.store.job_heartbeat
+        reachable = asyncio.Event()
+
+        async def heartbeat(conn: Any, claims: Any, seconds: float) -> Any:
+            if not reachable.is_set():
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            return await beat(conn, claims, seconds)
+
+        worker.store.job_heartbeat = heartbeat  # type: ignore[method-assign]
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(slow.started.wait(), 15)
+        assert [r.job.id for r in worker._reserved] == [victim_id]
+        await asyncio.sleep(1.6)  # the slow job has ended; heartbeats work again
+        reachable.set()
+        assert await until(lambda: bool(runs["victim"]), 15)
+        await asyncio.sleep(0.5)
+        worker.stop()
+        await asyncio.wait_for(running, 15)
+        return runs, victim_id
+
+    with caplog.at_level(logging.WARNING, logger="skiplock.worker"):
+        runs, victim_id = asyncio.run(main())
+    # Its first claim (attempt 1) was given back or reclaimed, never started; it ran once,
+    # from a later claim.
+    assert len(runs["victim"]) == 1 and runs["victim"][0] >= 2, runs
+    assert "no heartbeat has renewed its lease lately" in caplog.text
+    job = app.get_job(victim_id)
+    assert job is not None and job.status == "done"
