@@ -74,6 +74,16 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, step: float = 
         time.sleep(step)
 
 
+def comes_true(check: Callable[[], Any], timeout: float) -> bool:
+    """Whether ``check()`` becomes true within ``timeout`` seconds (:func:`wait_for` without the
+    error, for a scenario's own checks)."""
+    try:
+        wait_for(check, timeout, "")
+    except TimeoutError:
+        return False
+    return True
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (nearest rank) or None for no values."""
     if not values:

@@ -28,6 +28,7 @@ from chaos_harness import (
     Fault,
     Result,
     check,
+    comes_true,
     max_per_window,
     percentile,
     scratch_cluster,
@@ -720,11 +721,7 @@ def scenario_terminate(dsn: str, full: bool, model: str = "lease") -> Result:
 
         run.wait_drained(300 if full else 120, watch=inject, step=0.05)
         alive = all(p.alive() for p in procs)
-        try:
-            wait_for(lambda: run.listening_workers() == len(procs), 30, "LISTEN to come back")
-            listening = True
-        except TimeoutError:
-            listening = False
+        listening = comes_true(lambda: run.listening_workers() == len(procs), 30)
         result = Result.from_check(
             f"terminate-{model}",
             f"pg_terminate_backend on {model} workers' sessions",
@@ -809,16 +806,9 @@ def scenario_blackhole(dsn: str, full: bool, model: str = "lease") -> Result:
             ).fetchall()
             return {r[0] for r in rows}
 
-        try:  # the server's side: keepalives and user timeout, then the session ends
-            wait_for(lambda: not sessions_left(), 60, "the server to drop the dead sessions")
-            server_dropped = True
-        except TimeoutError:
-            server_dropped = False
-        try:
-            wait_for(lambda: run.listening_workers() == len(procs), 30, "LISTEN to come back")
-            listening = True
-        except TimeoutError:
-            listening = False
+        # The server's side: keepalives and user timeout, then the session ends.
+        server_dropped = comes_true(lambda: not sessions_left(), 60)
+        listening = comes_true(lambda: run.listening_workers() == len(procs), 30)
         result = Result.from_check(
             f"blackhole-{model}",
             f"silent connection loss (packets dropped) of {model} workers",
@@ -925,11 +915,7 @@ def scenario_restart(dsn: str, full: bool) -> Result:
             producer.join(timeout=120)
             run.wait_drained(300 if full else 120)
             exited = [p.name for p in procs if not p.alive()]
-            try:
-                wait_for(lambda: run.listening_workers() == 2, 30, "LISTEN to come back")
-                listening = True
-            except TimeoutError:
-                listening = False
+            listening = comes_true(lambda: run.listening_workers() == 2, 30)
             every = set(ids) | set(acked)
             result = Result.from_check(
                 "restart",
