@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from skiplock import App
 
@@ -61,7 +62,7 @@ def test_pooled_connections_watch_for_a_silent_peer_at_both_ends(app: App) -> No
 def test_the_dsn_sets_both_ends_and_a_transaction_pooler_setup_sets_no_session(
     pg_dsn: str, schema: str
 ) -> None:
-    own = App(pg_dsn + ("&" if "?" in pg_dsn else "?") + "keepalives_idle=42", schema)
+    own = App(make_conninfo(pg_dsn, keepalives_idle=42), schema)
     try:
         with own.sync_client.connection() as conn:
             assert socket_options(conn)["idle"] == 42
