@@ -62,7 +62,11 @@ class JobOutcomes:
             self._emit(JobEvent("started", job, self.worker_id))
 
     def _untrack(self, running: RunningJob) -> None:
-        self._running.pop(running.job.id, None)
+        # Only this claim's entry: the job may have been claimed again meanwhile (its lease ran
+        # out while it ran here, and this worker reclaimed and re-claimed it).  Popping by id
+        # would drop the new claim, which no heartbeat would then renew.
+        if self._running.get(running.job.id) is running:
+            del self._running[running.job.id]
 
     async def _outcome(self, running: RunningJob, conn: AsyncConnection[Any] | None) -> Outcome:
         job = running.job
