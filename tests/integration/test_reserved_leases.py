@@ -1,7 +1,9 @@
 """A leasing worker never starts a job it claimed ahead (reserved) once that job's lease may be
 gone: a heartbeat found it reclaimed, or no heartbeat has renewed it for two thirds of the
 lease (the database out of reach, the process frozen).  Started, it would run while another
-worker runs it too.  A real Worker on a real server; its heartbeat is made to fail in one test.
+worker runs it too.  And a job the worker claims again while its first claim still runs there
+(its lease ran out meanwhile) keeps its heartbeat.  A real Worker on a real server; its
+heartbeats are made to fail for a while in two of the tests.
 """
 
 from __future__ import annotations
