@@ -785,11 +785,14 @@ def scenario_blackhole(dsn: str, full: bool, model: str = "lease") -> Result:
             mine = [s for s in sessions if owners.get(s[0]) == proc.pid]
             if not any(kind == "listener" for _, _, kind, _ in mine):
                 return  # its listener is reconnecting: next time
-            at = time.time()
             for backend, port, _, _ in mine:
                 assert port is not None
                 hole.drop(port)
                 dropped[port] = backend
+            # The fault's time is when the last rule is in: the iptables calls take a while, and
+            # a job the worker starts meanwhile (on a connection not yet silenced) is one the
+            # fault interrupts too, which the bound counts only if it started before this.
+            at = time.time()
             kinds = Counter(kind for _, _, kind, _ in mine)
             what = f"{proc.name}: {kinds['pool']} pooled + {kinds['listener']} LISTEN"
             fault = Fault(at, "blackhole", [proc.pid], what)

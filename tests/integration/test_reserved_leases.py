@@ -55,6 +55,21 @@ def register(app: App, release: asyncio.Event | None = None) -> tuple[Any, Any, 
     return slow, victim, runs
 
 
+def failing_heartbeats(worker: Worker) -> asyncio.Event:
+    """Make the worker's heartbeats fail as if the server were out of reach, until the returned
+    event is set."""
+    beat = worker.store.job_heartbeat
+    reachable = asyncio.Event()
+
+    async def heartbeat(conn: Any, claims: Any, seconds: float) -> Any:
+        if not reachable.is_set():
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return await beat(conn, claims, seconds)
+
+    worker.store.job_heartbeat = heartbeat  # type: ignore[method-assign]
+    return reachable
+
+
 async def until(check: Any, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while not check() and time.monotonic() < deadline:
@@ -108,15 +123,7 @@ def test_a_reserved_job_no_heartbeat_renewed_is_given_back_not_started(
         slow.enqueue()
         victim_id = victim.enqueue().id
         worker = primed_worker(app)
-        beat = worker.store.job_heartbeat
-        reachable = asyncio.Event()
-
-        async def heartbeat(conn: Any, claims: Any, seconds: float) -> Any:
-            if not reachable.is_set():
-                raise psycopg.OperationalError("server closed the connection unexpectedly")
-            return await beat(conn, claims, seconds)
-
-        worker.store.job_heartbeat = heartbeat  # type: ignore[method-assign]
+        reachable = failing_heartbeats(worker)
         running = asyncio.create_task(worker.run())
         await asyncio.wait_for(slow.started.wait(), 15)
         assert [r.job.id for r in worker._reserved] == [victim_id]
@@ -158,15 +165,7 @@ def test_a_job_claimed_again_while_its_first_claim_still_runs_keeps_its_heartbea
         slow_id = slow.enqueue().id
         worker = Worker(app, concurrency=2, prefetch=0, lease_seconds=1.0, poll_interval=0.1,
                         listen=False)  # fmt: skip
-        beat = worker.store.job_heartbeat
-        reachable = asyncio.Event()
-
-        async def heartbeat(conn: Any, claims: Any, seconds: float) -> Any:
-            if not reachable.is_set():
-                raise psycopg.OperationalError("server closed the connection unexpectedly")
-            return await beat(conn, claims, seconds)
-
-        worker.store.job_heartbeat = heartbeat  # type: ignore[method-assign]
+        reachable = failing_heartbeats(worker)
         running = asyncio.create_task(worker.run())
         assert await until(lambda: len(runs["slow"]) == 2, 15)  # claimed again, running again
         reachable.set()
