@@ -1,11 +1,10 @@
 """The heartbeat: one statement per tick extends the leases of all of a worker's running jobs,
-and reports which of them an admin asked to cancel."""
+and reports which of them an admin asked to cancel and which were reclaimed (both stopped)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable
 
@@ -51,13 +50,10 @@ class Heartbeat:
             log.warning("heartbeat failed: %s", exc)
             return
         for r in leased:
-            r.lease_until = sent + self.lease_seconds if r.job.id in kept else -math.inf
             if r.job.id not in kept:
-                log.warning(
-                    "job %s attempt %s: lease lost (reclaimed); its outcome will not count",
-                    r.job.id,
-                    r.job.attempts,
-                )
-            elif kept[r.job.id] and r.stop_reason is None:  # started, or waiting for a slot
+                r.lease_lost()  # stops it, if it started
+                continue
+            r.lease_until = sent + self.lease_seconds
+            if kept[r.job.id] and r.stop_reason is None:  # started, or waiting for a slot
                 log.info("job %s: cancellation requested, cancelling it", r.job.id)
                 r.stop("cancelled")

@@ -8,6 +8,7 @@ A mixin of :class:`~skiplock.worker.Worker`, like :mod:`skiplock.claiming` and t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -54,6 +55,9 @@ class JobOutcomes:
     def _track(self, job: Job, model: WorkerModel) -> RunningJob:
         self.stats.claimed += 1
         running = RunningJob(job, model)
+        earlier = self._running.get(job.id)
+        if earlier is not None:  # claimed again while an earlier claim of it runs here: that
+            earlier.lease_lost()  # one's lease ran out and this worker reclaimed it
         self._running[job.id] = running
         return running
 
@@ -67,6 +71,14 @@ class JobOutcomes:
         # would drop the new claim, which no heartbeat would then renew.
         if self._running.get(running.job.id) is running:
             del self._running[running.job.id]
+
+    def _report_gone(self, running: RunningJob, outcome: Outcome) -> None:
+        """The outcome of a claim known to be gone (``RunningJob.claim_gone``): not written,
+        as the write could only be refused, or land on a later claim that shares its
+        (worker, attempt) token (one that the server forgot in a crash, then made again);
+        reported lost, as a refused write is, once the event loop gets to it."""
+        record = Recorded(running.job, outcome, False, running.started)
+        asyncio.get_running_loop().call_soon(self._recorded, [record])
 
     async def _outcome(self, running: RunningJob, conn: AsyncConnection[Any] | None) -> Outcome:
         job = running.job

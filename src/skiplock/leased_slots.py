@@ -61,6 +61,7 @@ class LeasedSlots:
         def _claim_if_due(self) -> None: ...
         def _capacity_freed(self) -> None: ...
         async def _outcome(self, running: RunningJob, conn: Any) -> Outcome: ...
+        def _report_gone(self, running: RunningJob, outcome: Outcome) -> None: ...
 
     def _start_reserved(self) -> None:
         """Start reserved jobs in free slots: parked slots first, else a new task each."""
@@ -114,14 +115,14 @@ class LeasedSlots:
 
     def _lease_in_doubt(self, running: RunningJob, now: float) -> None:
         """Give back a reserved job whose lease may be gone instead of starting it (the release
-        is refused, and reported lost, when it was reclaimed meanwhile)."""
+        is not written, and it is reported lost, when it is known reclaimed)."""
         if now >= self._doubt_logged_at + 5.0:  # one line per 5 s, not one per job
             self._doubt_logged_at = now
             reclaimed = running.lease_until == -math.inf
             log.warning(
                 "not starting job %s: %s; giving it back (and any other like it)",
                 running.job.id,
-                "a heartbeat found its lease reclaimed"
+                "its lease was found reclaimed"
                 if reclaimed
                 else "no heartbeat has renewed its lease lately",
             )
@@ -129,11 +130,15 @@ class LeasedSlots:
 
     def _give_back(self, running: RunningJob) -> None:
         """A claimed job that will not run here: cancelled if an admin said so, else released
-        (back to the queue without spending its attempt)."""
+        (back to the queue without spending its attempt); reported lost, unwritten, when its
+        claim is known to be gone."""
         assert self._completer is not None
         self._untrack(running)
         outcome = Outcome("cancelled") if running.stop_reason == "cancelled" else Outcome("release")
-        self._completer.submit(running.job, outcome, running.started)
+        if running.claim_gone:
+            self._report_gone(running, outcome)
+        else:
+            self._completer.submit(running.job, outcome, running.started)
 
     async def _run_slot(self, running: RunningJob) -> None:
         """One slot: run this job, then the reserved ones, one after another, for as long as
@@ -216,5 +221,8 @@ class LeasedSlots:
             # that asked before it finished) must not cancel them.
             running.task = None
             self._untrack(running)
-        self._completer.submit(running.job, outcome, running.started)
+        if running.claim_gone:  # a heartbeat found it reclaimed (and stopped it, if it could)
+            self._report_gone(running, outcome)
+        else:
+            self._completer.submit(running.job, outcome, running.started)
         return go_on

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 import time
@@ -11,7 +12,11 @@ from typing import Literal
 from .job import Job
 from .task import WorkerModel
 
-StopReason = Literal["cancelled", "shutdown"]
+log = logging.getLogger("skiplock.worker")
+
+# cancelled: an admin asked; shutdown: the grace period is over; lost: a heartbeat found the
+# job's lease reclaimed, so it runs (or will run) elsewhere and this run's outcome cannot count.
+StopReason = Literal["cancelled", "shutdown", "lost"]
 
 
 class RunningJob:
@@ -45,3 +50,28 @@ class RunningJob:
             self._cancel_flag.set()
         if self.task is not None:
             self.task.cancel()
+
+    @property
+    def claim_gone(self) -> bool:
+        """A heartbeat, or a new claim of the job by this worker, found this claim reclaimed:
+        no write of it could count."""
+        return self.lease_until == -math.inf
+
+    def lease_lost(self) -> None:
+        """The job's lease was reclaimed (it expired, or the server forgot the claim): the job
+        is pending again or runs elsewhere, and nothing this run does can be recorded.  A
+        started job is stopped as a cancelled one is (an async task where it awaits; a sync
+        task sees ``ctx.cancelled``), so that it does not go on next to its new run; a reserved
+        one is given back when its turn comes (see LeasedSlots._next_reserved)."""
+        if self.claim_gone:
+            return  # told already (a later heartbeat, while the stopped job winds down)
+        self.lease_until = -math.inf
+        stopping = self.task is not None and self.stop_reason is None
+        log.warning(
+            "job %s attempt %s: lease lost (reclaimed); its outcome will not count%s",
+            self.job.id,
+            self.job.attempts,
+            "; stopping it" if stopping else "",
+        )
+        if stopping:
+            self.stop("lost")

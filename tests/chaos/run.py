@@ -65,8 +65,8 @@ EXPLANATIONS = {
         "(`lease lost`), every outcome it then reports is logged `outcome=lost`, and each row "
         "shows only the new owner (done, attempt 2, the new worker, the reclaim's message). "
         "Overlap = how long both executions of one job coexisted (the frozen one counts "
-        "while frozen: skiplock does not cancel a handler whose lease was lost, it only "
-        "refuses its writes)."
+        "while frozen: its 2 s are over when it resumes, so it ends at once, before a "
+        "heartbeat could find its lease reclaimed and stop it)."
     ),
     "race": (
         "**Late completion racing the reclaim (SQL level).** In-process, with three "
@@ -290,9 +290,11 @@ def render(results: list[Result], full: bool, command: str, took: float) -> str:
         "maintenance leader reclaimed expired leases, so a killed leader's jobs waited for its "
         "role to expire (10 s) and the `kill-leader` row failed; a reclaimed job was given "
         "`run_at = now()` and waited behind the backlog.",
-        "- A worker whose lease was reclaimed while it was frozen keeps running its handler to "
-        "the end (skiplock logs `lease lost` at its next heartbeat and refuses the outcome, but "
-        "does not cancel the handler), which is where the SIGSTOP overlap comes from.",
+        "- A frozen worker cannot stop anything: the SIGSTOP overlap is the freeze. A worker "
+        "stops a running handler once a heartbeat finds its lease reclaimed (async: cancelled; "
+        "sync: `ctx.cancelled`), which shortens the double run of jobs that outlast the "
+        "worker's loss of touch (`tests/integration/test_lost_leases.py`); the scenarios' "
+        "handlers end before that.",
         "",
     ]
     return "\n".join(out)

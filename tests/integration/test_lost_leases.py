@@ -1,0 +1,224 @@
+"""A leasing worker stops a job it is running once it knows the job's lease is gone: a heartbeat
+found the claim reclaimed (another worker may be running the job already), or the worker itself
+claimed the job again (its lease had run out while it ran).  Left running, the job would run
+twice at once, and nothing it did could be recorded.  An async task is cancelled where it
+awaits; a sync task sees ``ctx.cancelled``.  A real Worker on a real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from skiplock import App, Worker
+from skiplock._store_sync import SyncStore
+
+
+def steal(app: App, job_id: int) -> None:
+    """Expire the job's lease, reclaim it and claim it as worker "thief", in one transaction:
+    what another worker does once the lease has run out."""
+    with psycopg.connect(app.dsn) as conn:
+        conn.execute(f'UPDATE "{app.schema}".jobs SET locked_until = now() - '
+                     "interval '1 s' WHERE id = %s", (job_id,))  # fmt: skip
+        store = SyncStore(app.queries)
+        store.job_reclaim_expired(conn)
+        taken = store.job_claim(conn, ["default"], 1, "thief", 30)
+        assert [j.id for j in taken] == [job_id]
+
+
+async def until(check: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return bool(check())
+
+
+def leasing_worker(app: App, concurrency: int = 1) -> Worker:
+    return Worker(app, concurrency=concurrency, prefetch=0, lease_seconds=1.0,
+                  poll_interval=0.1, listen=False)  # fmt: skip
+
+
+def test_a_running_async_job_whose_lease_was_reclaimed_is_cancelled(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: dict[str, Any] = {"cancelled": False, "cleaned_up": False, "after": []}
+    started = asyncio.Event()
+
+    @app.task(name="long")
+    async def long() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            seen["cancelled"] = True
+            # Its clean-up outlasts two more heartbeats: they must not cancel it again.
+            await asyncio.sleep(0.8)
+            seen["cleaned_up"] = True
+            raise
+
+    @app.task(name="after")
+    async def after() -> None:
+        seen["after"].append(1)
+
+    async def main() -> tuple[int, Worker]:
+        job_id = long.enqueue().id
+        worker = leasing_worker(app)
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(started.wait(), 15)
+        await asyncio.to_thread(steal, app, job_id)
+        # The next heartbeat (every lease / 3) finds the claim gone and stops the job; its
+        # release is refused and counted lost.
+        assert await until(lambda: seen["cancelled"] and worker.stats.lost == 1, 10), seen
+        assert seen["cleaned_up"]
+        after.enqueue()  # the slot it ran in is free again
+        assert await until(lambda: seen["after"] == [1], 10), seen
+        worker.stop()
+        await asyncio.wait_for(running, 15)
+        return job_id, worker
+
+    with caplog.at_level(logging.WARNING, logger="skiplock.worker"):
+        job_id, worker = asyncio.run(main())
+    assert f"job {job_id} attempt 1: lease lost (reclaimed)" in caplog.text
+    assert caplog.text.count("stopping it") == 1 and caplog.text.count("lease lost") == 1
+    assert worker.stats.lost == 1 and worker.stats.done == 1
+    job = app.get_job(job_id)  # the thief's claim is untouched
+    assert job is not None and (job.status, job.locked_by, job.attempts) == ("running", "thief", 2)
+
+
+def test_a_running_sync_job_whose_lease_was_reclaimed_is_told_through_ctx_cancelled(
+    app: App,
+) -> None:
+    started = threading.Event()
+    seen: dict[str, float | None] = {"told_after": None}
+
+    @app.task(name="loop", pass_context=True)
+    def loop(ctx: Any) -> None:
+        started.set()
+        begun = time.monotonic()
+        while time.monotonic() - begun < 30:
+            if ctx.cancelled.wait(0.05):
+                seen["told_after"] = time.monotonic() - begun
+                return
+
+    async def main() -> tuple[int, Worker]:
+        job_id = loop.enqueue().id
+        worker = leasing_worker(app)
+        running = asyncio.create_task(worker.run())
+        assert await asyncio.to_thread(started.wait, 15)
+        await asyncio.to_thread(steal, app, job_id)
+        assert await until(lambda: seen["told_after"] is not None, 10), seen
+        assert await until(lambda: worker.stats.lost == 1, 10)
+        worker.stop()
+        await asyncio.wait_for(running, 15)
+        return job_id, worker
+
+    job_id, worker = asyncio.run(main())
+    assert worker.stats.lost == 1 and worker.stats.done == 0
+    job = app.get_job(job_id)
+    assert job is not None and (job.status, job.locked_by) == ("running", "thief")
+
+
+def test_a_job_this_worker_claims_again_stops_its_earlier_run(app: App) -> None:
+    """The worker's heartbeats fail past the lease while a job runs; the worker itself reclaims
+    the job and claims it again (its second slot runs it).  The first run, whose claim is gone,
+    is stopped once the second claim is made: it would otherwise run on next to the second."""
+    events: list[tuple[str, int, float]] = []  # (what, attempt, when)
+
+    @app.task(name="slow", pass_context=True)
+    async def slow(ctx: Any) -> None:
+        events.append(("start", ctx.job.attempts, time.monotonic()))
+        try:
+            await asyncio.sleep(20 if ctx.job.attempts == 1 else 0.5)
+        except asyncio.CancelledError:
+            events.append(("cancelled", ctx.job.attempts, time.monotonic()))
+            raise
+
+    async def main() -> int:
+        slow_id = slow.enqueue().id
+        worker = leasing_worker(app, concurrency=2)
+        beat = worker.store.job_heartbeat
+        reachable = asyncio.Event()
+
+        async def heartbeat(conn: Any, claims: Any, seconds: float) -> Any:
+            if not reachable.is_set():
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            return await beat(conn, claims, seconds)
+
+        worker.store.job_heartbeat = heartbeat  # type: ignore[method-assign]
+        running = asyncio.create_task(worker.run())
+        assert await until(lambda: any(e[:2] == ("start", 2) for e in events), 15), events
+        reachable.set()
+        job = None
+        for _ in range(100):
+            job = await asyncio.to_thread(app.get_job, slow_id)
+            if job is not None and job.status in ("done", "failed"):
+                break
+            await asyncio.sleep(0.1)
+        worker.stop()
+        await asyncio.wait_for(running, 15)
+        assert job is not None and (job.status, job.attempts) == ("done", 2), (job, events)
+        return slow_id
+
+    asyncio.run(main())
+    kinds = sorted(e[:2] for e in events)
+    # The first run did not sleep its 20 s out: it was cancelled when the second claim was
+    # made, just before the second run started; the second ran to its end.
+    assert kinds == [("cancelled", 1), ("start", 1), ("start", 2)], events
+    second_start = next(e[2] for e in events if e[:2] == ("start", 2))
+    first_cancelled = next(e[2] for e in events if e[:2] == ("cancelled", 1))
+    assert abs(first_cancelled - second_start) < 0.5, events
+
+
+def test_a_claim_the_server_forgot_and_this_worker_made_again_keeps_its_outcome(app: App) -> None:
+    """A lease claim commits without waiting for its WAL flush, so a server crash can forget
+    it: the job is pending again at the attempt before, and this same worker may claim it again
+    with the same (worker, attempt) token.  The first run, stopped, must write nothing: a
+    release under that token would put the second run's job back in the queue (a third run)
+    and make the second run's outcome count for nothing."""
+    runs: list[int] = []
+    cancelled: list[int] = []
+    started = asyncio.Event()
+
+    @app.task(name="once", pass_context=True)
+    async def once(ctx: Any) -> None:
+        runs.append(ctx.job.attempts)
+        started.set()
+        if len(runs) == 1:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                cancelled.append(ctx.job.attempts)
+                raise
+
+    def forget(job_id: int) -> None:  # the row as it was before the claim
+        with psycopg.connect(app.dsn) as conn:
+            conn.execute(
+                f'UPDATE "{app.schema}".jobs SET status = %s, attempts = 0, locked_by = NULL, '
+                "locked_until = NULL WHERE id = %s",
+                ("pending", job_id),
+            )
+
+    async def main() -> tuple[int, Worker]:
+        job_id = once.enqueue().id
+        worker = leasing_worker(app, concurrency=2)
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(started.wait(), 15)
+        await asyncio.to_thread(forget, job_id)
+        assert await until(lambda: worker.stats.done == 1 and worker.stats.lost == 1, 10), (
+            runs, worker.stats)  # fmt: skip
+        await asyncio.sleep(1.0)  # time for a third run, if the job were back in the queue
+        worker.stop()
+        await asyncio.wait_for(running, 15)
+        return job_id, worker
+
+    job_id, worker = asyncio.run(main())
+    assert runs == [1, 1] and cancelled == [1], (runs, cancelled)
+    assert (worker.stats.done, worker.stats.lost, worker.stats.released) == (1, 1, 0)
+    job = app.get_job(job_id)
+    assert job is not None and (job.status, job.attempts) == ("done", 1)
