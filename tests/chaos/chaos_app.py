@@ -8,13 +8,15 @@ The ledger is ``"<schema>".ledger``, written on a connection of the worker proce
 skiplock's), each statement in its own transaction: one row when a handler starts (job id,
 attempt, worker id, pid, wall-clock time), completed with the end time and outcome (``ok`` or
 ``fail``) when it returns.  A row without an end is an execution that never returned (killed,
-cancelled, frozen for good).  Every row has a client-made token, so a statement retried after a
+cancelled, frozen for good); a ``work`` job given ``note_stop`` also records when its handler
+was cancelled (``stopped``).  Every row has a client-made token, so a statement retried after a
 dropped connection never writes twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import secrets
@@ -42,7 +44,8 @@ CREATE TABLE {ledger} (
     pid     integer NOT NULL,
     started float8 NOT NULL,
     ended   float8,
-    outcome text
+    outcome text,
+    stopped float8
 )
 """
 
@@ -105,9 +108,26 @@ async def record_end(token: str, outcome: str) -> None:
     )
 
 
-async def _execute(ctx: JobContext, ms: float, fail: float, fail_until: int = 0) -> None:
+async def record_stop(token: str) -> None:
+    """The handler was cancelled: noted at once, or not at all (a stopping worker must not wait
+    for the ledger)."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(2.0):
+            await _ledger.execute(
+                f"UPDATE {_table()} SET stopped = %s WHERE token = %s", (time.time(), token)
+            )
+
+
+async def _execute(
+    ctx: JobContext, ms: float, fail: float, fail_until: int = 0, note_stop: bool = False
+) -> None:
     token = await record_start(ctx)
-    await asyncio.sleep(ms / 1000)
+    try:
+        await asyncio.sleep(ms / 1000)
+    except asyncio.CancelledError:
+        if note_stop:
+            await record_stop(token)
+        raise
     failing = ctx.job.attempts <= fail_until or (fail > 0 and random.random() < fail)
     await record_end(token, "fail" if failing else "ok")
     if failing:
@@ -120,11 +140,15 @@ def build(dsn: str, schema: str) -> App:
 
     @app.task(name="work", queue=QUEUE, max_attempts=25, pass_context=True)
     async def work(
-        ctx: JobContext, ms: float = 10.0, fail: float = 0.0, fail_until: int = 0
+        ctx: JobContext,
+        ms: float = 10.0,
+        fail: float = 0.0,
+        fail_until: int = 0,
+        note_stop: bool = False,
     ) -> None:
         """Sleeps ``ms`` milliseconds; fails with probability ``fail``, and on purpose while its
-        attempt is at most ``fail_until``."""
-        await _execute(ctx, ms, fail, fail_until)
+        attempt is at most ``fail_until``; with ``note_stop``, a cancellation is recorded."""
+        await _execute(ctx, ms, fail, fail_until, note_stop)
 
     @app.task(
         name="flaky",

@@ -337,7 +337,7 @@ class ChaosRun:
     def ledger(self) -> list[Execution]:
         rows = self.db.execute(
             sql.SQL(
-                "SELECT job_id, attempt, worker, pid, started, ended, outcome FROM {} "
+                "SELECT job_id, attempt, worker, pid, started, ended, outcome, stopped FROM {} "
                 "ORDER BY started"
             ).format(self.table("ledger"))
         ).fetchall()
@@ -415,6 +415,7 @@ class Execution:
     started: float
     ended: float | None
     outcome: str | None
+    stopped: float | None  # when a cancellation reached the handler (``note_stop`` jobs only)
 
 
 @dataclass

@@ -63,6 +63,10 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "kill-leader": ({"rounds": 1, "lease": 2.0}, {"rounds": 3, "lease": 2.0}),
     "stop": ({"rounds": 1, "jobs": 4, "lease": 1.0}, {"rounds": 5, "jobs": 8, "lease": 1.0}),
+    "stop-long": (
+        {"jobs": 4, "seconds": 10.0, "lease": 1.0},
+        {"jobs": 8, "seconds": 30.0, "lease": 2.0},
+    ),
     "race": ({"iterations": 200}, {"iterations": 2000}),
     "terminate": (
         {"jobs": 1500, "workers": 3, "concurrency": 4, "every": (0.5, 1.0)},
@@ -413,6 +417,105 @@ def _row_versions(run: ChaosRun, ids: list[int]) -> dict[int, tuple[Any, ...]]:
         (ids,),
     ).fetchall()
     return {r[0]: tuple(r[1:]) for r in rows}
+
+
+# -- 2b. SIGSTOP while long jobs run -----------------------------------------------------------
+
+
+def scenario_stop_long(dsn: str, full: bool) -> Result:
+    """A worker frozen (SIGSTOP) while it runs long jobs, until another worker has reclaimed
+    them and runs them; on SIGCONT its first heartbeat finds the leases reclaimed and it
+    cancels its runs, instead of letting them run on to their end beside the new ones."""
+    size = sizes("stop-long", full)
+    lease: float = size["lease"]
+    seconds: float = size["seconds"]
+    started = time.time()
+    run = ChaosRun(dsn, "stop_long")
+    result: Result | None = None
+    try:
+        a = run.start_worker(concurrency=size["jobs"], lease=lease, queues="long")
+        run.wait_started([a])
+        payload = {"ms": seconds * 1000, "note_stop": True}
+        ids = run.enqueue("work", [payload] * size["jobs"], queue="long")
+        wait_for(
+            lambda: (
+                _running_by(run, ids) == {a.worker_id: len(ids)}
+                and len({e.job_id for e in run.ledger()}) == len(ids)
+            ),
+            30,
+            f"worker {a.name} to run all {len(ids)} jobs",
+        )
+        a.signal(19)  # SIGSTOP
+        fault = Fault(time.time(), "SIGSTOP", [a.pid], a.name, set(ids))
+        run.faults.append(fault)
+        b = run.start_worker(concurrency=size["jobs"], lease=lease, queues="long")
+        run.wait_started([b])
+        wait_for(
+            lambda: _running_by(run, ids, reclaimed=True) == {b.worker_id: len(ids)},
+            60,
+            f"worker {b.name} to reclaim and run all {len(ids)} jobs",
+        )
+        resumed = time.time()
+        a.signal(18)  # SIGCONT
+
+        def stopped() -> list[Any]:
+            return [e for e in run.ledger() if e.pid == a.pid and e.stopped is not None]
+
+        comes_true(lambda: len(stopped()) == len(ids), 30)
+        run.wait_drained(seconds + 60)
+        ledger = run.ledger()
+        cut = {e.job_id: e for e in ledger if e.pid == a.pid}
+        again = {e.job_id: e for e in ledger if e.pid != a.pid}
+        after_resume = sorted(round(e.stopped - resumed, 2) for e in stopped())
+        both = sorted(
+            round(cut[i].stopped - again[i].started, 2)  # type: ignore[operator]
+            for i in ids
+            if i in cut and i in again and cut[i].stopped is not None
+        )
+        result = Result.from_check(
+            "stop-long",
+            "SIGSTOP a worker running long jobs until they run elsewhere, then SIGCONT",
+            len(ids),
+            f"1 x SIGSTOP ({len(ids)} jobs of {seconds:g} s frozen)",
+            check(run, ids),
+            run.faults,
+        )
+        result.notes.update(
+            frozen_seconds=round(resumed - fault.at, 2),
+            stopped_after_sigcont_s=after_resume,
+            both_running_s=both,
+        )
+        lost_logged = {(job_id, attempt) for job_id, attempt, o in a.finished() if o == "lost"}
+        result.expect(
+            all(i in cut and cut[i].stopped is not None and cut[i].ended is None for i in ids),
+            "each of the resumed worker's runs is cancelled, none runs to its end",
+        )
+        result.expect(
+            bool(after_resume) and max(after_resume) < lease,
+            f"each is cancelled within a lease ({lease:g} s) of SIGCONT ({after_resume} s)",
+        )
+        result.expect(
+            all((i, 1) in lost_logged for i in ids),
+            "the resumed worker logs each job outcome=lost",
+        )
+        result.expect("stopping it" in a.stderr, "it logs 'lease lost (reclaimed) ... stopping it'")
+        result.expect(
+            all(i in again and again[i].ended is not None and again[i].attempt == 2 for i in ids),
+            "the other worker runs each job to its end, as attempt 2",
+        )
+        statuses = run.counts()
+        result.expect(statuses == {"done": len(ids)}, f"every job done (got {statuses})")
+        _common_expectations(result)
+        result.expect(
+            result.duplicates == len(ids),
+            f"exactly one extra execution per frozen job (got {result.duplicates})",
+        )
+        _finish(run, result)
+    finally:
+        run.close()
+    assert result is not None
+    result.wall = time.time() - started
+    return result
 
 
 # -- 3. late completion racing the reclaim ----------------------------------------------------
@@ -1349,6 +1452,7 @@ SCENARIOS: dict[str, Callable[[str, bool], Result]] = {
     "kill-held": lambda dsn, full: scenario_kill(dsn, full, "held"),
     "kill-leader": scenario_kill_leader,
     "stop": scenario_stop,
+    "stop-long": scenario_stop_long,
     "race": scenario_race,
     "terminate-lease": lambda dsn, full: scenario_terminate(dsn, full, "lease"),
     "terminate-held": lambda dsn, full: scenario_terminate(dsn, full, "held"),

@@ -68,6 +68,17 @@ EXPLANATIONS = {
         "while frozen: its 2 s are over when it resumes, so it ends at once, before a "
         "heartbeat could find its lease reclaimed and stop it)."
     ),
+    "stop-long": (
+        "**SIGSTOP while long jobs run.** A lease worker (lease {lease:g} s) runs {jobs} jobs of "
+        "{seconds:g} s and is frozen; a second worker starts, reclaims them once their leases "
+        "expire and runs them; then the frozen one gets SIGCONT, with most of each job's time "
+        "still ahead of it. Its first heartbeat finds the leases reclaimed and it cancels its "
+        "runs (each handler notes when the cancellation reached it). Checks: each of its runs "
+        "is cancelled within a lease of SIGCONT, none runs to its end, each is logged "
+        "`outcome=lost` (nothing written); the other worker runs every job to its end as "
+        "attempt 2. Both running = the new run's start → the old run's cancellation (the "
+        "freeze included)."
+    ),
     "race": (
         "**Late completion racing the reclaim (SQL level).** In-process, with three "
         "connections and the store's statements: A claims a job with a lease that expires at "
@@ -228,7 +239,7 @@ def explanation(key: str, full: bool) -> str:
         size["down"] = "-".join(f"{v:g}" for v in size["down"])
     if base == "stop":
         size["jobs_per_round"] = size["jobs"]
-    if base == "blackhole":
+    if base.startswith("blackhole"):
         t = size["timeouts"]
         size["timeouts_text"] = (
             f"keepalives after {t['keepalives_idle']} s idle, every {t['keepalives_interval']} s,"
@@ -293,8 +304,8 @@ def render(results: list[Result], full: bool, command: str, took: float) -> str:
         "- A frozen worker cannot stop anything: the SIGSTOP overlap is the freeze. A worker "
         "stops a running handler once a heartbeat finds its lease reclaimed (async: cancelled; "
         "sync: `ctx.cancelled`), which shortens the double run of jobs that outlast the "
-        "worker's loss of touch (`tests/integration/test_lost_leases.py`); the scenarios' "
-        "handlers end before that.",
+        "worker's loss of touch (`stop-long`; `tests/integration/test_lost_leases.py`); "
+        "the other scenarios' handlers end before that.",
         "",
     ]
     return "\n".join(out)

@@ -61,6 +61,13 @@ def test_sigstopped_worker_late_writes_are_rejected(pg_dsn: str) -> None:
     assert result.notes["overlap_seconds_max"] is not None
 
 
+def test_a_resumed_worker_cancels_its_runs_of_jobs_reclaimed_meanwhile(pg_dsn: str) -> None:
+    """A worker frozen while it runs long jobs, until another one has reclaimed and runs them:
+    once resumed, its heartbeat finds the leases reclaimed and it cancels its runs instead of
+    letting them go on to their end beside the new ones."""
+    assert_sound(run_quick("stop-long", pg_dsn))
+
+
 def test_late_completion_racing_the_reclaim(pg_dsn: str) -> None:
     result = run_quick("race", pg_dsn)
     assert_sound(result)
