@@ -118,7 +118,7 @@ class LeasedSlots:
         is not written, and it is reported lost, when it is known reclaimed)."""
         if now >= self._doubt_logged_at + 5.0:  # one line per 5 s, not one per job
             self._doubt_logged_at = now
-            reclaimed = running.lease_until == -math.inf
+            reclaimed = running.claim_gone
             log.warning(
                 "not starting job %s: %s; giving it back (and any other like it)",
                 running.job.id,

@@ -284,6 +284,15 @@ def finished_lines(text: str) -> list[tuple[int, str]]:
     ]
 
 
+def command_line(pid: int) -> list[bytes]:
+    """The arguments of process ``pid`` (empty when it has gone, or has not exec'd yet)."""
+    try:
+        data = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return data.split(b"\0") if data else []
+
+
 def child_pids(parent: int) -> set[int]:
     """Live (not zombie) processes whose parent is ``parent``, from /proc."""
     found = set()
@@ -506,14 +515,22 @@ def test_supervisor_restarts_a_killed_child_and_stops_on_sigterm(
 ) -> None:
     args = ("--processes", "2", "--concurrency", "2", "--poll-interval", "0.2", "--lease", "5")
     with worker(workdir, app, *args, "--max-in-flight", "3", name="sup") as sup:
+        # Two children that have their own command line: one found between its fork and its
+        # exec shows its parent's or, during the exec, none (CI once read an empty one).
+        def exec_done(pid: int) -> bool:
+            return command_line(pid) not in ([], command_line(sup.pid))
+
         children = wait_for(
-            lambda: (len(found := child_pids(sup.pid)) == 2 and found) or not sup.alive(),
+            lambda: (
+                (len(found := child_pids(sup.pid)) == 2 and all(map(exec_done, found)) and found)
+                or not sup.alive()
+            ),
             15,
             "two worker processes",
         )
         assert sup.alive(), sup.stderr
         for pid in children:  # the children run with the supervisor's options
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            command = command_line(pid)
             assert b"--max-in-flight" in command, command
             assert command[command.index(b"--max-in-flight") + 1] == b"3", command
         wait_for(lambda: len(listeners(db, app)) == 2, 15, "both children to LISTEN")
