@@ -29,14 +29,15 @@ class RunningJob:
         self.task: asyncio.Task[None] | None = None
         self.stop_reason: StopReason | None = None
         # Leased jobs: until when (monotonic) the lease is known to hold: the claim's or the
-        # last heartbeat's send time plus the lease; -inf once a heartbeat found it reclaimed.
+        # last heartbeat's send time plus the lease; -inf once found reclaimed (lease_lost).
         self.lease_until = math.inf
         self._cancel_flag: threading.Event | None = None
 
     @property
     def cancel_flag(self) -> threading.Event:
-        """Set when the job is cancelled or times out: sync tasks cannot be interrupted, so they
-        get this flag (ctx.cancelled) to check.  Made on first use (most jobs never need it)."""
+        """Set when the job is stopped (see ``stop``) or times out: sync tasks cannot be
+        interrupted, so they get this flag (ctx.cancelled) to check.  Made on first use (most
+        jobs never need it)."""
         if self._cancel_flag is None:
             self._cancel_flag = threading.Event()
             if self.stop_reason is not None:
