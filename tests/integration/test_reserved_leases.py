@@ -1,9 +1,8 @@
 """A leasing worker never starts a job it claimed ahead (reserved) once that job's lease may be
 gone: a heartbeat found it reclaimed, or no heartbeat has renewed it for two thirds of the
 lease (the database out of reach, the process frozen).  Started, it would run while another
-worker runs it too.  And a job the worker claims again while its first claim still runs there
-(its lease ran out meanwhile) keeps its heartbeat.  A real Worker on a real server; its
-heartbeats are made to fail for a while in two of the tests.
+worker runs it too.  A real Worker on a real server; its heartbeats are made to fail for a while
+in the second test.  (Running jobs whose lease is lost: test_lost_leases.py.)
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import pytest
 
 from skiplock import App, Worker
 from skiplock._store_sync import SyncStore
+from worker_faults import failing_heartbeats
 
 
 def primed_worker(app: App) -> Worker:
@@ -56,21 +56,6 @@ def register(
 
     slow.started = started  # type: ignore[attr-defined]
     return slow, victim, runs
-
-
-def failing_heartbeats(worker: Worker) -> asyncio.Event:
-    """Make the worker's heartbeats fail as if the server were out of reach, until the returned
-    event is set."""
-    beat = worker.store.job_heartbeat
-    reachable = asyncio.Event()
-
-    async def heartbeat(conn: Any, claims: Any, seconds: float) -> Any:
-        if not reachable.is_set():
-            raise psycopg.OperationalError("server closed the connection unexpectedly")
-        return await beat(conn, claims, seconds)
-
-    worker.store.job_heartbeat = heartbeat  # type: ignore[method-assign]
-    return reachable
 
 
 async def until(check: Any, timeout: float) -> bool:
@@ -149,42 +134,3 @@ def test_a_reserved_job_no_heartbeat_renewed_is_given_back_not_started(
     assert "no heartbeat has renewed its lease lately" in caplog.text
     job = app.get_job(victim_id)
     assert job is not None and job.status == "done"
-
-
-def test_a_job_claimed_again_while_its_first_claim_still_runs_keeps_its_heartbeat(
-    app: App,
-) -> None:
-    """The worker's heartbeats fail past the lease while a job runs; the worker itself reclaims
-    the job and claims it again (a second slot runs it).  When the first run ends, the second
-    claim must stay tracked: dropped, no heartbeat renews it, its lease runs out, it is
-    reclaimed and claimed again, and so on until its attempts are spent."""
-
-    runs: Runs = {"slow": []}
-
-    @app.task(name="slow", pass_context=True)
-    async def slow(ctx: Any) -> None:
-        runs["slow"].append(ctx.job.attempts)
-        # The first run outlasts its 1 s lease; the second goes on well after the first ends.
-        await asyncio.sleep(1.8 if ctx.job.attempts == 1 else 4.0)
-
-    async def main() -> tuple[Runs, int]:
-        slow_id = slow.enqueue().id
-        worker = Worker(app, concurrency=2, prefetch=0, lease_seconds=1.0, poll_interval=0.1,
-                        listen=False)  # fmt: skip
-        reachable = failing_heartbeats(worker)
-        running = asyncio.create_task(worker.run())
-        assert await until(lambda: len(runs["slow"]) == 2, 15)  # claimed again, running again
-        reachable.set()
-        job = None
-        for _ in range(100):
-            job = await asyncio.to_thread(app.get_job, slow_id)
-            if job is not None and job.status in ("done", "failed"):
-                break
-            await asyncio.sleep(0.1)
-        worker.stop()
-        await asyncio.wait_for(running, 15)
-        assert job is not None and (job.status, job.attempts) == ("done", 2), (job, runs)
-        return runs, slow_id
-
-    runs, _ = asyncio.run(main())
-    assert runs["slow"] == [1, 2]
