@@ -14,7 +14,9 @@ write that has not returned still count as unwritten (:attr:`Completer.pending`)
 written, and drained 100,000 no-op jobs about 7% faster with two writes than with one (median
 of 7 alternating pairs, ``--max-in-flight 150``, 2 processes: 41,700 vs 39,100 jobs/s); an
 unbounded worker did about the same either way.  A failed write puts its outcomes back at the
-front of the buffer, and the next write waits a second.
+front of the buffer, and the next write waits a second; until the buffer has been written out,
+the outcomes of jobs the worker has claimed again meanwhile are reported lost unwritten (a
+server restart may have forgotten their claims, and the new claim may look the same).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Completer:
         *,
         on_recorded: Callable[[list[Recorded]], None],
         still_running: Callable[[], int] = lambda: 0,
+        claimed_again: Callable[[int], bool] = lambda job_id: False,
         flush_interval: float = 0.002,
         max_batch: int = 1000,
         max_writes: int = 2,
@@ -64,6 +67,7 @@ class Completer:
         self.completion = completion
         self.on_recorded = on_recorded
         self.still_running = still_running
+        self.claimed_again = claimed_again
         self.flush_interval = flush_interval
         self.max_batch = max_batch
         self.max_writes = max_writes
@@ -71,6 +75,9 @@ class Completer:
         self._writing = 0  # outcomes in writes that have not returned
         self._writes: set[asyncio.Task[bool]] = set()
         self._trouble = False  # a write failed: wait a moment before the next
+        # A write failed (the server may have restarted): until the buffer has been written
+        # out, outcomes of jobs this worker has claimed again are not written (see _take).
+        self._suspect = False
         self._ready = asyncio.Event()
         self._complete = asyncio.Event()  # set when no running job can join the batch any more
         self._task: asyncio.Task[None] | None = None
@@ -139,8 +146,27 @@ class Completer:
     def _take(self) -> list[Entry]:
         batch = self._buffer[: self.max_batch]
         del self._buffer[: len(batch)]
+        if self._suspect:
+            batch = self._without_claimed_again(batch)
         self._writing += len(batch)
         return batch
+
+    def _without_claimed_again(self, batch: list[Entry]) -> list[Entry]:
+        """After a failed write: report lost, unwritten, the outcomes of jobs this worker has
+        claimed again since.  Their claim is gone (a job is claimable only once its claim is),
+        and a server crash that forgot it also forgot its attempt: the new claim has the same
+        worker and attempt, and the old outcome would count for the new run."""
+        gone = [entry for entry in batch if self.claimed_again(entry[0].id)]
+        if not gone:
+            return batch
+        log.warning(
+            "not recording %d earlier outcome(s) of jobs claimed again since (ids %s): their "
+            "claims are gone (the server may have forgotten them in a restart)",
+            len(gone),
+            ", ".join(str(job.id) for job, _, _ in gone[:10]),
+        )
+        self.on_recorded([Recorded(job, outcome, False, s) for job, outcome, s in gone])
+        return [entry for entry in batch if not self.claimed_again(entry[0].id)]
 
     async def _write_batch(self, batch: list[Entry]) -> bool:
         try:
@@ -152,12 +178,14 @@ class Completer:
         except (psycopg.Error, SkiplockError) as exc:
             log.warning("could not record %d job outcomes, retrying: %s", len(batch), exc)
             self._buffer[:0] = batch
-            self._trouble = True
+            self._trouble = self._suspect = True
             self._ready.set()
             return False
         except BaseException:
             self._buffer[:0] = batch  # cut short: not known to be written, so kept
             raise
+        if not self._buffer:
+            self._suspect = False
         self.on_recorded([Recorded(job, outcome, job.id in owned, s) for job, outcome, s in batch])
         return True
 

@@ -219,3 +219,68 @@ def test_a_claim_the_server_forgot_and_this_worker_made_again_keeps_its_outcome(
     assert (worker.stats.done, worker.stats.lost, worker.stats.released) == (1, 1, 0)
     job = app.get_job(job_id)
     assert job is not None and (job.status, job.attempts) == ("done", 1)
+
+
+def test_an_outcome_kept_through_a_server_restart_does_not_count_for_a_new_claim(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker's write of a finished job's outcome fails (the server restarts) and is kept
+    to be tried again; the restart forgot the job's claim (it committed without waiting for its
+    WAL flush), so the job is pending again at the attempt before, and this worker claims it
+    again with the same (worker, attempt).  The kept outcome must not be written: it would
+    count for the new run, whose own outcome (here a failure, to be retried) would be refused."""
+    runs: list[int] = []
+    second_started = asyncio.Event()
+    second_may_fail = asyncio.Event()
+
+    @app.task(name="twice", pass_context=True)
+    async def twice(ctx: Any) -> None:
+        runs.append(ctx.job.attempts)
+        if len(runs) == 2:
+            second_started.set()
+            await second_may_fail.wait()
+            raise RuntimeError("the second run fails")
+
+    def forget(job_id: int) -> None:  # the row as it was before the claim
+        with psycopg.connect(app.dsn) as conn:
+            conn.execute(
+                f'UPDATE "{app.schema}".jobs SET status = %s, attempts = 0, locked_by = NULL, '
+                "locked_until = NULL WHERE id = %s",
+                ("pending", job_id),
+            )
+
+    async def main() -> tuple[int, Worker]:
+        job_id = twice.enqueue().id
+        worker = leasing_worker(app)
+        finish = worker.store.job_finish_many
+        reachable = asyncio.Event()
+        failed_writes: list[int] = []
+
+        async def finish_many(conn: Any, claims: Any, completion: str) -> Any:
+            if not reachable.is_set():
+                failed_writes.append(len(claims))
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            return await finish(conn, claims, completion)
+
+        worker.store.job_finish_many = finish_many  # type: ignore[method-assign]
+        running = asyncio.create_task(worker.run())
+        assert await until(lambda: runs == [1] and failed_writes, 10), (runs, failed_writes)
+        await asyncio.to_thread(forget, job_id)
+        await asyncio.wait_for(second_started.wait(), 10)  # claimed again: (worker, 1) again
+        reachable.set()
+        # The kept outcome's next try (a second after the last failure) leaves it unwritten.
+        assert await until(lambda: worker.stats.lost == 1, 10), worker.stats
+        second_may_fail.set()
+        assert await until(lambda: worker.stats.retried == 1, 10), worker.stats
+        worker.stop()
+        await asyncio.wait_for(running, 15)
+        return job_id, worker
+
+    with caplog.at_level(logging.WARNING, logger="skiplock"):
+        job_id, worker = asyncio.run(main())
+    assert runs == [1, 1]
+    assert (worker.stats.done, worker.stats.lost, worker.stats.retried) == (0, 1, 1)
+    assert "not recording 1 earlier outcome(s) of jobs claimed again since" in caplog.text
+    job = app.get_job(job_id)  # the second run's failure counted: to be retried
+    assert job is not None and job.status in ("scheduled", "pending"), job
+    assert job.attempts == 1 and "the second run fails" in (job.last_error or "")
