@@ -169,6 +169,8 @@ class Completer:
         return [entry for entry in batch if not self.claimed_again(entry[0].id)]
 
     async def _write_batch(self, batch: list[Entry]) -> bool:
+        if not batch:  # every outcome taken was of a job claimed again (see _take)
+            return True
         try:
             try:
                 async with self.pool.connection() as conn:
