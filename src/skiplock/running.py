@@ -14,8 +14,9 @@ from .task import WorkerModel
 
 log = logging.getLogger("skiplock.worker")
 
-# cancelled: an admin asked; shutdown: the grace period is over; lost: a heartbeat found the
-# job's lease reclaimed, so it runs (or will run) elsewhere and this run's outcome cannot count.
+# cancelled: an admin asked; shutdown: the grace period is over; lost: the job's lease was found
+# reclaimed (by a heartbeat, or by a new claim of the job here), so it runs (or will run)
+# elsewhere and this run's outcome cannot count.
 StopReason = Literal["cancelled", "shutdown", "lost"]
 
 
