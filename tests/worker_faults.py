@@ -10,16 +10,24 @@ import psycopg
 from skiplock import Worker
 
 
-def failing_heartbeats(worker: Worker) -> asyncio.Event:
-    """Make the worker's heartbeats fail as if the server were out of reach, until the returned
-    event is set (the rest of the worker still reaches it)."""
-    beat = worker.store.job_heartbeat
+def failing_calls(worker: Worker, name: str) -> tuple[asyncio.Event, list[tuple[Any, ...]]]:
+    """Make the worker's store call ``name`` fail as if the server were out of reach, until the
+    returned event is set (the rest of the worker still reaches it); the list gets the
+    arguments of each call that failed."""
+    call = getattr(worker.store, name)
     reachable = asyncio.Event()
+    failed: list[tuple[Any, ...]] = []
 
-    async def heartbeat(conn: Any, claims: Any, seconds: float) -> Any:
+    async def failing(*args: Any) -> Any:
         if not reachable.is_set():
+            failed.append(args)
             raise psycopg.OperationalError("server closed the connection unexpectedly")
-        return await beat(conn, claims, seconds)
+        return await call(*args)
 
-    worker.store.job_heartbeat = heartbeat  # type: ignore[method-assign]
-    return reachable
+    setattr(worker.store, name, failing)
+    return reachable, failed
+
+
+def failing_heartbeats(worker: Worker) -> asyncio.Event:
+    """Make the worker's heartbeats fail until the returned event is set."""
+    return failing_calls(worker, "job_heartbeat")[0]

@@ -156,7 +156,10 @@ class Completer:
         claimed again since.  Their claim is gone (a job is claimable only once its claim is),
         and a server crash that forgot it also forgot its attempt: the new claim has the same
         worker and attempt, and the old outcome would count for the new run."""
-        gone = [entry for entry in batch if self.claimed_again(entry[0].id)]
+        kept: list[Entry] = []
+        gone: list[Entry] = []
+        for entry in batch:
+            (gone if self.claimed_again(entry[0].id) else kept).append(entry)
         if not gone:
             return batch
         log.warning(
@@ -166,7 +169,7 @@ class Completer:
             ", ".join(str(job.id) for job, _, _ in gone[:10]),
         )
         self.on_recorded([Recorded(job, outcome, False, s) for job, outcome, s in gone])
-        return [entry for entry in batch if not self.claimed_again(entry[0].id)]
+        return kept
 
     async def _write_batch(self, batch: list[Entry]) -> bool:
         if not batch:  # every outcome taken was of a job claimed again (see _take)

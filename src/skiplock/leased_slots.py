@@ -130,11 +130,15 @@ class LeasedSlots:
 
     def _give_back(self, running: RunningJob) -> None:
         """A claimed job that will not run here: cancelled if an admin said so, else released
-        (back to the queue without spending its attempt); reported lost, unwritten, when its
-        claim is known to be gone."""
-        assert self._completer is not None
+        (back to the queue without spending its attempt)."""
         self._untrack(running)
         outcome = Outcome("cancelled") if running.stop_reason == "cancelled" else Outcome("release")
+        self._submit(running, outcome)
+
+    def _submit(self, running: RunningJob, outcome: Outcome) -> None:
+        """Hand a leased job's outcome to the completer; reported lost, unwritten, when its
+        claim is known to be gone (a heartbeat or a new claim here found it reclaimed)."""
+        assert self._completer is not None
         if running.claim_gone:
             self._report_gone(running, outcome)
         else:
@@ -201,7 +205,6 @@ class LeasedSlots:
     async def _run_leased(self, running: RunningJob) -> bool:
         """Run one leased job and hand its outcome to the completer; False when it was stopped
         (cancelled, or at shutdown): the task it ran in is not to run another job."""
-        assert self._completer is not None
         self._handlers += 1
         go_on = True
         try:
@@ -221,8 +224,5 @@ class LeasedSlots:
             # that asked before it finished) must not cancel them.
             running.task = None
             self._untrack(running)
-        if running.claim_gone:  # a heartbeat found it reclaimed (and stopped it, if it could)
-            self._report_gone(running, outcome)
-        else:
-            self._completer.submit(running.job, outcome, running.started)
+        self._submit(running, outcome)
         return go_on

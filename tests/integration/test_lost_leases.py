@@ -16,9 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from polling import wait_for
 from skiplock import App, Worker
 from skiplock._store_sync import SyncStore
-from worker_faults import failing_heartbeats
+from worker_faults import failing_calls, failing_heartbeats
 
 
 def steal(app: App, job_id: int) -> None:
@@ -33,11 +34,15 @@ def steal(app: App, job_id: int) -> None:
         assert [j.id for j in taken] == [job_id]
 
 
-async def until(check: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    return bool(check())
+def forget(app: App, job_id: int) -> None:
+    """Put the job's row back as it was before its claim: what a server crash does to a claim
+    committed without waiting for its WAL flush."""
+    with psycopg.connect(app.dsn) as conn:
+        conn.execute(
+            f'UPDATE "{app.schema}".jobs SET status = %s, attempts = 0, locked_by = NULL, '
+            "locked_until = NULL WHERE id = %s",
+            ("pending", job_id),
+        )
 
 
 def leasing_worker(app: App, concurrency: int = 1) -> Worker:
@@ -75,10 +80,10 @@ def test_a_running_async_job_whose_lease_was_reclaimed_is_cancelled(
         await asyncio.to_thread(steal, app, job_id)
         # The next heartbeat (every lease / 3) finds the claim gone and stops the job; its
         # release is refused and counted lost.
-        assert await until(lambda: seen["cancelled"] and worker.stats.lost == 1, 10), seen
+        assert await wait_for(lambda: seen["cancelled"] and worker.stats.lost == 1, 10), seen
         assert seen["cleaned_up"]
         after.enqueue()  # the slot it ran in is free again
-        assert await until(lambda: seen["after"] == [1], 10), seen
+        assert await wait_for(lambda: seen["after"] == [1], 10), seen
         worker.stop()
         await asyncio.wait_for(running, 15)
         return job_id, worker
@@ -113,8 +118,8 @@ def test_a_running_sync_job_whose_lease_was_reclaimed_is_told_through_ctx_cancel
         running = asyncio.create_task(worker.run())
         assert await asyncio.to_thread(started.wait, 15)
         await asyncio.to_thread(steal, app, job_id)
-        assert await until(lambda: seen["told_after"] is not None, 10), seen
-        assert await until(lambda: worker.stats.lost == 1, 10)
+        assert await wait_for(lambda: seen["told_after"] is not None, 10), seen
+        assert await wait_for(lambda: worker.stats.lost == 1, 10)
         worker.stop()
         await asyncio.wait_for(running, 15)
         return job_id, worker
@@ -150,7 +155,7 @@ def test_a_job_this_worker_claims_again_stops_its_earlier_run_and_keeps_its_new_
         worker = leasing_worker(app, concurrency=2)
         reachable = failing_heartbeats(worker)
         running = asyncio.create_task(worker.run())
-        assert await until(lambda: any(e[:2] == ("start", 2) for e in events), 15), events
+        assert await wait_for(lambda: any(e[:2] == ("start", 2) for e in events), 15), events
         reachable.set()
         job = None
         for _ in range(100):
@@ -193,21 +198,13 @@ def test_a_claim_the_server_forgot_and_this_worker_made_again_keeps_its_outcome(
                 cancelled.append(ctx.job.attempts)
                 raise
 
-    def forget(job_id: int) -> None:  # the row as it was before the claim
-        with psycopg.connect(app.dsn) as conn:
-            conn.execute(
-                f'UPDATE "{app.schema}".jobs SET status = %s, attempts = 0, locked_by = NULL, '
-                "locked_until = NULL WHERE id = %s",
-                ("pending", job_id),
-            )
-
     async def main() -> tuple[int, Worker]:
         job_id = once.enqueue().id
         worker = leasing_worker(app, concurrency=2)
         running = asyncio.create_task(worker.run())
         await asyncio.wait_for(started.wait(), 15)
-        await asyncio.to_thread(forget, job_id)
-        assert await until(lambda: worker.stats.done == 1 and worker.stats.lost == 1, 10), (
+        await asyncio.to_thread(forget, app, job_id)
+        assert await wait_for(lambda: worker.stats.done == 1 and worker.stats.lost == 1, 10), (
             runs, worker.stats)  # fmt: skip
         await asyncio.sleep(1.0)  # time for a third run, if the job were back in the queue
         worker.stop()
@@ -241,37 +238,22 @@ def test_an_outcome_kept_through_a_server_restart_does_not_count_for_a_new_claim
             await second_may_fail.wait()
             raise RuntimeError("the second run fails")
 
-    def forget(job_id: int) -> None:  # the row as it was before the claim
-        with psycopg.connect(app.dsn) as conn:
-            conn.execute(
-                f'UPDATE "{app.schema}".jobs SET status = %s, attempts = 0, locked_by = NULL, '
-                "locked_until = NULL WHERE id = %s",
-                ("pending", job_id),
-            )
-
     async def main() -> tuple[int, Worker]:
         job_id = twice.enqueue().id
         worker = leasing_worker(app)
-        finish = worker.store.job_finish_many
-        reachable = asyncio.Event()
-        failed_writes: list[int] = []
-
-        async def finish_many(conn: Any, claims: Any, completion: str) -> Any:
-            if not reachable.is_set():
-                failed_writes.append(len(claims))
-                raise psycopg.OperationalError("server closed the connection unexpectedly")
-            return await finish(conn, claims, completion)
-
-        worker.store.job_finish_many = finish_many  # type: ignore[method-assign]
+        reachable, failed_writes = failing_calls(worker, "job_finish_many")
         running = asyncio.create_task(worker.run())
-        assert await until(lambda: runs == [1] and failed_writes, 10), (runs, failed_writes)
-        await asyncio.to_thread(forget, job_id)
+        assert await wait_for(lambda: runs == [1] and bool(failed_writes), 10), (
+            runs,
+            failed_writes,
+        )
+        await asyncio.to_thread(forget, app, job_id)
         await asyncio.wait_for(second_started.wait(), 10)  # claimed again: (worker, 1) again
         reachable.set()
         # The kept outcome's next try (a second after the last failure) leaves it unwritten.
-        assert await until(lambda: worker.stats.lost == 1, 10), worker.stats
+        assert await wait_for(lambda: worker.stats.lost == 1, 10), worker.stats
         second_may_fail.set()
-        assert await until(lambda: worker.stats.retried == 1, 10), worker.stats
+        assert await wait_for(lambda: worker.stats.retried == 1, 10), worker.stats
         worker.stop()
         await asyncio.wait_for(running, 15)
         return job_id, worker

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 import psycopg
 import pytest
 
+from polling import wait_for
 from skiplock import App, Worker
 from skiplock._store_sync import SyncStore
 from worker_faults import failing_heartbeats
@@ -58,13 +58,6 @@ def register(
     return slow, victim, runs
 
 
-async def until(check: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    return bool(check())
-
-
 def test_a_reserved_job_a_heartbeat_found_reclaimed_is_not_started(
     app: App, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -89,7 +82,7 @@ def test_a_reserved_job_a_heartbeat_found_reclaimed_is_not_started(
         await asyncio.to_thread(steal)
         await asyncio.sleep(0.8)  # a heartbeat or two (every lease / 3) report it lost
         release.set()
-        assert await until(lambda: worker.stats.lost >= 1, 15)  # its release was refused
+        assert await wait_for(lambda: worker.stats.lost >= 1, 15)  # given back, reported lost
         await asyncio.sleep(0.3)
         worker.stop()
         await asyncio.wait_for(running, 15)
@@ -120,7 +113,7 @@ def test_a_reserved_job_no_heartbeat_renewed_is_given_back_not_started(
         assert [r.job.id for r in worker._reserved] == [victim_id]
         await asyncio.sleep(0.9)  # the slow job has ended; heartbeats work again
         reachable.set()
-        assert await until(lambda: bool(runs["victim"]), 15)
+        assert await wait_for(lambda: bool(runs["victim"]), 15)
         await asyncio.sleep(0.5)
         worker.stop()
         await asyncio.wait_for(running, 15)
