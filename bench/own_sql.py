@@ -75,12 +75,22 @@ def script(mode: str, batch: int) -> str:
     claim = _fill(queries[name].as_string(None), values).rstrip().rstrip(";")
     finish = _fill(
         queries[FINISH[mode]].as_string(None),
-        {"ids": ":ids", "attempts": ":attempts", "worker": _literal(WORKER)},
+        {
+            "ids": ":ids",
+            "attempts": ":attempts",
+            "claim_time_index": ":claim_time_index",
+            "claim_times": ":claim_times",
+            "worker": _literal(WORKER),
+        },
     )
+    # The claimed jobs share one claim time (the claim statement's now()): the first of the
+    # batch's distinct claim times, as a worker's write names it (see claim_arrays).
     aggregated = (
         f"WITH claimed AS ({claim})\n"
         "SELECT coalesce(array_agg(id), '{}') AS ids,"
-        " coalesce(array_agg(attempts), '{}') AS attempts FROM claimed"
+        " coalesce(array_agg(attempts), '{}') AS attempts,"
+        " coalesce(array_agg(1), '{}') AS claim_time_index,"
+        " array[min(locked_at)] AS claim_times FROM claimed"
     )
     return f"{aggregated}\n\\gset\n{finish.rstrip()}\n"
 

@@ -358,6 +358,7 @@ class AsyncStore(AsyncDependencyStatements):
             "id": claim.job_id,
             "attempts": claim.attempt,
             "worker": claim.worker,
+            "claimed_at": claim.claimed_at,
             "counted": counted,
             "error": error,
         }

@@ -347,6 +347,7 @@ class SyncStore(SyncDependencyStatements):
             "id": claim.job_id,
             "attempts": claim.attempt,
             "worker": claim.worker,
+            "claimed_at": claim.claimed_at,
             "counted": counted,
             "error": error,
         }

@@ -57,7 +57,6 @@ class Completer:
         *,
         on_recorded: Callable[[list[Recorded]], None],
         still_running: Callable[[], int] = lambda: 0,
-        claimed_again: Callable[[int], bool] = lambda job_id: False,
         flush_interval: float = 0.002,
         max_batch: int = 1000,
         max_writes: int = 2,
@@ -67,7 +66,6 @@ class Completer:
         self.completion = completion
         self.on_recorded = on_recorded
         self.still_running = still_running
-        self.claimed_again = claimed_again
         self.flush_interval = flush_interval
         self.max_batch = max_batch
         self.max_writes = max_writes
@@ -75,9 +73,6 @@ class Completer:
         self._writing = 0  # outcomes in writes that have not returned
         self._writes: set[asyncio.Task[bool]] = set()
         self._trouble = False  # a write failed: wait a moment before the next
-        # A write failed (the server may have restarted): until the buffer has been written
-        # out, outcomes of jobs this worker has claimed again are not written (see _take).
-        self._suspect = False
         self._ready = asyncio.Event()
         self._complete = asyncio.Event()  # set when no running job can join the batch any more
         self._task: asyncio.Task[None] | None = None
@@ -146,34 +141,10 @@ class Completer:
     def _take(self) -> list[Entry]:
         batch = self._buffer[: self.max_batch]
         del self._buffer[: len(batch)]
-        if self._suspect:
-            batch = self._without_claimed_again(batch)
         self._writing += len(batch)
         return batch
 
-    def _without_claimed_again(self, batch: list[Entry]) -> list[Entry]:
-        """After a failed write: report lost, unwritten, the outcomes of jobs this worker has
-        claimed again since.  Their claim is gone (a job is claimable only once its claim is),
-        and a server crash that forgot it also forgot its attempt: the new claim has the same
-        worker and attempt, and the old outcome would count for the new run."""
-        kept: list[Entry] = []
-        gone: list[Entry] = []
-        for entry in batch:
-            (gone if self.claimed_again(entry[0].id) else kept).append(entry)
-        if not gone:
-            return batch
-        log.warning(
-            "not recording %d earlier outcome(s) of jobs claimed again since (ids %s): their "
-            "claims are gone (the server may have forgotten them in a restart)",
-            len(gone),
-            ", ".join(str(job.id) for job, _, _ in gone[:10]),
-        )
-        self.on_recorded([Recorded(job, outcome, False, s) for job, outcome, s in gone])
-        return kept
-
     async def _write_batch(self, batch: list[Entry]) -> bool:
-        if not batch:  # every outcome taken was of a job claimed again (see _take)
-            return True
         try:
             try:
                 async with self.pool.connection() as conn:
@@ -183,14 +154,12 @@ class Completer:
         except (psycopg.Error, SkiplockError) as exc:
             log.warning("could not record %d job outcomes, retrying: %s", len(batch), exc)
             self._buffer[:0] = batch
-            self._trouble = self._suspect = True
+            self._trouble = True
             self._ready.set()
             return False
         except BaseException:
             self._buffer[:0] = batch  # cut short: not known to be written, so kept
             raise
-        if not self._buffer:
-            self._suspect = False
         self.on_recorded([Recorded(job, outcome, job.id in owned, s) for job, outcome, s in batch])
         return True
 

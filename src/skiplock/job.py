@@ -40,7 +40,8 @@ ClaimKey = tuple[int, datetime, int]
 
 @dataclass(frozen=True)
 class Job:
-    """A row of the jobs table.  For a claimed job, ``locked_by`` + ``attempts`` is the claim."""
+    """A row of the jobs table.  For a claimed job, ``locked_by`` + ``attempts`` + ``locked_at``
+    is the claim."""
 
     id: int
     queue: str
@@ -53,6 +54,7 @@ class Job:
     max_attempts: int
     locked_by: str | None
     locked_until: datetime | None
+    locked_at: datetime | None  # when the current claim was made (set by every claim)
     entity_key: str | None
     idempotency_key: str | None
     created_at: datetime
@@ -91,9 +93,9 @@ class Job:
 
     @property
     def claim(self) -> Claim:
-        if self.locked_by is None:
+        if self.locked_by is None or self.locked_at is None:
             raise ValueError(f"job {self.id} is not claimed")
-        return Claim(self.id, self.attempts, self.locked_by)
+        return Claim(self.id, self.attempts, self.locked_by, self.locked_at)
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Job))
@@ -103,11 +105,16 @@ _STATUSES = {status.value: status for status in JobStatus}
 
 class Claim(NamedTuple):
     """Ownership of a running job: every state change names it, so a stale owner changes nothing.
-    (A named tuple: a worker makes one per finished job, in half the time of a frozen dataclass.)"""
+    (A named tuple: a worker makes one per finished job, in half the time of a frozen dataclass.)
+
+    The claim's time makes it unique: a worker and attempt number alone can repeat (a claim
+    the server forgot in a crash, its attempt with it; a job given back unstarted, its attempt
+    unspent), and then an old outcome would count for the new claim."""
 
     job_id: int
     attempt: int
     worker: str
+    claimed_at: datetime
 
 
 @dataclass(frozen=True)

@@ -74,9 +74,8 @@ class JobOutcomes:
 
     def _report_gone(self, running: RunningJob, outcome: Outcome) -> None:
         """The outcome of a claim known to be gone (``RunningJob.claim_gone``): not written,
-        as the write could only be refused, or land on a later claim that shares its
-        (worker, attempt) token (one that the server forgot in a crash, then made again);
-        reported lost, as a refused write is, once the event loop gets to it."""
+        as the write could only be refused; reported lost, as a refused write is, once the
+        event loop gets to it."""
         record = Recorded(running.job, outcome, False, running.started)
         asyncio.get_running_loop().call_soon(self._recorded, [record])
 

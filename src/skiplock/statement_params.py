@@ -7,6 +7,7 @@ once.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from .job import Claim, ClaimKey
@@ -16,12 +17,20 @@ _NO_KEY = (None, None, None)  # read the claim index from its start
 
 
 def claim_arrays(claims: Sequence[Claim]) -> dict[str, Any]:
+    """The claims of one worker as the parameters of a write that names them (see jobs.sql):
+    ids, attempts, and each claim's time as its place (1-based) in the batch's distinct claim
+    times, which are few (the jobs of one claim statement share its time)."""
     workers = {c.worker for c in claims}
     if len(workers) > 1:
         raise ValueError("a batch of finishes must come from one worker")
+    places: dict[datetime, int] = {}
+    for claim in claims:
+        places.setdefault(claim.claimed_at, len(places) + 1)
     return {
         "ids": int_array([c.job_id for c in claims]),
         "attempts": int_array([c.attempt for c in claims]),
+        "claim_time_index": int_array([places[c.claimed_at] for c in claims]),
+        "claim_times": list(places),
         "worker": workers.pop() if workers else "",
     }
 

@@ -184,7 +184,6 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
             self.app.completion,
             on_recorded=self._recorded,
             still_running=lambda: self._handlers,
-            claimed_again=self._running.__contains__,
         )
         self.elector = LeaderElector(self.store, self._pool, self.worker_id, ttl=self.leader_ttl)
         self.maintenance = Maintenance(

@@ -7,6 +7,7 @@ statement's generic plan, and once with ANALYZE inside a rolled-back transaction
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ import pytest
 from psycopg import ClientCursor
 
 from plans import explain, explain_generic, nodes
-from skiplock import App
+from skiplock import App, Job
 from skiplock._store_sync import SyncStore
 from skiplock.sql import SMALL_CLAIM
 
@@ -314,6 +315,7 @@ def test_claimed_rows_are_updated_by_primary_key_however_many_are_due(
 
 
 RUNNING_KEYED = 5_000
+ENTITY_KEY = [f.name for f in dataclasses.fields(Job)].index("entity_key")  # in a claimed row
 
 
 def fill_keyed(conn: psycopg.Connection[Any], jobs: str) -> None:
@@ -369,7 +371,7 @@ def test_keyed_claim_probes_running_keys_instead_of_reading_them_all(keyed: App)
                 rows = conn.execute(keyed.queries["job_claim"], params).fetchall()
             with conn.transaction(force_rollback=True):
                 plan = explain(conn, keyed.queries["job_claim"], params, "ANALYZE,")
-        keys = [row[11] for row in rows]
+        keys = [row[ENTITY_KEY] for row in rows]
         # The claim locks the first jobs whose key is not running (of the first 200: 100 with
         # keys of their own, 100 in pairs) and takes the first of each key.
         assert len(keys) == len(set(keys)) == taken
@@ -386,7 +388,7 @@ def test_keyed_claim_keeps_the_first_job_of_each_key_in_claim_order(keyed: App) 
         conn.transaction(force_rollback=True),
     ):
         rows = conn.execute(keyed.queries["job_claim"], claim_params(30)).fetchall()
-    claimed = sorted((json.loads(row[3])["n"], row[11]) for row in rows)  # payload as text
+    claimed = sorted((json.loads(row[3])["n"], row[ENTITY_KEY]) for row in rows)  # payload as text
 
     # The fixture's pending jobs in claim order are n = 1..1500; the claim locks the first 30
     # whose key is not running and keeps the first job of each key among them.

@@ -20,7 +20,8 @@ import pytest
 from psycopg import ClientCursor
 
 from plans import explain, explain_generic, nodes
-from skiplock import App
+from skiplock import App, Claim
+from skiplock.statement_params import claim_arrays
 
 JOBS = 20_000
 RUNNING = 10_000
@@ -56,7 +57,8 @@ def app(pg_dsn: str) -> Iterator[App]:
 def claims(app: App, db: Any) -> dict[str, Any]:
     """The last 50 claims of the worker; every test leaves the table as it found it."""
     rows = db.execute(
-        f'SELECT id, attempts FROM "{app.schema}".jobs WHERE status = %s ORDER BY id DESC LIMIT %s',
+        f'SELECT id, attempts, locked_at FROM "{app.schema}".jobs WHERE status = %s'
+        " ORDER BY id DESC LIMIT %s",
         ("running", BATCH),
     ).fetchall()
     assert len(rows) == BATCH
@@ -64,7 +66,7 @@ def claims(app: App, db: Any) -> dict[str, Any]:
         f"SELECT count(*) FROM \"{app.schema}\".jobs WHERE status = 'running'"
     ).fetchone()
     assert running == (RUNNING,)
-    return {"ids": [r[0] for r in rows], "attempts": [r[1] for r in rows], "worker": WORKER}
+    return claim_arrays([Claim(job_id, attempt, WORKER, at) for job_id, attempt, at in rows])
 
 
 STATEMENTS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {

@@ -244,7 +244,7 @@ def test_a_job_stopped_at_shutdown_is_released_not_counted_as_a_death(
 def test_what_dead_starts_count(claimed: int, earlier: int, counted: int, spent: bool) -> None:
     """``claimed``: the attempt number the claim gave the job (max 3)."""
     now = datetime.now(UTC)
-    job = Job(1, "default", "t", {}, JobStatus.RUNNING, 0, now, claimed, 3, "w", now,
+    job = Job(1, "default", "t", {}, JobStatus.RUNNING, 0, now, claimed, 3, "w", now, now,
               None, None, now)  # fmt: skip
     dead = dead_starts(job, earlier)
     assert (dead.attempts, dead.spent) == (counted, spent)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -158,12 +159,16 @@ def test_a_stale_claim_stores_no_result(app: App, db: Any) -> None:
         (job,) = store.job_claim(conn, ["default"], 1, "w-old", 30.0)
         # The lease was reclaimed and another worker claimed the job (attempt 2).
         db.execute(
-            sql.SQL("UPDATE {} SET locked_by = 'w-new', attempts = 2 WHERE id = %s").format(
-                sql.Identifier(app.schema, "jobs")
-            ),
+            sql.SQL(
+                "UPDATE {} SET locked_by = 'w-new', attempts = 2,"
+                " locked_at = locked_at + interval '1 second' WHERE id = %s"
+            ).format(sql.Identifier(app.schema, "jobs")),
             (job_id,),
         )
-        old, new = Claim(job_id, job.attempts, "w-old"), Claim(job_id, 2, "w-new")
+        reclaimed = app.get_job(job_id)
+        assert reclaimed is not None
+        old, new = job.claim, reclaimed.claim
+        assert new == Claim(job_id, 2, "w-new", old.claimed_at + timedelta(seconds=1))
         store.job_record_results(conn, [(new, '"fresh"')])  # (before an archive)
         store.job_record_results(conn, [(old, '"stale"')])
         assert store.job_finish_with_results_many(conn, [(old, '"stale"')], "keep") == set()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -20,6 +21,7 @@ from skiplock._store_sync import SyncStore
 pytestmark = pytest.mark.smoke
 
 Row = dict[str, Any]
+MICROSECOND = timedelta(microseconds=1)
 
 
 def store(app: App) -> SyncStore:
@@ -50,7 +52,11 @@ def test_expired_lease_is_reclaimed_and_the_stale_claim_changes_nothing(app: App
         [first] = s.job_claim(conn, ["default"], 1, "w1", 0.5)
         assert (first.id, first.attempts, first.locked_by) == (job_id, 1, "w1")
         stale = first.claim
-        assert stale == Claim(job_id, 1, "w1")
+        claimed_at = conn.execute(
+            f"SELECT locked_at FROM {jobs_table(app)} WHERE id = %s", (job_id,)
+        ).fetchone()
+        assert claimed_at is not None
+        assert stale == Claim(job_id, 1, "w1", claimed_at[0])
 
         # Not expired yet: nothing to reclaim.
         assert s.job_reclaim_expired(conn) == {}
@@ -105,10 +111,12 @@ def test_heartbeat_extends_only_an_owned_lease_and_keeps_it_from_reclaim(app: Ap
         initial = row(app, job_id)
         assert initial is not None
 
-        # Foreign or wrong-attempt heartbeats change nothing.
-        assert s.job_extend_leases(conn, [Claim(job_id, 1, "w2")], 60) == set()
-        assert s.job_extend_leases(conn, [Claim(job_id, 2, "w1")], 60) == set()
-        assert s.job_extend_leases(conn, [Claim(other_id, 0, "w1")], 60) == set()
+        # Foreign, wrong-attempt or wrong-time heartbeats change nothing.
+        at = job.claim.claimed_at
+        assert s.job_extend_leases(conn, [Claim(job_id, 1, "w2", at)], 60) == set()
+        assert s.job_extend_leases(conn, [Claim(job_id, 2, "w1", at)], 60) == set()
+        assert s.job_extend_leases(conn, [Claim(job_id, 1, "w1", at - MICROSECOND)], 60) == set()
+        assert s.job_extend_leases(conn, [Claim(other_id, 0, "w1", at)], 60) == set()
         assert row(app, job_id) == initial
 
         assert s.job_extend_leases(conn, [job.claim], 60) == {job_id}
@@ -171,7 +179,12 @@ def test_only_the_claiming_worker_can_change_its_job(app: App) -> None:
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         [job] = s.job_claim(conn, ["default"], 1, "w1", 30)
         before = row(app, job_id)
-        impostors = [Claim(job_id, job.attempts, "w2"), Claim(job_id, job.attempts + 1, "w1")]
+        own = job.claim
+        impostors = [
+            own._replace(worker="w2"),
+            own._replace(attempt=own.attempt + 1),
+            own._replace(claimed_at=own.claimed_at + MICROSECOND),
+        ]
         for impostor in impostors:
             for completion in ("keep", "delete", "archive"):
                 assert s.job_finish_many(conn, [impostor], completion) == set()
@@ -182,6 +195,54 @@ def test_only_the_claiming_worker_can_change_its_job(app: App) -> None:
         assert s.job_finish_many(conn, [job.claim], "keep") == {job_id}
     after = row(app, job_id)
     assert after is not None and after["status"] == "done"
+
+
+@pytest.mark.parametrize("how", ["forgotten in a crash", "given back unstarted"])
+def test_a_job_claimed_again_with_the_same_worker_and_attempt_is_another_claim(
+    app: App, how: str
+) -> None:
+    """A worker and attempt number can repeat: a leased claim commits without waiting for its
+    WAL flush, so a server crash can forget it and its attempt with it; a job given back
+    unstarted has its attempt unspent.  Claimed again by the same worker, the job has a new
+    claim, which no write naming the old one may change."""
+
+    @app.task(name="work")
+    def work() -> None: ...
+
+    job_id = work.enqueue().id
+    s = store(app)
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        [first] = s.job_claim(conn, ["default"], 1, "w1", 30)
+        if how == "given back unstarted":
+            assert s.job_release_many(conn, [first.claim]) == {job_id}
+        else:  # the row as it was before the claim, which the crash undid
+            conn.execute(
+                f"UPDATE {jobs_table(app)} SET status = 'pending', attempts = 0, locked_by = NULL,"
+                " locked_at = NULL, locked_until = NULL WHERE id = %s",
+                (job_id,),
+            )
+        [second] = s.job_claim(conn, ["default"], 1, "w1", 30)
+        old, new = first.claim, second.claim
+        assert new[:3] == old[:3] == (job_id, 1, "w1")
+        assert new.claimed_at > old.claimed_at
+        before = row(app, job_id)
+
+        for completion in ("keep", "delete", "archive"):
+            assert s.job_finish_many(conn, [old], completion) == set()
+        s.job_record_results(conn, [(old, '"stale"')])
+        assert s.job_finish_with_results_many(conn, [(old, '"stale"')], "keep") == set()
+        assert s.job_fail_many(conn, [(old, "stale failure", 5.0)]) == {}
+        assert s.job_fail_many(conn, [(old, "stale final failure", None)]) == {}
+        assert s.job_snooze_many(conn, [(old, 0.0)]) == set()
+        assert s.job_extend_leases(conn, [old], 3600) == set()
+        assert s.job_cancel_claimed_many(conn, [old]) == set()
+        assert s.job_release_many(conn, [old]) == set()
+        assert s.job_count_dead_attempts(conn, old, 2, "stale count") is False
+        assert row(app, job_id) == before
+
+        assert s.job_finish_many(conn, [new], "keep") == {job_id}
+    done = row(app, job_id)
+    assert done is not None and (done["status"], done["attempts"]) == ("done", 1)
 
 
 def test_worker_whose_lease_is_reclaimed_reports_it_lost_and_keeps_going(app: App) -> None:
@@ -240,7 +301,9 @@ def test_worker_whose_lease_is_reclaimed_reports_it_lost_and_keeps_going(app: Ap
     assert (middle["status"], middle["locked_by"], middle["attempts"]) == ("running", "thief", 2)
     assert middle["finished_at"] is None
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        assert s.job_finish_many(conn, [Claim(job_id, 2, "thief")], "keep") == {job_id}
+        thief = app.get_job(job_id)
+        assert thief is not None and thief.claim[:3] == (job_id, 2, "thief")
+        assert s.job_finish_many(conn, [thief.claim], "keep") == {job_id}
     final = app.get_job(job_id)
     assert final is not None
     assert (final.status, final.locked_by, final.attempts) == (JobStatus.DONE, "thief", 2)

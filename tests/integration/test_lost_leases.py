@@ -40,7 +40,7 @@ def forget(app: App, job_id: int) -> None:
     with psycopg.connect(app.dsn) as conn:
         conn.execute(
             f'UPDATE "{app.schema}".jobs SET status = %s, attempts = 0, locked_by = NULL, '
-            "locked_until = NULL WHERE id = %s",
+            "locked_at = NULL, locked_until = NULL WHERE id = %s",
             ("pending", job_id),
         )
 
@@ -224,8 +224,9 @@ def test_an_outcome_kept_through_a_server_restart_does_not_count_for_a_new_claim
     """The worker's write of a finished job's outcome fails (the server restarts) and is kept
     to be tried again; the restart forgot the job's claim (it committed without waiting for its
     WAL flush), so the job is pending again at the attempt before, and this worker claims it
-    again with the same (worker, attempt).  The kept outcome must not be written: it would
-    count for the new run, whose own outcome (here a failure, to be retried) would be refused."""
+    again with the same (worker, attempt).  The kept outcome must not count: it would stand
+    for the new run, whose own outcome (here a failure, to be retried) would be refused.  Its
+    write names the first claim's time, which the new claim does not have."""
     runs: list[int] = []
     second_started = asyncio.Event()
     second_may_fail = asyncio.Event()
@@ -250,7 +251,7 @@ def test_an_outcome_kept_through_a_server_restart_does_not_count_for_a_new_claim
         await asyncio.to_thread(forget, app, job_id)
         await asyncio.wait_for(second_started.wait(), 10)  # claimed again: (worker, 1) again
         reachable.set()
-        # The kept outcome's next try (a second after the last failure) leaves it unwritten.
+        # The kept outcome's next try (a second after the last failure) is refused.
         assert await wait_for(lambda: worker.stats.lost == 1, 10), worker.stats
         second_may_fail.set()
         assert await wait_for(lambda: worker.stats.retried == 1, 10), worker.stats
@@ -262,7 +263,9 @@ def test_an_outcome_kept_through_a_server_restart_does_not_count_for_a_new_claim
         job_id, worker = asyncio.run(main())
     assert runs == [1, 1]
     assert (worker.stats.done, worker.stats.lost, worker.stats.retried) == (0, 1, 1)
-    assert "not recording 1 earlier outcome(s) of jobs claimed again since" in caplog.text
+    assert f"event=finished job_id={job_id} task=twice queue=default attempt=1/5 outcome=lost" in (
+        caplog.text
+    )
     job = app.get_job(job_id)  # the second run's failure counted: to be retried
     assert job is not None and job.status in ("scheduled", "pending"), job
     assert job.attempts == 1 and "the second run fails" in (job.last_error or "")

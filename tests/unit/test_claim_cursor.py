@@ -24,6 +24,7 @@ def job(job_id: int, queue: str = "q", priority: int = 0, seconds: int = 0) -> J
         max_attempts=5,
         locked_by="w",
         locked_until=None,
+        locked_at=T0,
         entity_key=None,
         idempotency_key=None,
         created_at=T0,

@@ -7,15 +7,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from skiplock.job import Job, JobStatus
+from skiplock.job import Claim, Job, JobStatus
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-ROW = (7, "mail", "send", {"to": "a@b.c"}, "running", 2, NOW, 1, 5, "w1", NOW, "k", None, NOW)
+ROW = (7, "mail", "send", {"to": "a@b.c"}, "running", 2, NOW, 1, 5, "w1", NOW, NOW, "k", None, NOW)
 
 
 def test_from_tuple_equals_the_constructor() -> None:
     made = Job(7, "mail", "send", {"to": "a@b.c"}, JobStatus.RUNNING, 2, NOW, 1, 5, "w1", NOW,
-               "k", None, NOW)  # fmt: skip
+               NOW, "k", None, NOW)  # fmt: skip
     job = Job.from_tuple(ROW)
     assert job == made
     assert repr(job) == repr(made)
@@ -53,3 +53,12 @@ def test_a_claimed_row_brings_its_payload_as_json_text() -> None:
     assert claimed.payload == {"to": "a@b.c", "n": [1, 2.5, None]}
     assert claimed == Job.from_tuple((*ROW[:3], claimed.payload, *ROW[4:]))
     assert claimed.status is JobStatus.RUNNING and claimed.last_error is None
+
+
+def test_a_claim_names_its_owner_attempt_and_time() -> None:
+    job = Job.from_tuple(ROW)
+    assert job.claim == Claim(7, 1, "w1", NOW)
+    with pytest.raises(ValueError, match="not claimed"):
+        _ = dataclasses.replace(job, locked_at=None).claim
+    with pytest.raises(ValueError, match="not claimed"):
+        _ = dataclasses.replace(job, locked_by=None).claim

@@ -11,7 +11,9 @@ from skiplock.retry import FixedDelay
 
 def make_job(payload: dict[str, object]) -> Job:
     now = datetime.now(UTC)
-    return Job(1, "q", "t", payload, JobStatus.RUNNING, 0, now, 1, 3, "w", None, None, None, now)
+    return Job(
+        1, "q", "t", payload, JobStatus.RUNNING, 0, now, 1, 3, "w", None, None, None, None, now
+    )
 
 
 def test_secret_values_are_replaced_in_headline_and_traceback() -> None:

@@ -212,7 +212,7 @@ def test_migrations_are_numbered_one_to_n_with_names_and_sql() -> None:
     assert found[0].name == "initial"
     for m in found:
         assert re.fullmatch(r"\w+", m.name)
-        assert "CREATE" in m.text.upper() or "ALTER" in m.text.upper()
+        assert any(ddl in m.text.upper() for ddl in ("CREATE", "ALTER", "COMMENT ON"))
         # Migrations only use {schema}; the rest is plain SQL.
         fields = {f for _, f, _, _ in string.Formatter().parse(m.text) if f is not None}
         assert fields == {"schema"}

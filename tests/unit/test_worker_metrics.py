@@ -18,7 +18,7 @@ NOW = datetime(2026, 12, 4, tzinfo=UTC)
 
 
 def job(job_id: int, queue: str = "mail", task: str = "send") -> Job:
-    return Job(job_id, queue, task, {}, "running", 0, NOW, 1, 3, "w", None, None, None, NOW)
+    return Job(job_id, queue, task, {}, "running", 0, NOW, 1, 3, "w", None, None, None, None, NOW)
 
 
 def value(metrics: WorkerMetrics, name: str, **labels: str) -> float | None:

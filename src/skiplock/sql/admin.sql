@@ -16,13 +16,13 @@
 -- their primary keys read newest first.
 SELECT * FROM (
     SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts,
-           locked_by, locked_until, entity_key, idempotency_key, created_at, meta, expires_at,
-           last_error, finished_at, result
+           locked_by, locked_until, locked_at, entity_key, idempotency_key, created_at, meta,
+           expires_at, last_error, finished_at, result
     FROM {jobs}
     UNION ALL
     SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts,
-           locked_by, NULL::timestamptz, entity_key, idempotency_key, created_at, meta, expires_at,
-           last_error, finished_at, result
+           locked_by, NULL::timestamptz, NULL::timestamptz, entity_key, idempotency_key,
+           created_at, meta, expires_at, last_error, finished_at, result
     FROM {archive}
 ) AS listed
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)

@@ -2,7 +2,11 @@
 -- "-- name: <noun>_<verb>" and a one-line description.  {jobs}, {archive} and
 -- {migrations} are replaced by quoted, schema-qualified identifiers; %(x)s are bound
 -- parameters.  State changes always name the state they expect and, for a claimed job,
--- the claim's owner (locked_by) and attempt number.
+-- the claim: its owner (locked_by), attempt number and time (locked_at).  The time makes a
+-- claim unique: a worker and attempt can repeat (a claim the server forgot in a crash, its
+-- attempt with it; a job given back unstarted, its attempt unspent).  A write names each
+-- claim's time by its place in %(claim_times)s (a batch's jobs share a few claim times, each
+-- claim statement's now()), so a job costs one more small integer, not a timestamp.
 --
 -- A claimed job is found by id, one primary-key lookup per claim.  Its ownership test is
 -- wrapped in coalesce(..., false), which means the same in a WHERE clause but hides it from
@@ -181,8 +185,8 @@ SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locke
 FROM picked, commit_mode
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
-          j.max_attempts, j.locked_by, j.locked_until, j.entity_key, j.idempotency_key,
-          j.created_at, j.meta, j.expires_at;
+          j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
+          j.idempotency_key, j.created_at, j.meta, j.expires_at;
 
 -- name: transaction_begin
 -- Start a transaction on an autocommit connection (a held-lock claim, before its claim).
@@ -246,16 +250,18 @@ SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locke
 FROM picked, commit_mode
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
-          j.max_attempts, j.locked_by, j.locked_until, j.entity_key, j.idempotency_key,
-          j.created_at, j.meta, j.expires_at;
+          j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
+          j.idempotency_key, j.created_at, j.meta, j.expires_at;
 
 -- name: job_complete_many
 -- Mark claimed jobs done, if each claim still owns its job; returns the ids it changed.
 UPDATE {jobs} AS j
 SET status = 'done', finished_at = now(), locked_until = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
+     AS c(id, attempts, claim_time)
 WHERE j.id = c.id
-  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
 RETURNING j.id;
 
 -- name: job_complete_with_results_many
@@ -263,10 +269,12 @@ RETURNING j.id;
 -- each claim still owns its job; returns the ids it changed.
 UPDATE {jobs} AS j
 SET status = 'done', finished_at = now(), locked_until = NULL, result = c.result
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::jsonb[])
-     AS c(id, attempts, result)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[],
+            %(results)s::jsonb[])
+     AS c(id, attempts, claim_time, result)
 WHERE j.id = c.id
-  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
 RETURNING j.id;
 
 -- name: job_record_results
@@ -274,26 +282,32 @@ RETURNING j.id;
 -- transaction, if each claim still owns its job.
 UPDATE {jobs} AS j
 SET result = r.result
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::jsonb[])
-     AS r(id, attempts, result)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[],
+            %(results)s::jsonb[])
+     AS r(id, attempts, claim_time, result)
 WHERE j.id = r.id
-  AND coalesce(j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false);
+  AND coalesce(j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[r.claim_time], false);
 
 -- name: job_delete_many
 -- Delete claimed jobs that finished, if each claim still owns its job.
 DELETE FROM {jobs} AS j
-USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+USING unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
+     AS c(id, attempts, claim_time)
 WHERE j.id = c.id
-  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
 RETURNING j.id;
 
 -- name: job_archive_many
 -- Move claimed jobs that finished to the archive table, if each claim still owns its job.
 WITH moved AS (
     DELETE FROM {jobs} AS j
-    USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+    USING unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
+          AS c(id, attempts, claim_time)
     WHERE j.id = c.id
-      AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
+      AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+                   AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
     RETURNING j.*
 )
 INSERT INTO {archive} (id, queue, task, payload, status, priority, run_at, attempts,
@@ -308,8 +322,9 @@ RETURNING id;
 -- Record failed attempts of claimed jobs that still own them: back to the queue after
 -- retry_in seconds, or 'failed' when retry_in is NULL or the attempts are spent.
 WITH f AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
-                         %(retry_in)s::float8[]) AS f(id, attempts, error, retry_in)
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[],
+                         %(errors)s::text[], %(retry_in)s::float8[])
+                  AS f(id, attempts, claim_time, error, retry_in)
 )
 UPDATE {jobs} AS j
 SET status = CASE WHEN f.retry_in IS NULL OR j.attempts >= j.max_attempts THEN 'failed'
@@ -322,7 +337,8 @@ SET status = CASE WHEN f.retry_in IS NULL OR j.attempts >= j.max_attempts THEN '
     locked_until = NULL
 FROM f
 WHERE j.id = f.id
-  AND coalesce(j.attempts = f.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
+  AND coalesce(j.attempts = f.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[f.claim_time], false)
 RETURNING j.id, j.status;
 
 -- name: job_snooze_many
@@ -333,9 +349,11 @@ SET status = CASE WHEN s.delay > 0 THEN 'scheduled' ELSE 'pending' END,
     run_at = now() + make_interval(secs => s.delay),
     max_attempts = j.max_attempts + 1,
     locked_until = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(delays)s::float8[]) AS s(id, attempts, delay)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[],
+            %(delays)s::float8[]) AS s(id, attempts, claim_time, delay)
 WHERE j.id = s.id
-  AND coalesce(j.attempts = s.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
+  AND coalesce(j.attempts = s.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[s.claim_time], false)
 RETURNING j.id;
 
 -- name: job_extend_leases
@@ -343,9 +361,11 @@ RETURNING j.id;
 -- each with whether an admin asked to cancel it.
 UPDATE {jobs} AS j
 SET locked_until = now() + make_interval(secs => %(lease_seconds)s)
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
+     AS c(id, attempts, claim_time)
 WHERE j.id = c.id
-  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
 RETURNING j.id, j.cancel_requested;
 
 -- name: job_reclaim_expired
@@ -407,13 +427,13 @@ SELECT queue, count(*) FROM cancelled GROUP BY queue;
 -- One job by id, with its current state; a done job moved to the archive (completion
 -- 'archive') is read from there (the move is one statement: a job is never in both).
 (SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
-        locked_until, entity_key, idempotency_key, created_at, meta, expires_at, last_error,
-        finished_at, result
+        locked_until, locked_at, entity_key, idempotency_key, created_at, meta, expires_at,
+        last_error, finished_at, result
  FROM {jobs} WHERE id = %(id)s)
 UNION ALL
 (SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
-        NULL::timestamptz, entity_key, idempotency_key, created_at, meta, expires_at, last_error,
-        finished_at, result
+        NULL::timestamptz, NULL::timestamptz, entity_key, idempotency_key, created_at, meta,
+        expires_at, last_error, finished_at, result
  FROM {archive} WHERE id = %(id)s)
 LIMIT 1;
 
@@ -434,7 +454,9 @@ SELECT pg_notify(%(channel)s, %(payload)s);
 UPDATE {jobs} AS j
 SET status = 'cancelled', finished_at = now(), locked_until = NULL,
     last_error = 'cancelled while running'
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
+     AS c(id, attempts, claim_time)
 WHERE j.id = c.id
-  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
 RETURNING j.id;

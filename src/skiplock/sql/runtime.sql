@@ -125,9 +125,11 @@ RETURNING id;
 -- Give back claimed jobs that never started (graceful shutdown): pending again, attempt unspent.
 UPDATE {jobs} AS j
 SET status = 'pending', attempts = j.attempts - 1, locked_until = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
+     AS c(id, attempts, claim_time)
 WHERE j.id = c.id
-  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s, false)
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
 RETURNING j.id;
 
 -- name: queue_status
@@ -214,6 +216,7 @@ RETURNING starts;
 UPDATE {jobs}
 SET attempts = %(counted)s, last_error = %(error)s
 WHERE id = %(id)s AND status = 'running' AND locked_by = %(worker)s AND attempts = %(attempts)s
+  AND locked_at = %(claimed_at)s
 RETURNING id;
 
 -- name: job_held_starts_prune

@@ -6,8 +6,8 @@
 -- %(queue)s (NULL: any), whose payload contains %(payload)s (JSON containment: nested objects
 -- match by their own fields), oldest first.
 SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
-       locked_until, entity_key, idempotency_key, created_at, meta, expires_at, last_error,
-       finished_at, result
+       locked_until, locked_at, entity_key, idempotency_key, created_at, meta, expires_at,
+       last_error, finished_at, result
 FROM {jobs}
 WHERE task = %(task)s
   AND status IN ('waiting', 'scheduled', 'pending')
