@@ -111,6 +111,7 @@ class HeldSlots:
                                 return  # its attempts are spent: failed, not run
                             job = counted
                         running = self._track(job, "held")
+                        running.conn, running.task = conn, asyncio.current_task()
                         self._emit_started(job)
                         await self._run_held(running, conn)
                         return
@@ -194,8 +195,22 @@ class HeldSlots:
 
     async def _run_held(self, running: RunningJob, conn: AsyncConnection[Any]) -> None:
         """Run a held-lock job in its claim's transaction, write its outcome there and commit
-        (no buffering)."""
-        outcome = await self._outcome(running, conn)
+        (no buffering).  A job whose session ended meanwhile (see held_sessions) is stopped
+        and reported lost, nothing written: its start stays recorded, so the job's next claim
+        counts this attempt."""
+        try:
+            outcome = await self._outcome(running, conn)
+        except asyncio.CancelledError:
+            if running.stop_reason != "lost":
+                raise  # shutdown: the caller rolls back
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            outcome = Outcome("cancelled")
+        if running.claim_gone:
+            await roll_back_quietly(conn)
+            self._recorded([Recorded(running.job, outcome, False, running.started)])
+            return
         await self._commit_outcome(conn, running.job, outcome, running.started)
 
     async def _commit_outcome(

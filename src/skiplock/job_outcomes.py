@@ -57,7 +57,10 @@ class JobOutcomes:
         running = RunningJob(job, model)
         earlier = self._running.get(job.id)
         if earlier is not None:  # claimed again while an earlier claim of it runs here: that
-            earlier.lease_lost()  # one's lease ran out and this worker reclaimed it
+            if earlier.model == "held":  # one's session ended (its row lock went with it),
+                earlier.session_ended()
+            else:  # or its lease ran out and this worker reclaimed it
+                earlier.lease_lost()
         self._running[job.id] = running
         return running
 

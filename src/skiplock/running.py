@@ -7,16 +7,18 @@ import logging
 import math
 import threading
 import time
-from typing import Literal
+from typing import Any, Literal
+
+from psycopg import AsyncConnection
 
 from .job import Job
 from .task import WorkerModel
 
 log = logging.getLogger("skiplock.worker")
 
-# cancelled: an admin asked; shutdown: the grace period is over; lost: the job's lease was found
-# reclaimed (by a heartbeat, or by a new claim of the job here), so it runs (or will run)
-# elsewhere and this run's outcome cannot count.
+# cancelled: an admin asked; shutdown: the grace period is over; lost: the job's claim is gone
+# (a heartbeat or a new claim of the job here found its lease reclaimed; a held-lock job's
+# session ended), so it runs (or will run) elsewhere and this run's outcome cannot count.
 StopReason = Literal["cancelled", "shutdown", "lost"]
 
 
@@ -30,8 +32,10 @@ class RunningJob:
         self.task: asyncio.Task[None] | None = None
         self.stop_reason: StopReason | None = None
         # Leased jobs: until when (monotonic) the lease is known to hold: the claim's or the
-        # last heartbeat's send time plus the lease; -inf once found reclaimed (lease_lost).
+        # last heartbeat's send time plus the lease.  Any job: -inf once its claim is known
+        # gone (lease_lost, session_ended).
         self.lease_until = math.inf
+        self.conn: AsyncConnection[Any] | None = None  # a held-lock job's, in its transaction
         self._cancel_flag: threading.Event | None = None
 
     @property
@@ -55,8 +59,8 @@ class RunningJob:
 
     @property
     def claim_gone(self) -> bool:
-        """A heartbeat, or a new claim of the job by this worker, found this claim reclaimed:
-        no write of it could count."""
+        """A heartbeat, or a new claim of the job by this worker, found this claim reclaimed,
+        or a held-lock job's session ended: no write of it could count."""
         return self.lease_until == -math.inf
 
     def lease_lost(self) -> None:
@@ -65,14 +69,24 @@ class RunningJob:
         started job is stopped as a cancelled one is (an async task where it awaits; a sync
         task sees ``ctx.cancelled``), so that it does not go on next to its new run; a reserved
         one is given back when its turn comes (see LeasedSlots._next_reserved)."""
+        self._lose("lease lost (reclaimed)")
+
+    def session_ended(self) -> None:
+        """A held-lock job's session ended (see held_sessions): its transaction rolled back
+        with the claim, so the job is claimable again, maybe running elsewhere already, and
+        its outcome cannot be written.  Stopped as a job whose lease was lost is."""
+        self._lose("its held-lock session ended (the job is claimable again)")
+
+    def _lose(self, what: str) -> None:
         if self.claim_gone:
             return  # told already (a later heartbeat, while the stopped job winds down)
         self.lease_until = -math.inf
         stopping = self.task is not None and self.stop_reason is None
         log.warning(
-            "job %s attempt %s: lease lost (reclaimed); its outcome will not count%s",
+            "job %s attempt %s: %s; its outcome will not count%s",
             self.job.id,
             self.job.attempts,
+            what,
             "; stopping it" if stopping else "",
         )
         if stopping:

@@ -40,6 +40,7 @@ from .completer import Completer
 from .errors import SkiplockError
 from .events import JobEvent, WorkerStats, new_worker_id
 from .heartbeat import Heartbeat
+from .held_sessions import watch_held_sessions
 from .held_slots import HeldSlots
 from .job import Job
 from .job_outcomes import JobOutcomes
@@ -222,6 +223,10 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
         )
         self._completer.start()  # stopped apart from the others, below: it must not be cut short
         services = [asyncio.create_task(heartbeat.run()), asyncio.create_task(presence.run())]
+        if held:
+            services.append(
+                asyncio.create_task(watch_held_sessions(lambda: list(self._running.values())))
+            )
         services.append(asyncio.create_task(self.settings.run()))
         if not self.burst:
             services.append(asyncio.create_task(self.elector.run()))
