@@ -67,6 +67,7 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"jobs": 4, "seconds": 10.0, "lease": 1.0},
         {"jobs": 8, "seconds": 30.0, "lease": 2.0},
     ),
+    "terminate-held-long": ({"jobs": 4, "seconds": 10.0}, {"jobs": 8, "seconds": 30.0}),
     "race": ({"iterations": 200}, {"iterations": 2000}),
     "terminate": (
         {"jobs": 1500, "workers": 3, "concurrency": 4, "every": (0.5, 1.0)},
@@ -428,23 +429,12 @@ def scenario_stop_long(dsn: str, full: bool) -> Result:
     cancels its runs, instead of letting them run on to their end beside the new ones."""
     size = sizes("stop-long", full)
     lease: float = size["lease"]
-    seconds: float = size["seconds"]
     started = time.time()
     run = ChaosRun(dsn, "stop_long")
     result: Result | None = None
     try:
         a = run.start_worker(concurrency=size["jobs"], lease=lease, queues="long")
-        run.wait_started([a])
-        payload = {"ms": seconds * 1000, "note_stop": True}
-        ids = run.enqueue("work", [payload] * size["jobs"], queue="long")
-        wait_for(
-            lambda: (
-                _running_by(run, ids) == {a.worker_id: len(ids)}
-                and len({e.job_id for e in run.ledger()}) == len(ids)
-            ),
-            30,
-            f"worker {a.name} to run all {len(ids)} jobs",
-        )
+        ids = _start_long_jobs(run, a, size)
         a.signal(19)  # SIGSTOP
         fault = Fault(time.time(), "SIGSTOP", [a.pid], a.name, set(ids))
         run.faults.append(fault)
@@ -457,64 +447,141 @@ def scenario_stop_long(dsn: str, full: bool) -> Result:
         )
         resumed = time.time()
         a.signal(18)  # SIGCONT
-
-        def stopped() -> list[Any]:
-            return [e for e in run.ledger() if e.pid == a.pid and e.stopped is not None]
-
-        comes_true(lambda: len(stopped()) == len(ids), 30)
-        run.wait_drained(seconds + 60)
-        ledger = run.ledger()
-        cut = {e.job_id: e for e in ledger if e.pid == a.pid}
-        again = {e.job_id: e for e in ledger if e.pid != a.pid}
-        after_resume = sorted(round(e.stopped - resumed, 2) for e in stopped())
-        both = sorted(
-            round(cut[i].stopped - again[i].started, 2)  # type: ignore[operator]
-            for i in ids
-            if i in cut and i in again and cut[i].stopped is not None
-        )
-        result = Result.from_check(
-            "stop-long",
+        result = _long_runs_stopped(
+            run, a, ids, size, "stop-long",
             "SIGSTOP a worker running long jobs until they run elsewhere, then SIGCONT",
-            len(ids),
-            f"1 x SIGSTOP ({len(ids)} jobs of {seconds:g} s frozen)",
-            check(run, ids),
-            run.faults,
-        )
-        result.notes.update(
-            frozen_seconds=round(resumed - fault.at, 2),
-            stopped_after_sigcont_s=after_resume,
-            both_running_s=both,
-        )
-        lost_logged = {(job_id, attempt) for job_id, attempt, o in a.finished() if o == "lost"}
+            f"1 x SIGSTOP ({len(ids)} jobs of {size['seconds']:g} s frozen)",
+            event="SIGCONT", at=resumed, note="stopped_after_sigcont_s", within=lease,
+            again_by=b,
+            logged="lease lost (reclaimed)",
+        )  # fmt: skip
+        result.notes["frozen_seconds"] = round(resumed - fault.at, 2)
+        _finish(run, result)
+    finally:
+        run.close()
+    assert result is not None
+    result.wall = time.time() - started
+    return result
+
+
+def scenario_terminate_held_long(dsn: str, full: bool) -> Result:
+    """A held-lock worker runs long jobs; the sessions that hold their transactions are
+    terminated (as idle_in_transaction_session_timeout or an operator would end them), so the
+    jobs are claimable again at once.  The worker stops its runs within a second or two,
+    instead of letting them run on to their end beside the new ones."""
+    size = sizes("terminate-held-long", full)
+    started = time.time()
+    run = ChaosRun(dsn, "term_held_long")
+    result: Result | None = None
+    try:
+        a = run.start_worker(concurrency=size["jobs"], model="held", queues="long")
+        ids = _start_long_jobs(run, a, size)
+        b = run.start_worker(concurrency=size["jobs"], model="held", queues="long")
+        run.wait_started([b])
+        held = [s for s in run.sessions() if s[2] == "pool" and s[3] == "idle in transaction"]
+        owners = socket_owner({port: backend for backend, port, _, _ in held if port}, [a.pid])
+        backends = [backend for backend, _, _, _ in held if owners.get(backend) == a.pid]
+        at = time.time()
+        for backend in backends:
+            run.db.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        run.faults.append(Fault(at, "terminate held", [a.pid], a.name, set(ids)))
+        result = _long_runs_stopped(
+            run, a, ids, size, "terminate-held-long",
+            "pg_terminate_backend on the sessions of long held-lock jobs",
+            f"{len(backends)} x terminate (the transactions of {len(ids)} jobs of "
+            f"{size['seconds']:g} s)",
+            event="the termination", at=at, note="stopped_after_termination_s", within=3.0,
+            again_by=None,
+            logged="its held-lock session ended",
+        )  # fmt: skip
         result.expect(
-            all(i in cut and cut[i].stopped is not None and cut[i].ended is None for i in ids),
-            "each of the resumed worker's runs is cancelled, none runs to its end",
-        )
-        result.expect(
-            bool(after_resume) and max(after_resume) < lease,
-            f"each is cancelled within a lease ({lease:g} s) of SIGCONT ({after_resume} s)",
-        )
-        result.expect(
-            all((i, 1) in lost_logged for i in ids),
-            "the resumed worker logs each job outcome=lost",
-        )
-        result.expect("stopping it" in a.stderr, "it logs 'lease lost (reclaimed) ... stopping it'")
-        result.expect(
-            all(i in again and again[i].ended is not None and again[i].attempt == 2 for i in ids),
-            "the other worker runs each job to its end, as attempt 2",
-        )
-        statuses = run.counts()
-        result.expect(statuses == {"done": len(ids)}, f"every job done (got {statuses})")
-        _common_expectations(result)
-        result.expect(
-            result.duplicates == len(ids),
-            f"exactly one extra execution per frozen job (got {result.duplicates})",
+            len(backends) == len(ids),
+            f"one session per running job terminated ({len(backends)} of {len(ids)})",
         )
         _finish(run, result)
     finally:
         run.close()
     assert result is not None
     result.wall = time.time() - started
+    return result
+
+
+def _start_long_jobs(run: ChaosRun, a: Any, size: dict[str, Any]) -> list[int]:
+    """Enqueue the scenario's long jobs (each notes a cancellation) and wait until worker
+    ``a`` runs them all."""
+    run.wait_started([a])
+    payload = {"ms": size["seconds"] * 1000, "note_stop": True}
+    ids = run.enqueue("work", [payload] * size["jobs"], queue="long")
+    wait_for(
+        lambda: len({e.job_id for e in run.ledger() if e.pid == a.pid}) == len(ids),
+        30,
+        f"worker {a.name} to run all {len(ids)} jobs",
+    )
+    return ids
+
+
+def _long_runs_stopped(
+    run: ChaosRun,
+    a: Any,
+    ids: list[int],
+    size: dict[str, Any],
+    key: str,
+    title: str,
+    faults: str,
+    *,
+    event: str,
+    at: float,
+    note: str,
+    within: float,
+    again_by: Any,
+    logged: str,
+) -> Result:
+    """Worker ``a`` lost the claims of the long jobs ``ids`` it runs (``event``, at ``at``): each
+    of its runs must be cancelled within ``within`` seconds, none run to its end, each be logged
+    `outcome=lost`; each job runs again to its end as attempt 2 (by ``again_by``, if given),
+    and is done: exactly one extra execution per job."""
+
+    def stopped() -> list[Any]:
+        return [e for e in run.ledger() if e.pid == a.pid and e.stopped is not None]
+
+    comes_true(lambda: len(stopped()) == len(ids), 30)
+    run.wait_drained(size["seconds"] + 60)
+    ledger = run.ledger()
+    cut = {e.job_id: e for e in ledger if e.pid == a.pid and e.attempt == 1}
+    again = {e.job_id: e for e in ledger if e.attempt == 2}
+    if again_by is not None:
+        again = {i: e for i, e in again.items() if e.pid == again_by.pid}
+    after = sorted(round(e.stopped - at, 2) for e in stopped())
+    both = sorted(
+        round(cut[i].stopped - again[i].started, 2)  # type: ignore[operator]
+        for i in ids
+        if i in cut and i in again and cut[i].stopped is not None
+    )
+    result = Result.from_check(key, title, len(ids), faults, check(run, ids), run.faults)
+    result.notes.update({note: after, "both_running_s": both})
+    lost_logged = {(job_id, attempt) for job_id, attempt, o in a.finished() if o == "lost"}
+    result.expect(
+        all(i in cut and cut[i].stopped is not None and cut[i].ended is None for i in ids),
+        f"each of {a.name}'s runs is cancelled, none runs to its end",
+    )
+    result.expect(
+        bool(after) and max(after) < within,
+        f"each is cancelled within {within:g} s of {event} ({after} s)",
+    )
+    result.expect(all((i, 1) in lost_logged for i in ids), f"{a.name} logs each outcome=lost")
+    result.expect(logged in a.stderr, f"{a.name} logs '{logged} ... stopping it'")
+    by = f"{again_by.name} runs" if again_by is not None else "each job runs again,"
+    result.expect(
+        all(i in again and again[i].ended is not None for i in ids),
+        f"{by} each to its end, as attempt 2",
+    )
+    statuses = run.counts()
+    result.expect(statuses == {"done": len(ids)}, f"every job done (got {statuses})")
+    _common_expectations(result)
+    result.expect(
+        result.duplicates == len(ids),
+        f"exactly one extra execution per job (got {result.duplicates})",
+    )
     return result
 
 
@@ -1456,6 +1523,7 @@ SCENARIOS: dict[str, Callable[[str, bool], Result]] = {
     "race": scenario_race,
     "terminate-lease": lambda dsn, full: scenario_terminate(dsn, full, "lease"),
     "terminate-held": lambda dsn, full: scenario_terminate(dsn, full, "held"),
+    "terminate-held-long": scenario_terminate_held_long,
     "blackhole-lease": lambda dsn, full: scenario_blackhole(dsn, full, "lease"),
     "blackhole-held": lambda dsn, full: scenario_blackhole(dsn, full, "held"),
     "restart": scenario_restart,

@@ -105,6 +105,18 @@ EXPLANATIONS = {
         "attempt (so a job whose outcome cannot be written does not loop) and the job runs "
         "again after its backoff."
     ),
+    "terminate-held-long": (
+        "**pg_terminate_backend of long held-lock jobs' sessions.** A held-lock worker runs "
+        "{jobs} jobs of {seconds:g} s; a second one starts, idle; then every session holding "
+        "one of the first worker's job transactions is terminated (as "
+        "`idle_in_transaction_session_timeout` or an operator would end it), so the jobs are "
+        "claimable again at once. The first worker looks at its held jobs' connections every "
+        "second (no round trip) and stops the runs whose session ended (each handler notes "
+        "when the cancellation reached it). Checks: each of its runs is cancelled within 3 s "
+        "of the termination, none runs to its end, each is logged `outcome=lost` (nothing "
+        "written); every job runs again to its end as attempt 2 (the dead start counted). "
+        "Both running = the new run's start → the old run's cancellation."
+    ),
     "blackhole-lease": (
         "**Silent connection loss, lease model.** {faults} time(s), every {every} s, every "
         "packet of all of one worker's connections (its pool and its LISTEN connection; found "
@@ -305,6 +317,8 @@ def render(results: list[Result], full: bool, command: str, took: float) -> str:
         "stops a running handler once a heartbeat finds its lease reclaimed (async: cancelled; "
         "sync: `ctx.cancelled`), which shortens the double run of jobs that outlast the "
         "worker's loss of touch (`stop-long`; `tests/integration/test_lost_leases.py`); "
+        "a held-lock worker stops a handler whose session ended within a second "
+        "(`terminate-held-long`; `tests/integration/test_held_sessions.py`); "
         "the other scenarios' handlers end before that.",
         "",
     ]

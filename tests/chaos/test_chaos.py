@@ -68,6 +68,13 @@ def test_a_resumed_worker_cancels_its_runs_of_jobs_reclaimed_meanwhile(pg_dsn: s
     assert_sound(run_quick("stop-long", pg_dsn))
 
 
+def test_a_held_worker_stops_its_runs_whose_sessions_were_terminated(pg_dsn: str) -> None:
+    """The sessions holding long held-lock jobs' transactions are terminated: the jobs are
+    claimable again at once, and their worker stops its runs instead of letting them go on
+    beside the new ones."""
+    assert_sound(run_quick("terminate-held-long", pg_dsn))
+
+
 def test_late_completion_racing_the_reclaim(pg_dsn: str) -> None:
     result = run_quick("race", pg_dsn)
     assert_sound(result)
