@@ -25,6 +25,7 @@ from .caller_connection import AsyncCallerConnection, caller_connection_async
 from .database import connect_kwargs, server_watch_settings, unavailable
 from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
+from .listener import cancel_payload
 from .migrations import all_migrations
 from .payload import load_json
 from .presence import is_silent
@@ -215,9 +216,9 @@ class AsyncClient:
     async def cancel_or_request(self, job_id: int, conn: AsyncConnection[Any] | None = None) -> str:
         """Cancel a job that has not started, or ask the worker running it to cancel it.
 
-        Returns ``"cancelled"``, ``"requested"``, ``"held"`` (running under a held lock, which
-        cannot be interrupted: it finishes or rolls back by itself) or ``"unchanged"``
-        (finished or unknown job).
+        Returns ``"cancelled"``, ``"requested"``, ``"held"`` (running under a held lock, whose
+        row cannot take the request: its worker is asked through NOTIFY, which only workers
+        that LISTEN hear) or ``"unchanged"`` (finished or unknown job).
         """
         async with self.connection(conn) as c:
             try:
@@ -226,8 +227,12 @@ class AsyncClient:
                 if await self.store.job_request_cancel(c, job_id):
                     return "requested"
             except psycopg.errors.LockNotAvailable:
-                return "held"
-            return "unchanged"
+                pass
+            else:
+                return "unchanged"
+        async with self.connection() as c:  # the caller's may be in a failed transaction now
+            await self.store.channel_notify(c, cancel_payload(job_id))
+        return "held"
 
     async def find_waiting(
         self,

@@ -26,6 +26,7 @@ from .caller_connection import CallerConnection, caller_connection
 from .database import connect_kwargs, server_watch_settings, unavailable
 from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
+from .listener import cancel_payload
 from .migrations import all_migrations
 from .payload import load_json
 from .presence import is_silent
@@ -208,9 +209,9 @@ class SyncClient:
     def cancel_or_request(self, job_id: int, conn: Connection[Any] | None = None) -> str:
         """Cancel a job that has not started, or ask the worker running it to cancel it.
 
-        Returns ``"cancelled"``, ``"requested"``, ``"held"`` (running under a held lock, which
-        cannot be interrupted: it finishes or rolls back by itself) or ``"unchanged"``
-        (finished or unknown job).
+        Returns ``"cancelled"``, ``"requested"``, ``"held"`` (running under a held lock, whose
+        row cannot take the request: its worker is asked through NOTIFY, which only workers
+        that LISTEN hear) or ``"unchanged"`` (finished or unknown job).
         """
         with self.connection(conn) as c:
             try:
@@ -219,8 +220,12 @@ class SyncClient:
                 if self.store.job_request_cancel(c, job_id):
                     return "requested"
             except psycopg.errors.LockNotAvailable:
-                return "held"
-            return "unchanged"
+                pass
+            else:
+                return "unchanged"
+        with self.connection() as c:  # the caller's may be in a failed transaction now
+            self.store.channel_notify(c, cancel_payload(job_id))
+        return "held"
 
     def find_waiting(
         self,

@@ -44,6 +44,7 @@ class HeldSlots:
     _pool: AsyncConnectionPool | None
     _completer: Completer | None
     _tasks: set[asyncio.Task[None]]
+    _running: dict[int, RunningJob]
 
     if TYPE_CHECKING:  # defined by Worker, JobOutcomes and LeasedSlots
 
@@ -89,6 +90,17 @@ class HeldSlots:
             claimed += 1
             self.recycling.count_claimed(1)
         return claimed
+
+    def _cancel_requested(self, job_id: int) -> None:
+        """An admin asked to cancel a job (a NOTIFY: a held-lock job's row, locked by the
+        transaction it runs in, cannot take the flag a leased job's heartbeat reads).  If it
+        runs here under a held lock, it is stopped; its outcome, cancelled, commits in its
+        transaction, and what its task wrote on ``ctx.conn`` rolls back."""
+        running = self._running.get(job_id)
+        if running is None or running.model != "held" or running.stop_reason is not None:
+            return
+        log.info("job %s: cancellation requested, cancelling it", job_id)
+        running.stop("cancelled")
 
     async def _held_slot(self, queues: list[str], got: asyncio.Future[Job | None]) -> None:
         assert self._pool is not None
@@ -195,18 +207,20 @@ class HeldSlots:
 
     async def _run_held(self, running: RunningJob, conn: AsyncConnection[Any]) -> None:
         """Run a held-lock job in its claim's transaction, write its outcome there and commit
-        (no buffering).  A job whose session ended meanwhile (see held_sessions) is stopped
-        and reported lost, nothing written: its start stays recorded, so the job's next claim
-        counts this attempt."""
+        (no buffering).  A job an admin cancelled ends cancelled.  A job whose session ended
+        meanwhile (see held_sessions) is stopped and reported lost, nothing written: its start
+        stays recorded, so the job's next claim counts this attempt."""
         try:
             outcome = await self._outcome(running, conn)
         except asyncio.CancelledError:
-            if running.stop_reason != "lost":
+            if running.stop_reason not in ("lost", "cancelled"):
                 raise  # shutdown: the caller rolls back
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()
             outcome = Outcome("cancelled")
+        finally:
+            running.task = None  # the outcome is known: a late stop must not cut its commit short
         if running.claim_gone:
             await roll_back_quietly(conn)
             self._recorded([Recorded(running.job, outcome, False, running.started)])

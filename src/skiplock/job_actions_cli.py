@@ -206,8 +206,9 @@ def cancel_one(app: App, job_id: int, *, as_json: bool) -> None:
         click.echo(f"job {job_id} has finished or does not exist; nothing to cancel", err=True)
     elif result == "held":
         click.echo(
-            f"job {job_id} is running under a held row lock and cannot be interrupted; "
-            "it finishes (or rolls back) by itself",
+            f"job {job_id} runs under a held row lock: asked its worker (by NOTIFY) to cancel "
+            "it; a worker that does not LISTEN (--poll-only, a transaction-mode pooler) lets "
+            "it finish",
             err=True,
         )
     else:

@@ -5,11 +5,16 @@ interval.  The listener reconnects with jittered backoff when its connection dro
 the claim loop after reconnecting, since notifications sent meanwhile are lost.  Right after
 connecting it notifies itself once: when that probe never arrives (a transaction-mode pooler
 such as PgBouncer sits in between), it says so loudly and the worker relies on polling.
+
+The same channel carries an admin's request to cancel a job running under a held lock (see
+:func:`cancel_payload`): a leased job's row takes a flag its worker's heartbeat reads, but a
+held-lock job's row is locked by the transaction it runs in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import secrets
@@ -26,6 +31,13 @@ from .errors import SkiplockError
 log = logging.getLogger("skiplock.listener")
 
 PROBE_TIMEOUT = 2.0
+_CANCEL = "!cancel:"  # "!" never starts a queue name, so no payload is both
+
+
+def cancel_payload(job_id: int) -> str:
+    """The notification that asks the worker running job ``job_id`` under a held lock to
+    cancel it."""
+    return f"{_CANCEL}{int(job_id)}"
 
 
 class Listener:
@@ -36,6 +48,7 @@ class Listener:
         queues: set[str],
         on_wake: Callable[[], None],
         *,
+        on_cancel: Callable[[int], None] = lambda job_id: None,
         max_backoff: float = 10.0,
         prepare: bool = True,
     ) -> None:
@@ -44,6 +57,7 @@ class Listener:
         self.store = store
         self.queues = queues
         self.on_wake = on_wake
+        self.on_cancel = on_cancel
         self.max_backoff = max_backoff
         self.listening = asyncio.Event()
         self.works: bool | None = None  # None until the first probe finished
@@ -90,6 +104,9 @@ class Listener:
                     # Let the woken claim loop send its claim before this task goes back to
                     # waiting for notifications (which takes it a while, in the driver).
                     await asyncio.sleep(0)
+                elif notify.payload.startswith(_CANCEL):
+                    with contextlib.suppress(ValueError):
+                        self.on_cancel(int(notify.payload.removeprefix(_CANCEL)))
         finally:
             if probe_task is not None:
                 probe_task.cancel()

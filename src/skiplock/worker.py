@@ -239,6 +239,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
                 self.store,
                 set(queues),
                 self._new_work,
+                on_cancel=self._cancel_requested,
                 prepare=self.app.prepared_statements,
             )
             services.append(asyncio.create_task(self.listener.run()))

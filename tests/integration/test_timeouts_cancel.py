@@ -299,4 +299,100 @@ def test_cancel_of_a_running_held_job_answers_without_waiting_for_the_job(
 
     answer, took = asyncio.run(main())
     assert took < 1.0, f"cancel_or_request blocked {took:.2f}s on the running job (-> {answer})"
-    assert answer == "held"  # cannot be interrupted: the caller is told so, at once
+    assert answer == "held"  # its worker is asked by NOTIFY: the caller is told so, at once
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_an_admin_cancels_a_running_held_job_and_its_writes_roll_back(
+    app: App, db: Any, kind: str
+) -> None:
+    """A held-lock job's row cannot take the flag a leased job's heartbeat reads (its
+    transaction has it locked): the admin's cancel asks its worker through NOTIFY.  The job ends
+    cancelled in its own transaction, so what the task wrote on ``ctx.conn`` rolls back; an
+    async task is cancelled where it awaits, a sync one sees ``ctx.cancelled``."""
+    side = f'"{app.schema}".side_effects'
+    db.execute(f"CREATE TABLE {side} (n int)")
+    started = threading.Event()
+    seen: list[str] = []
+
+    if kind == "async":
+
+        @app.task(name="held_long", model="held", pass_context=True)
+        async def held_long(ctx: JobContext) -> None:
+            assert ctx.conn is not None
+            await ctx.conn.execute(f"INSERT INTO {side} VALUES (1)")
+            started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+                raise
+
+    else:
+
+        @app.task(name="held_long", model="held", pass_context=True)
+        def held_long(ctx: JobContext) -> None:
+            started.set()
+            if ctx.cancelled.wait(30):
+                seen.append("told")
+
+    job_id = app.enqueue("held_long").id
+    worker = Worker(app, poll_interval=0.05)
+
+    async def main() -> str:
+        task = asyncio.create_task(worker.run())
+        try:
+            assert await wait_for(started.is_set, 5.0), "the job never started"
+            assert worker.listener is not None
+            assert await wait_for(worker.listener.listening.is_set, 5.0)
+            answer = await asyncio.to_thread(app.sync_client.cancel_or_request, job_id)
+            assert await wait_for(lambda: worker.stats.cancelled == 1, 5.0), worker.stats
+            return answer
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 15)
+
+    answer = asyncio.run(main())
+    assert answer == "held"
+    assert seen == (["cancelled"] if kind == "async" else ["told"])
+    status, attempts, error, finished_at = job_row(db, app, job_id)
+    assert (status, attempts, error) == ("cancelled", 1, "cancelled while running")
+    assert finished_at is not None
+    assert db.execute(f"SELECT count(*) FROM {side}").fetchone() == (0,)
+    assert (worker.stats.cancelled, worker.stats.lost, worker.stats.done) == (1, 0, 0)
+
+
+def test_a_cancel_request_that_comes_while_a_held_job_commits_does_not_undo_it(app: App) -> None:
+    """The job has finished and its worker is writing its outcome when the admin's request
+    arrives: the outcome commits (cutting the commit short would roll the job back, to run
+    again)."""
+    runs: list[int] = []
+
+    @app.task(name="quick", model="held")
+    async def quick() -> None:
+        runs.append(1)
+
+    job_id = quick.enqueue().id
+    worker = Worker(app, poll_interval=0.05)
+    write = worker.store.job_finish_many
+
+    async def cancel_then_write(*args: Any) -> Any:
+        worker._cancel_requested(job_id)  # as the listener would, on the admin's NOTIFY
+        await asyncio.sleep(0)  # where a cancellation of the writing task would land
+        return await write(*args)
+
+    worker.store.job_finish_many = cancel_then_write  # type: ignore[method-assign]
+
+    async def main() -> None:
+        task = asyncio.create_task(worker.run())
+        try:
+            assert await wait_for(lambda: worker.stats.done == 1, 5.0), worker.stats
+            await asyncio.sleep(0.3)  # time for a second run, were the job rolled back
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 15)
+
+    asyncio.run(main())
+    assert runs == [1]
+    job = app.get_job(job_id)
+    assert job is not None and (job.status, job.attempts) == (JobStatus.DONE, 1)
