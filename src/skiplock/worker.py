@@ -2,10 +2,10 @@
 
 Lease model (default): the claim commits at once with ``locked_until``; one heartbeat statement
 per tick extends the leases of all claimed jobs; outcomes are written in batches by the
-:class:`~skiplock.completer.Completer`, each naming its claim (worker id + attempt) so a worker
-whose lease was reclaimed changes nothing.  A claim may take more jobs than there are free
-slots; :class:`~skiplock.capacity.Capacity` decides how many, and the extra ones wait in the
-worker, leased, until a slot frees.  Held model: claim, task and finish share one
+:class:`~skiplock.completer.Completer`, each naming its claim (worker id, attempt and claim
+time) so a worker whose lease was reclaimed changes nothing.  A claim may take more jobs than
+there are free slots; :class:`~skiplock.capacity.Capacity` decides how many, and the extra ones
+wait in the worker, leased, until a slot frees.  Held model: claim, task and finish share one
 transaction that keeps the row locked; a crash rolls it back and the job is claimable at once.
 
 Shutdown (:meth:`Worker.stop`): stop claiming, give running jobs ``shutdown_grace`` seconds,

@@ -180,9 +180,9 @@ def test_a_job_this_worker_claims_again_stops_its_earlier_run_and_keeps_its_new_
 def test_a_claim_the_server_forgot_and_this_worker_made_again_keeps_its_outcome(app: App) -> None:
     """A lease claim commits without waiting for its WAL flush, so a server crash can forget
     it: the job is pending again at the attempt before, and this same worker may claim it again
-    with the same (worker, attempt) token.  The first run, stopped, must write nothing: a
-    release under that token would put the second run's job back in the queue (a third run)
-    and make the second run's outcome count for nothing."""
+    with the same worker and attempt (at another time).  The first run is stopped and writes
+    nothing (a release of it would be refused, naming the forgotten claim's time); the second
+    run's outcome counts, and the job runs twice, not three times."""
     runs: list[int] = []
     cancelled: list[int] = []
     started = asyncio.Event()
