@@ -14,9 +14,8 @@ write that has not returned still count as unwritten (:attr:`Completer.pending`)
 written, and drained 100,000 no-op jobs about 7% faster with two writes than with one (median
 of 7 alternating pairs, ``--max-in-flight 150``, 2 processes: 41,700 vs 39,100 jobs/s); an
 unbounded worker did about the same either way.  A failed write puts its outcomes back at the
-front of the buffer, and the next write waits a second; until the buffer has been written out,
-the outcomes of jobs the worker has claimed again meanwhile are reported lost unwritten (a
-server restart may have forgotten their claims, and the new claim may look the same).
+front of the buffer, and the next write waits a second.  A kept outcome of a claim a server
+restart forgot cannot count for a new claim of its job: every write names the claim's time.
 """
 
 from __future__ import annotations

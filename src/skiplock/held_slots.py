@@ -53,6 +53,7 @@ class HeldSlots:
         def _emit_started(self, job: Job) -> None: ...
         def _slot_freed(self, task: asyncio.Task[None]) -> None: ...
         def _recorded(self, batch: list[Recorded]) -> None: ...
+        def _report_gone(self, running: RunningJob, outcome: Outcome) -> None: ...
         async def _run_leased(self, running: RunningJob) -> bool: ...
         async def _outcome(
             self, running: RunningJob, conn: AsyncConnection[Any] | None
@@ -223,7 +224,7 @@ class HeldSlots:
             running.task = None  # the outcome is known: a late stop must not cut its commit short
         if running.claim_gone:
             await roll_back_quietly(conn)
-            self._recorded([Recorded(running.job, outcome, False, running.started)])
+            self._report_gone(running, outcome)
             return
         await self._commit_outcome(conn, running.job, outcome, running.started)
 

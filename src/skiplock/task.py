@@ -39,8 +39,9 @@ class JobContext:
     ``conn`` is set for held-lock jobs of async tasks: the transaction that holds the job's row
     lock and will mark it done.  Writes made on it commit atomically with the job's completion,
     or roll back with its failure.  ``cancelled`` is set when the job is cancelled, times out,
-    is stopped at shutdown, or its lease was reclaimed (it runs elsewhere now): a sync task,
-    which cannot be interrupted, should check it in long loops and return.
+    is stopped at shutdown, or its claim is gone (its lease was reclaimed, or its held-lock
+    session ended: it runs elsewhere now): a sync task, which cannot be interrupted, should
+    check it in long loops and return.
     """
 
     job: Job
