@@ -43,6 +43,8 @@ NAMES = {
 
 REWRITES = [
     (re.compile(r"\bawait\s+"), ""),
+    (re.compile(r"^import asyncio$", re.MULTILINE), "import time"),  # only for asyncio.sleep
+    (re.compile(r"\basyncio\.sleep\b"), "time.sleep"),
     (re.compile(r"\basync\s+(def|with|for)\b"), r"\1"),
     *((re.compile(rf"\b{old}\b"), new) for old, new in NAMES.items()),
 ]

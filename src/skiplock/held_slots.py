@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 from ._store_async import AsyncStore, roll_back_quietly
 from .app import App
 from .completer import Completer, Recorded
+from .early_cancels import EarlyCancels
 from .errors import SkiplockError
 from .execution import Outcome, dead_starts, rolled_back
 from .job import Job
@@ -45,6 +46,7 @@ class HeldSlots:
     _completer: Completer | None
     _tasks: set[asyncio.Task[None]]
     _running: dict[int, RunningJob]
+    _early_cancels: EarlyCancels
 
     if TYPE_CHECKING:  # defined by Worker, JobOutcomes and LeasedSlots
 
@@ -93,12 +95,18 @@ class HeldSlots:
         return claimed
 
     def _cancel_requested(self, job_id: int) -> None:
-        """An admin asked to cancel a job (a NOTIFY: a held-lock job's row, locked by the
-        transaction it runs in, cannot take the flag a leased job's heartbeat reads).  If it
-        runs here under a held lock, it is stopped; its outcome, cancelled, commits in its
-        transaction, and what its task wrote on ``ctx.conn`` rolls back."""
+        """An admin asked to cancel a job whose row another session had locked (a NOTIFY: a
+        held-lock job's row, locked by the transaction it runs in, cannot take the flag a
+        leased job's heartbeat reads).  If it runs here, it is stopped: a held-lock job's
+        outcome, cancelled, commits in its transaction, and what its task wrote on
+        ``ctx.conn`` rolls back; a leased job ends as if its heartbeat had seen the flag.  A
+        job not running here may be one this worker claimed and has not started yet: the
+        request is kept for when it starts (see :mod:`skiplock.early_cancels`)."""
         running = self._running.get(job_id)
-        if running is None or running.model != "held" or running.stop_reason is not None:
+        if running is None:
+            self._early_cancels.add(job_id)
+            return
+        if running.stop_reason is not None:
             return
         log.info("job %s: cancellation requested, cancelling it", job_id)
         running.stop("cancelled")
@@ -111,6 +119,7 @@ class HeldSlots:
                 job = await self.store.job_claim_held(
                     conn, queues, self.worker_id, self.lease_seconds
                 )
+                claimed_at = time.monotonic()
                 if job is None:  # the store ended the transaction
                     got.set_result(None)
                     return
@@ -124,8 +133,13 @@ class HeldSlots:
                                 return  # its attempts are spent: failed, not run
                             job = counted
                         running = self._track(job, "held")
-                        running.conn, running.task = conn, asyncio.current_task()
-                        self._emit_started(job)
+                        running.conn = conn
+                        if self._early_cancels.take(job.id, claimed_at):
+                            log.info("job %s: cancellation requested, cancelling it", job.id)
+                            running.stop("cancelled")  # not started: no task to cancel
+                        else:
+                            running.task = asyncio.current_task()
+                            self._emit_started(job)
                         await self._run_held(running, conn)
                         return
                     await conn.commit()  # a lease task: its claim commits, with its lease
@@ -212,7 +226,10 @@ class HeldSlots:
         meanwhile (see held_sessions) is stopped and reported lost, nothing written: its start
         stays recorded, so the job's next claim counts this attempt."""
         try:
-            outcome = await self._outcome(running, conn)
+            if running.stop_reason == "cancelled":  # asked before it started (early_cancels)
+                outcome = Outcome("cancelled")
+            else:
+                outcome = await self._outcome(running, conn)
         except asyncio.CancelledError:
             if running.stop_reason not in ("lost", "cancelled"):
                 raise  # shutdown: the caller rolls back

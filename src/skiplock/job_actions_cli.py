@@ -213,5 +213,5 @@ def cancel_one(app: App, job_id: int, *, as_json: bool) -> None:
         )
     else:
         click.echo(f"job {job_id}: {'cancelled' if result == 'cancelled' else 'cancel requested'}")
-    if result in ("unchanged", "held"):
+    if result == "unchanged":
         raise SystemExit(NOT_CHANGED)

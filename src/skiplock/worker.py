@@ -37,6 +37,7 @@ from .capacity import Capacity
 from .claim_cursor import ClaimCursor
 from .claiming import Claiming
 from .completer import Completer
+from .early_cancels import EarlyCancels
 from .errors import SkiplockError
 from .events import JobEvent, WorkerStats, new_worker_id
 from .heartbeat import Heartbeat
@@ -128,6 +129,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
         self.elector: LeaderElector | None = None
         self.maintenance: Maintenance | None = None
         self._running: dict[int, RunningJob] = {}  # every claimed job, reserved or started
+        self._early_cancels = EarlyCancels()  # cancel requests for jobs not running here yet
         self._reserved: deque[RunningJob] = deque()  # claimed, waiting for a slot
         self._tasks: set[asyncio.Task[None]] = set()  # busy slots
         self._parked: deque[ParkedSlot] = deque()  # idle leased slots (see leased_slots.py)

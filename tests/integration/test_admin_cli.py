@@ -16,7 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from skiplock import App
 
@@ -351,6 +353,28 @@ def test_retry_and_cancel_exit_codes(tasks: App, db: Any) -> None:
     for r in results:
         if r.code == 3:
             assert r.err.strip(), f"no explanation on stderr: {r}"
+
+
+def test_cancel_of_a_job_whose_row_stays_locked_asks_its_worker_and_exits_0(
+    tasks: App, db: Any
+) -> None:
+    """A row locked for longer than a moment is a held-lock job running: its worker is asked
+    by NOTIFY (on the schema's channel), and the command says so and succeeds."""
+    app = tasks
+    job_id = app.enqueue("mail.send", {"to": "u"}).id
+    db.execute(sql.SQL("LISTEN {}").format(sql.Identifier(app.queries.channel)))
+    with psycopg.connect(app.dsn) as holder:
+        holder.execute(f"SELECT 1 FROM {jobs_table(app)} WHERE id = %s FOR UPDATE", (job_id,))
+        text, as_json = run_all(app, ["cancel", str(job_id)], ["cancel", str(job_id), "--json"])
+        holder.rollback()
+    assert (text.code, as_json.code) == (0, 0), f"{text}\n{as_json}"
+    assert "held row lock" in text.err, text
+    assert json.loads(as_json.out) == {"job": job_id, "outcome": "held"}
+    payloads = [n.payload for n in db.notifies(timeout=1.0, stop_after=2)]
+    assert payloads == [f"!cancel:{job_id}"] * 2
+    assert db.execute(
+        f"SELECT status FROM {jobs_table(app)} WHERE id = %s", (job_id,)
+    ).fetchone() == ("pending",)
 
 
 def test_single_retry_and_cancel_answer_in_json_too(tasks: App, db: Any) -> None:
