@@ -220,8 +220,9 @@ class AsyncClient:
         """Cancel a job that has not started, or ask the worker running it to cancel it.
 
         Returns ``"cancelled"``, ``"requested"``, ``"held"`` (running under a held lock, whose
-        row cannot take the request: its worker is asked through NOTIFY, which only workers
-        that LISTEN hear) or ``"unchanged"`` (finished or unknown job).
+        row cannot take the request: it is recorded apart, where its worker reads it within a
+        poll interval, and a NOTIFY asks the worker at once) or ``"unchanged"`` (finished or
+        unknown job).
 
         A row another session has locked is tried again for a moment first: a claim, a
         heartbeat or an outcome being written holds it for milliseconds, a held-lock job for
@@ -237,6 +238,8 @@ class AsyncClient:
         if answer != "locked":
             return answer
         async with self.connection() as c:
+            if not await self.store.job_held_request_cancel(c, job_id):
+                return "unchanged"  # it finished meanwhile
             await self.store.channel_notify(c, cancel_payload(job_id))
         return "held"
 

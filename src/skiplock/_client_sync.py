@@ -213,8 +213,9 @@ class SyncClient:
         """Cancel a job that has not started, or ask the worker running it to cancel it.
 
         Returns ``"cancelled"``, ``"requested"``, ``"held"`` (running under a held lock, whose
-        row cannot take the request: its worker is asked through NOTIFY, which only workers
-        that LISTEN hear) or ``"unchanged"`` (finished or unknown job).
+        row cannot take the request: it is recorded apart, where its worker reads it within a
+        poll interval, and a NOTIFY asks the worker at once) or ``"unchanged"`` (finished or
+        unknown job).
 
         A row another session has locked is tried again for a moment first: a claim, a
         heartbeat or an outcome being written holds it for milliseconds, a held-lock job for
@@ -230,6 +231,8 @@ class SyncClient:
         if answer != "locked":
             return answer
         with self.connection() as c:
+            if not self.store.job_held_request_cancel(c, job_id):
+                return "unchanged"  # it finished meanwhile
             self.store.channel_notify(c, cancel_payload(job_id))
         return "held"
 

@@ -255,6 +255,11 @@ class AsyncStatements:
     async def job_request_cancel(self, conn: AsyncConnection[Any], job_id: int) -> bool:
         return bool(await self._rows(conn, "job_request_cancel", {"id": job_id}))
 
+    async def job_held_request_cancel(self, conn: AsyncConnection[Any], job_id: int) -> bool:
+        """Record an admin's request to cancel a held-lock job (see admin.sql); False when the
+        job is not pending or running."""
+        return bool(await self._rows(conn, "job_held_request_cancel", {"id": job_id}))
+
     async def job_request_cancel_many(self, conn: AsyncConnection[Any], jobs: JobFilter) -> int:
         """Ask the workers running the matching leased jobs to cancel them; how many were asked."""
         return len(await self._rows(conn, "job_request_cancel_many", jobs.params()))

@@ -246,6 +246,11 @@ class SyncStatements:
     def job_request_cancel(self, conn: Connection[Any], job_id: int) -> bool:
         return bool(self._rows(conn, "job_request_cancel", {"id": job_id}))
 
+    def job_held_request_cancel(self, conn: Connection[Any], job_id: int) -> bool:
+        """Record an admin's request to cancel a held-lock job (see admin.sql); False when the
+        job is not pending or running."""
+        return bool(self._rows(conn, "job_held_request_cancel", {"id": job_id}))
+
     def job_request_cancel_many(self, conn: Connection[Any], jobs: JobFilter) -> int:
         """Ask the workers running the matching leased jobs to cancel them; how many were asked."""
         return len(self._rows(conn, "job_request_cancel_many", jobs.params()))

@@ -343,11 +343,21 @@ class AsyncStore(AsyncDependencyStatements):
         }
         return bool(await self._rows(conn, "job_spend_rolled_back_attempt", params))
 
-    async def job_held_start_count(self, conn: AsyncConnection[Any], job_id: int) -> int:
+    async def job_held_start_count(
+        self, conn: AsyncConnection[Any], job_id: int
+    ) -> tuple[int, bool]:
         """Record a start of a held-lock job (committed on ``conn``, autocommit, not the job's
-        own connection); how many starts the job had from the same version of its row."""
+        own connection); how many starts the job had from the same version of its row, and
+        whether an admin asked to cancel it in that version."""
         rows = await self._rows(conn, "job_held_start_count", {"id": job_id})
-        return int(rows[0][0]) if rows else 1
+        return (int(rows[0][0]), bool(rows[0][1])) if rows else (1, False)
+
+    async def job_held_cancel_requests(
+        self, conn: AsyncConnection[Any], job_ids: Sequence[int]
+    ) -> set[int]:
+        """Which of these running held-lock jobs an admin asked to cancel."""
+        rows = await self._rows(conn, "job_held_cancel_requests", {"ids": list(job_ids)})
+        return {int(row[0]) for row in rows}
 
     async def job_count_dead_attempts(
         self, conn: AsyncConnection[Any], claim: Claim, counted: int, error: str

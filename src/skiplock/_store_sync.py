@@ -332,11 +332,17 @@ class SyncStore(SyncDependencyStatements):
         }
         return bool(self._rows(conn, "job_spend_rolled_back_attempt", params))
 
-    def job_held_start_count(self, conn: Connection[Any], job_id: int) -> int:
+    def job_held_start_count(self, conn: Connection[Any], job_id: int) -> tuple[int, bool]:
         """Record a start of a held-lock job (committed on ``conn``, autocommit, not the job's
-        own connection); how many starts the job had from the same version of its row."""
+        own connection); how many starts the job had from the same version of its row, and
+        whether an admin asked to cancel it in that version."""
         rows = self._rows(conn, "job_held_start_count", {"id": job_id})
-        return int(rows[0][0]) if rows else 1
+        return (int(rows[0][0]), bool(rows[0][1])) if rows else (1, False)
+
+    def job_held_cancel_requests(self, conn: Connection[Any], job_ids: Sequence[int]) -> set[int]:
+        """Which of these running held-lock jobs an admin asked to cancel."""
+        rows = self._rows(conn, "job_held_cancel_requests", {"ids": list(job_ids)})
+        return {int(row[0]) for row in rows}
 
     def job_count_dead_attempts(
         self, conn: Connection[Any], claim: Claim, counted: int, error: str

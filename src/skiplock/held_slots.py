@@ -23,7 +23,6 @@ from psycopg_pool import AsyncConnectionPool
 from ._store_async import AsyncStore, roll_back_quietly
 from .app import App
 from .completer import Completer, Recorded
-from .early_cancels import EarlyCancels
 from .errors import SkiplockError
 from .execution import Outcome, dead_starts, rolled_back
 from .job import Job
@@ -46,7 +45,6 @@ class HeldSlots:
     _completer: Completer | None
     _tasks: set[asyncio.Task[None]]
     _running: dict[int, RunningJob]
-    _early_cancels: EarlyCancels
 
     if TYPE_CHECKING:  # defined by Worker, JobOutcomes and LeasedSlots
 
@@ -95,18 +93,15 @@ class HeldSlots:
         return claimed
 
     def _cancel_requested(self, job_id: int) -> None:
-        """An admin asked to cancel a job whose row another session had locked (a NOTIFY: a
+        """An admin asked by NOTIFY to cancel a job whose row another session had locked (a
         held-lock job's row, locked by the transaction it runs in, cannot take the flag a
         leased job's heartbeat reads).  If it runs here, it is stopped: a held-lock job's
         outcome, cancelled, commits in its transaction, and what its task wrote on
-        ``ctx.conn`` rolls back; a leased job ends as if its heartbeat had seen the flag.  A
-        job not running here may be one this worker claimed and has not started yet: the
-        request is kept for when it starts (see :mod:`skiplock.early_cancels`)."""
+        ``ctx.conn`` rolls back; a leased job ends as if its heartbeat had seen the flag.  (A
+        held-lock job not started yet reads the request, recorded apart, at its start; see
+        :mod:`skiplock.held_cancels`.)"""
         running = self._running.get(job_id)
-        if running is None:
-            self._early_cancels.add(job_id)
-            return
-        if running.stop_reason is not None:
+        if running is None or running.stop_reason is not None:
             return
         log.info("job %s: cancellation requested, cancelling it", job_id)
         running.stop("cancelled")
@@ -119,14 +114,13 @@ class HeldSlots:
                 job = await self.store.job_claim_held(
                     conn, queues, self.worker_id, self.lease_seconds
                 )
-                claimed_at = time.monotonic()
                 if job is None:  # the store ended the transaction
                     got.set_result(None)
                     return
                 try:
                     got.set_result(job)
                     if self._model_of(job) == "held":
-                        earlier = await self._earlier_held_starts(job)
+                        earlier, cancel_requested = await self._record_held_start(job)
                         if earlier:
                             counted = await self._count_dead_starts(job, earlier, conn)
                             if counted is None:
@@ -134,7 +128,7 @@ class HeldSlots:
                             job = counted
                         running = self._track(job, "held")
                         running.conn = conn
-                        if self._early_cancels.take(job.id, claimed_at):
+                        if cancel_requested:  # by an admin, since the job's last outcome
                             log.info("job %s: cancellation requested, cancelling it", job.id)
                             running.stop("cancelled")  # not started: no task to cancel
                         else:
@@ -164,17 +158,20 @@ class HeldSlots:
             if running is not None and running.model == "held":
                 self._untrack(running)
 
-    async def _earlier_held_starts(self, job: Job) -> int:
-        """Record this start of a held-lock job, committed on another connection; how many
-        starts before it, from the same state of the job's row, died without an outcome (0
-        normally).  Best effort: if the record cannot be written, the job runs anyway."""
+    async def _record_held_start(self, job: Job) -> tuple[int, bool]:
+        """Record this start of a held-lock job, committed on another connection.  Returns how
+        many starts before it, from the same state of the job's row, died without an outcome
+        (0 normally), and whether an admin asked to cancel the job in that state (a request
+        that came before the start, see :mod:`skiplock.held_cancels`).  Best effort: if the
+        record cannot be written, the job runs anyway."""
         assert self._pool is not None
         try:
             async with self._pool.connection() as conn:
-                return await self.store.job_held_start_count(conn, job.id) - 1
+                starts, cancel_requested = await self.store.job_held_start_count(conn, job.id)
+                return starts - 1, cancel_requested
         except (psycopg.Error, SkiplockError) as exc:
             log.warning("job %s: could not record its held-lock start (%s)", job.id, exc)
-            return 0
+            return 0, False
 
     async def _forget_held_start(self, job: Job) -> None:
         """The job was stopped (shutdown) and rolled back on purpose: its next start must not
@@ -226,7 +223,7 @@ class HeldSlots:
         meanwhile (see held_sessions) is stopped and reported lost, nothing written: its start
         stays recorded, so the job's next claim counts this attempt."""
         try:
-            if running.stop_reason == "cancelled":  # asked before it started (early_cancels)
+            if running.stop_reason == "cancelled":  # asked before it started
                 outcome = Outcome("cancelled")
             else:
                 outcome = await self._outcome(running, conn)

@@ -37,10 +37,10 @@ from .capacity import Capacity
 from .claim_cursor import ClaimCursor
 from .claiming import Claiming
 from .completer import Completer
-from .early_cancels import EarlyCancels
 from .errors import SkiplockError
 from .events import JobEvent, WorkerStats, new_worker_id
 from .heartbeat import Heartbeat
+from .held_cancels import watch_held_cancels
 from .held_sessions import watch_held_sessions
 from .held_slots import HeldSlots
 from .job import Job
@@ -129,7 +129,6 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
         self.elector: LeaderElector | None = None
         self.maintenance: Maintenance | None = None
         self._running: dict[int, RunningJob] = {}  # every claimed job, reserved or started
-        self._early_cancels = EarlyCancels()  # cancel requests for jobs not running here yet
         self._reserved: deque[RunningJob] = deque()  # claimed, waiting for a slot
         self._tasks: set[asyncio.Task[None]] = set()  # busy slots
         self._parked: deque[ParkedSlot] = deque()  # idle leased slots (see leased_slots.py)
@@ -226,8 +225,15 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
         self._completer.start()  # stopped apart from the others, below: it must not be cut short
         services = [asyncio.create_task(heartbeat.run()), asyncio.create_task(presence.run())]
         if held:
+
+            def running() -> list[RunningJob]:
+                return list(self._running.values())
+
+            services.append(asyncio.create_task(watch_held_sessions(running)))
             services.append(
-                asyncio.create_task(watch_held_sessions(lambda: list(self._running.values())))
+                asyncio.create_task(
+                    watch_held_cancels(running, self.store, self._pool, self.poll_interval)
+                )
             )
         services.append(asyncio.create_task(self.settings.run()))
         if not self.burst:

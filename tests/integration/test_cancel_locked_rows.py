@@ -117,10 +117,21 @@ def test_a_running_leased_job_whose_row_is_locked_is_cancelled(
     assert (worker.stats.cancelled, worker.stats.done, worker.stats.lost) == (1, 0, 0)
 
 
-def test_a_cancel_that_arrives_before_a_held_job_starts_is_kept_for_it(app: App) -> None:
-    """The request comes (by NOTIFY, the row locked by the claim's transaction) while the
-    worker records the job's start, before the job is running there: the job never runs and
-    ends cancelled."""
+def held_cancel_request(db: Any, app: App, job_id: int) -> tuple[int, bool] | None:
+    """The job's start record: its starts, and whether it holds a cancel request."""
+    row = db.execute(
+        f'SELECT starts, cancel_requested_at IS NOT NULL FROM "{app.schema}".held_starts '
+        "WHERE job_id = %s",
+        (job_id,),
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def test_a_cancel_that_arrives_before_a_held_job_starts_stops_it_at_its_start(
+    app: App, db: Any
+) -> None:
+    """The request comes (the row locked by the claim's transaction) while the worker is about
+    to record the job's start: the start reads it, and the job never runs."""
     runs: list[int] = []
 
     @app.task(name="held", model="held")
@@ -132,11 +143,8 @@ def test_a_cancel_that_arrives_before_a_held_job_starts_is_kept_for_it(app: App)
     record_start = worker.store.job_held_start_count
     answers: list[str] = []
 
-    async def cancel_then_record_start(conn: Any, claimed_id: int) -> int:
-        assert worker.listener is not None
-        assert await wait_for(worker.listener.listening.is_set, 5.0)
+    async def cancel_then_record_start(conn: Any, claimed_id: int) -> tuple[int, bool]:
         answers.append(await app.async_client.cancel_or_request(claimed_id))
-        assert await wait_for(lambda: len(worker._early_cancels) == 1, 5.0), "no NOTIFY came"
         return await record_start(conn, claimed_id)
 
     worker.store.job_held_start_count = cancel_then_record_start  # type: ignore[method-assign]
@@ -155,12 +163,89 @@ def test_a_cancel_that_arrives_before_a_held_job_starts_is_kept_for_it(app: App)
     assert runs == []
     assert status_of(app, job_id) == JobStatus.CANCELLED
     assert (worker.stats.cancelled, worker.stats.done) == (1, 0)
-    assert len(worker._early_cancels) == 0
 
 
-def test_a_cancel_request_older_than_a_held_claim_does_not_cancel_it(app: App) -> None:
-    """A request that arrived before the claim was about an earlier claim of the job (or
-    another worker's): the new claim runs."""
+def test_a_held_job_is_cancelled_by_a_worker_that_does_not_listen(app: App, db: Any) -> None:
+    """--poll-only (or behind a transaction-mode pooler): no NOTIFY reaches the worker; it
+    reads the recorded request within a poll interval."""
+    started = threading.Event()
+    seen: list[str] = []
+
+    @app.task(name="held_long", model="held", pass_context=True)
+    def held_long(ctx: JobContext) -> None:
+        started.set()
+        if ctx.cancelled.wait(30):
+            seen.append("told")
+
+    job_id = app.enqueue("held_long").id
+    worker = Worker(app, poll_interval=0.2, listen=False)
+
+    async def main() -> tuple[str, float]:
+        task = asyncio.create_task(worker.run())
+        try:
+            assert await wait_for(started.is_set, 5.0), "the job never started"
+            assert worker.listener is None
+            answer = await app.async_client.cancel_or_request(job_id)
+            asked = time.monotonic()
+            assert await wait_for(lambda: worker.stats.cancelled == 1, 5.0), worker.stats
+            return answer, time.monotonic() - asked
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 15)
+            await app.close_async()
+
+    answer, took = asyncio.run(main())
+    assert answer == "held"
+    assert seen == ["told"]
+    assert took < 2.0, f"stopped {took:.2f}s after the request (poll interval 0.2 s)"
+    assert status_of(app, job_id) == JobStatus.CANCELLED
+    assert (worker.stats.cancelled, worker.stats.done) == (1, 0)
+
+
+def test_a_request_for_a_held_job_stopped_at_shutdown_waits_for_its_next_start(
+    app: App, db: Any
+) -> None:
+    """The worker shuts down before it read the request (it rolls the job back, to run again):
+    the request stays on the start record, and the next start of the job reads it."""
+    runs: list[int] = []
+    started = threading.Event()
+
+    @app.task(name="held_long", model="held")
+    async def held_long() -> None:
+        runs.append(1)
+        started.set()
+        await asyncio.sleep(30)
+
+    job_id = app.enqueue("held_long").id
+    deaf = Worker(app, poll_interval=30.0, listen=False, shutdown_grace=0.1)
+
+    async def first() -> str:
+        task = asyncio.create_task(deaf.run())
+        try:
+            assert await wait_for(started.is_set, 5.0), "the job never started"
+            return await app.async_client.cancel_or_request(job_id)
+        finally:
+            deaf.stop()
+            await asyncio.wait_for(task, 15)
+            await app.close_async()
+
+    assert asyncio.run(first()) == "held"
+    assert (deaf.stats.cancelled, deaf.stats.done) == (0, 0)
+    assert status_of(app, job_id) == JobStatus.PENDING
+    assert held_cancel_request(db, app, job_id) == (0, True)  # the start forgotten, not the request
+
+    second = Worker(app, poll_interval=0.05, burst=True)
+    stats = asyncio.run(asyncio.wait_for(second.run(), 30))
+    assert runs == [1]
+    assert (stats.cancelled, stats.done) == (1, 0)
+    assert status_of(app, job_id) == JobStatus.CANCELLED
+
+
+def test_a_request_left_from_an_earlier_state_of_the_job_does_not_cancel_it(
+    app: App, db: Any
+) -> None:
+    """The admin's request was recorded (the row was locked), then the job's row was written
+    (as an outcome or a retry writes it): the next claim is not what the admin asked about."""
     runs: list[int] = []
 
     @app.task(name="held", model="held", pass_context=True)
@@ -168,9 +253,33 @@ def test_a_cancel_request_older_than_a_held_claim_does_not_cancel_it(app: App) -
         runs.append(ctx.job.id)
 
     job_id = held.enqueue().id
-    worker = Worker(app, poll_interval=0.05, burst=True)
-    worker._cancel_requested(job_id)  # as the listener would, before the job was claimed
-    stats = asyncio.run(asyncio.wait_for(worker.run(), 30))
+    with row_locked(app, job_id, 1.5):
+        assert app.sync_client.cancel_or_request(job_id) == "held"
+    assert held_cancel_request(db, app, job_id) == (0, True)
+    db.execute(f'UPDATE "{app.schema}".jobs SET priority = priority WHERE id = %s', (job_id,))
+
+    stats = asyncio.run(asyncio.wait_for(Worker(app, poll_interval=0.05, burst=True).run(), 30))
     assert runs == [job_id]
     assert (stats.done, stats.cancelled) == (1, 0)
     assert status_of(app, job_id) == JobStatus.DONE
+
+
+def test_a_request_on_a_row_that_was_only_locked_cancels_the_job_at_its_start(
+    app: App, db: Any
+) -> None:
+    """The row was locked for longer than the cancel waits (by a held-lock claim, or any
+    session) and nothing wrote it since: the request stands, and the job never runs."""
+    runs: list[int] = []
+
+    @app.task(name="held", model="held")
+    def held() -> None:
+        runs.append(1)
+
+    job_id = held.enqueue().id
+    with row_locked(app, job_id, 1.5):
+        assert app.sync_client.cancel_or_request(job_id) == "held"
+
+    stats = asyncio.run(asyncio.wait_for(Worker(app, poll_interval=0.05, burst=True).run(), 30))
+    assert runs == []
+    assert (stats.done, stats.cancelled) == (0, 1)
+    assert status_of(app, job_id) == JobStatus.CANCELLED

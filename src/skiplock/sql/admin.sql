@@ -143,6 +143,21 @@ UPDATE {jobs} SET cancel_requested = true
 WHERE id = (SELECT id FROM {jobs} WHERE id = %(id)s AND status = 'running' FOR UPDATE NOWAIT)
 RETURNING id;
 
+-- name: job_held_request_cancel
+-- Admin: ask the worker running a held-lock job to cancel it, on the job's start record, for
+-- the version of its row this statement sees (the one before the running claim, which is not
+-- committed).  The worker reads it at the job's start or within a poll interval; the NOTIFY
+-- sent with it is quicker.  A record left from another version is taken over: its starts
+-- were from that version, so they count no more.
+INSERT INTO {held_starts} AS h (job_id, row_xmin, starts, cancel_requested_at)
+SELECT id, xmin::text::bigint, 0, now() FROM {jobs}
+WHERE id = %(id)s AND status IN ('pending', 'running')
+ON CONFLICT (job_id) DO UPDATE
+SET starts = CASE WHEN h.row_xmin = excluded.row_xmin THEN h.starts ELSE 0 END,
+    row_xmin = excluded.row_xmin,
+    cancel_requested_at = now()
+RETURNING job_id;
+
 -- name: job_request_cancel_many
 -- Admin: ask the workers running the leased jobs that match the filters to cancel them (each sees
 -- the flag on its next heartbeat); jobs already asked are not counted again.  The running jobs

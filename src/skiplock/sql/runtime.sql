@@ -192,10 +192,11 @@ RETURNING id, status;
 -- name: job_held_start_count
 -- Record a start of a held-lock job, committed at once (apart from the job's transaction, on
 -- another connection) and without waiting for the WAL flush; returns how many times the job
--- was started from the same version of its row.  This statement's snapshot sees the row as it
+-- was started from the same version of its row, and whether an admin asked to cancel the job
+-- in that version (job_held_request_cancel).  This statement's snapshot sees the row as it
 -- was before the claim (the claim is not committed), so after a start whose worker died, the
 -- next start finds the same version (row_xmin): its count goes up.  Any outcome, snooze or
--- release writes the row, and the next start counts from 1 again.
+-- release writes the row, and the next start counts from 1 again, with no request.
 WITH seen AS (
     SELECT xmin::text::bigint AS row_xmin FROM {jobs} WHERE id = %(id)s
 ), commit_mode AS MATERIALIZED (
@@ -205,9 +206,18 @@ INSERT INTO {held_starts} AS h (job_id, row_xmin, starts)
 SELECT %(id)s, seen.row_xmin, 1 FROM seen, commit_mode
 ON CONFLICT (job_id) DO UPDATE
 SET starts = CASE WHEN h.row_xmin = excluded.row_xmin THEN h.starts + 1 ELSE 1 END,
+    cancel_requested_at = CASE WHEN h.row_xmin = excluded.row_xmin
+                               THEN h.cancel_requested_at END,
     row_xmin = excluded.row_xmin,
     last_at = now()
-RETURNING starts;
+RETURNING starts, cancel_requested_at IS NOT NULL AS cancel_requested;
+
+-- name: job_held_cancel_requests
+-- Which of these running held-lock jobs an admin asked to cancel (job_held_request_cancel):
+-- the fallback to the NOTIFY, read once per poll interval.  A request from an earlier version
+-- of a job's row was cleared by the start of the running claim (job_held_start_count).
+SELECT job_id FROM {held_starts}
+WHERE job_id = ANY(%(ids)s::bigint[]) AND cancel_requested_at IS NOT NULL;
 
 -- name: job_count_dead_attempts
 -- In a held-lock claim's transaction: the claimed job's earlier starts died with their worker
@@ -231,5 +241,11 @@ RETURNING h.job_id;
 
 -- name: job_held_start_forget
 -- A held-lock job was stopped by its worker (shutdown) and rolled back on purpose: its start
--- must not count as one whose worker died.
-DELETE FROM {held_starts} WHERE job_id = %(id)s;
+-- must not count as one whose worker died.  A cancel request on the record stays, for the
+-- job's next start.
+WITH kept AS (
+    UPDATE {held_starts} SET starts = greatest(starts - 1, 0)
+    WHERE job_id = %(id)s AND cancel_requested_at IS NOT NULL
+    RETURNING job_id
+)
+DELETE FROM {held_starts} WHERE job_id = %(id)s AND cancel_requested_at IS NULL;
