@@ -148,32 +148,58 @@ class AsyncStore(AsyncDependencyStatements):
         model: the job's row stays locked until the caller commits or rolls back.
 
         No commit, so no WAL flush, before the job can start.  With no job to claim, the
-        transaction is ended and ``conn`` left idle.
+        transaction is ended and ``conn`` left idle.  Across several queues, the best job of
+        each is found first, in autocommit, and they are claimed by id in turn (see
+        job_claim_candidates_from_queues: one statement that claims from several queues locks
+        a job of each, and the transaction would keep the ones it did not take locked).
         """
         if not queues:
             return None
-        # The transaction will write the job's outcome too: its commit waits for the flush.
-        name, params = claim_statement(queues, 1, worker, lease_seconds, None, commit_async=False)
-        for _ in range(ENTITY_KEY_RETRIES):
-            try:
-                await self._rows(conn, "transaction_begin", {})
-                jobs = await self._claimed_jobs(conn, name, params)
-            except psycopg.errors.UniqueViolation:
-                # Lost an entity-key race (see job_claim): the next snapshot sees the winner.
-                await conn.rollback()
-                continue
-            except BaseException:  # failed or cancelled: leave the connection idle
-                await roll_back_quietly(conn)
-                raise
-            if jobs:
-                return jobs[0]
-            # Nothing claimed, nothing written: COMMIT costs no WAL flush, and unlike ROLLBACK it
-            # keeps the connection's prepared statements (psycopg deallocates them all after a
-            # rollback, so the next claim would be planned again).
-            await conn.commit()
+        if len(queues) == 1:
+            # The transaction will write the job's outcome too: its commit waits for the flush.
+            name, params = claim_statement(
+                queues, 1, worker, lease_seconds, None, commit_async=False
+            )
+            for _ in range(ENTITY_KEY_RETRIES):
+                job, raced = await self._claim_one_in_transaction(conn, name, params)
+                if not raced:
+                    return job
             return None
-        await conn.rollback()
-        return None
+        params = {"queues": list(queues), "worker": worker, "lease_seconds": lease_seconds}
+        for _ in range(ENTITY_KEY_RETRIES):
+            candidates = await self._rows(conn, "job_claim_candidates_from_queues", params)
+            if not candidates:
+                return None
+            for (job_id,) in candidates:
+                by_id = {**params, "id": job_id}
+                job, _ = await self._claim_one_in_transaction(conn, "job_claim_by_id", by_id)
+                if job is not None:
+                    return job
+        return None  # each time, other workers took every candidate first: the next round
+
+    async def _claim_one_in_transaction(
+        self, conn: AsyncConnection[Any], name: str, params: dict[str, Any]
+    ) -> tuple[Job | None, bool]:
+        """Begin a transaction on ``conn`` and claim at most one job in it with statement
+        ``name``: the job, its transaction left open, or None with the transaction ended; and
+        whether the claim lost an entity-key race (see job_claim: the next snapshot sees the
+        winner)."""
+        try:
+            await self._rows(conn, "transaction_begin", {})
+            jobs = await self._claimed_jobs(conn, name, params)
+        except psycopg.errors.UniqueViolation:
+            await conn.rollback()
+            return None, True
+        except BaseException:  # failed or cancelled: leave the connection idle
+            await roll_back_quietly(conn)
+            raise
+        if jobs:
+            return jobs[0], False
+        # Nothing claimed, nothing written: COMMIT costs no WAL flush, and unlike ROLLBACK it
+        # keeps the connection's prepared statements (psycopg deallocates them all after a
+        # rollback, so the next claim would be planned again).
+        await conn.commit()
+        return None, False
 
     async def job_claim_limited(
         self,

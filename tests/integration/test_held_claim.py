@@ -86,3 +86,38 @@ def test_a_claim_cancelled_while_it_waits_leaves_the_connection_idle(app: App, d
     status = asyncio.run(scenario())
     assert status == TransactionStatus.IDLE
     assert db.execute(f'SELECT status FROM "{app.schema}".jobs').fetchall() == [("pending",)]
+
+
+def test_a_claim_across_queues_keeps_only_its_own_job_locked(app: App, db: Any) -> None:
+    """Claiming the best job of several queues looks at the best job of each; the held
+    transaction must not keep the others locked (they would be unclaimable, by anyone, for as
+    long as the claimed job runs).  Priorities still order the queues' jobs."""
+
+    @app.task(name="t", queue="a")
+    def t(n: int) -> None: ...
+
+    low = t.with_options(priority=5).enqueue(n=1).id
+    best = t.with_options(queue="b", priority=1).enqueue(n=2).id
+    other = t.with_options(queue="c", priority=3).enqueue(n=3).id
+    store = SyncStore(app.queries)
+    with (
+        psycopg.connect(app.dsn, autocommit=True) as holder,
+        psycopg.connect(app.dsn, autocommit=True) as second,
+        psycopg.connect(app.dsn, autocommit=True) as third,
+    ):
+        job = store.job_claim_held(holder, ["a", "b", "c"], "w-1", 30.0)
+        assert job is not None and job.id == best
+        job = store.job_claim_held(second, ["a", "c"], "w-2", 30.0)
+        assert job is not None and job.id == other
+        job = store.job_claim_held(third, ["a", "b", "c"], "w-3", 30.0)
+        assert job is not None and job.id == low
+        assert store.job_claim_held(db, ["a", "b", "c"], "w-4", 30.0) is None
+        for conn in (holder, second, third):
+            assert conn.info.transaction_status == TransactionStatus.INTRANS
+            conn.commit()
+    status = f'SELECT id, status, locked_by FROM "{app.schema}".jobs ORDER BY id'
+    assert db.execute(status).fetchall() == [
+        (low, "running", "w-3"),
+        (best, "running", "w-1"),
+        (other, "running", "w-2"),
+    ]
