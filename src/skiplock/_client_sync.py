@@ -170,7 +170,9 @@ class SyncClient:
         conn: Connection[Any] | None = None,
     ) -> CancelledJobs:
         """Cancel every matching job that has not started, a batch per statement; with
-        ``running``, ask the workers running the matching leased jobs to cancel them too."""
+        ``running``, ask the workers running the matching jobs to cancel them too (leased
+        jobs: a flag their heartbeat reads; held-lock jobs: a request recorded apart, which
+        their worker reads within a poll interval, and a NOTIFY)."""
         if jobs.finished_within is not None:
             raise ValueError("finished_within selects finished jobs, which cannot be cancelled")
         cancelled = after_id = 0
@@ -180,8 +182,13 @@ class SyncClient:
                 cancelled += n
                 if n < batch:
                     break
-            requested = self.store.job_request_cancel_many(c, jobs) if running else 0
-        return CancelledJobs(cancelled, requested)
+            if not running:
+                return CancelledJobs(cancelled, 0)
+            requested = self.store.job_request_cancel_many(c, jobs)
+            held = self.store.job_held_request_cancel_many(c, jobs)
+            if held:
+                self.store.channel_notify_many(c, [cancel_payload(i) for i in held])
+        return CancelledJobs(cancelled, requested + len(held))
 
     def count_matching(
         self, jobs: JobFilter, statuses: Sequence[str], conn: Connection[Any] | None = None

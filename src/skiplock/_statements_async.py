@@ -260,6 +260,13 @@ class AsyncStatements:
         job is not pending or running."""
         return bool(await self._rows(conn, "job_held_request_cancel", {"id": job_id}))
 
+    async def job_held_request_cancel_many(
+        self, conn: AsyncConnection[Any], jobs: JobFilter
+    ) -> list[int]:
+        """Record a request to cancel each running held-lock job that matches; their ids."""
+        rows = await self._rows(conn, "job_held_request_cancel_many", jobs.params())
+        return [int(row[0]) for row in rows]
+
     async def job_request_cancel_many(self, conn: AsyncConnection[Any], jobs: JobFilter) -> int:
         """Ask the workers running the matching leased jobs to cancel them; how many were asked."""
         return len(await self._rows(conn, "job_request_cancel_many", jobs.params()))
@@ -294,6 +301,11 @@ class AsyncStatements:
     async def channel_notify(self, conn: AsyncConnection[Any], payload: str) -> None:
         await self._rows(
             conn, "channel_notify", {"channel": self.queries.channel, "payload": payload}
+        )
+
+    async def channel_notify_many(self, conn: AsyncConnection[Any], payloads: list[str]) -> None:
+        await self._rows(
+            conn, "channel_notify_many", {"channel": self.queries.channel, "payloads": payloads}
         )
 
     # -- migrations ----------------------------------------------------------------------

@@ -251,6 +251,11 @@ class SyncStatements:
         job is not pending or running."""
         return bool(self._rows(conn, "job_held_request_cancel", {"id": job_id}))
 
+    def job_held_request_cancel_many(self, conn: Connection[Any], jobs: JobFilter) -> list[int]:
+        """Record a request to cancel each running held-lock job that matches; their ids."""
+        rows = self._rows(conn, "job_held_request_cancel_many", jobs.params())
+        return [int(row[0]) for row in rows]
+
     def job_request_cancel_many(self, conn: Connection[Any], jobs: JobFilter) -> int:
         """Ask the workers running the matching leased jobs to cancel them; how many were asked."""
         return len(self._rows(conn, "job_request_cancel_many", jobs.params()))
@@ -282,6 +287,11 @@ class SyncStatements:
 
     def channel_notify(self, conn: Connection[Any], payload: str) -> None:
         self._rows(conn, "channel_notify", {"channel": self.queries.channel, "payload": payload})
+
+    def channel_notify_many(self, conn: Connection[Any], payloads: list[str]) -> None:
+        self._rows(
+            conn, "channel_notify_many", {"channel": self.queries.channel, "payloads": payloads}
+        )
 
     # -- migrations ----------------------------------------------------------------------
 

@@ -88,7 +88,8 @@ class RetriedJobs:
 @dataclass(frozen=True)
 class CancelledJobs:
     """What a bulk cancel did: ``cancelled`` jobs had not started and never will; ``requested``
-    running jobs were asked to stop (their workers cancel them at the next heartbeat)."""
+    running jobs were asked to stop (their workers cancel them at the next heartbeat, or for
+    held-lock jobs at once by NOTIFY or within a poll interval)."""
 
     cancelled: int = 0
     requested: int = 0

@@ -160,7 +160,7 @@ def retry(
 @click.option(
     "--running",
     is_flag=True,
-    help="With --all: also ask the workers running matching leased jobs to cancel them.",
+    help="With --all: also ask the workers running matching jobs to cancel them.",
 )
 def cancel(
     job_id: int | None,
@@ -206,9 +206,9 @@ def cancel_one(app: App, job_id: int, *, as_json: bool) -> None:
         click.echo(f"job {job_id} has finished or does not exist; nothing to cancel", err=True)
     elif result == "held":
         click.echo(
-            f"job {job_id} runs under a held row lock: asked its worker (by NOTIFY) to cancel "
-            "it; a worker that does not LISTEN (--poll-only, a transaction-mode pooler) lets "
-            "it finish",
+            f"job {job_id} runs under a held row lock: asked its worker to cancel it (at once "
+            "by NOTIFY; a worker that does not LISTEN reads the request within its poll "
+            "interval)",
             err=True,
         )
     else:

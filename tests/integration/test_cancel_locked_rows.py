@@ -20,7 +20,8 @@ import psycopg
 import pytest
 
 from polling import wait_for
-from skiplock import App, JobContext, JobStatus, Worker
+from skiplock import App, CancelledJobs, JobContext, JobStatus, Worker
+from skiplock.bulk import JobFilter
 
 pytestmark = pytest.mark.smoke
 
@@ -283,3 +284,49 @@ def test_a_request_on_a_row_that_was_only_locked_cancels_the_job_at_its_start(
     assert runs == []
     assert (stats.done, stats.cancelled) == (0, 1)
     assert status_of(app, job_id) == JobStatus.CANCELLED
+
+
+@pytest.mark.parametrize("listen", [True, False])
+def test_a_bulk_cancel_of_running_jobs_stops_held_lock_jobs_too(app: App, listen: bool) -> None:
+    """``cancel_jobs(running=True)`` (``skiplock cancel --all --running``) skips the locked rows
+    of running held-lock jobs, and asks their workers instead: at once by NOTIFY, or within a
+    poll interval.  A job of another queue is left alone, and asking again counts nothing."""
+    started: list[int] = []
+
+    @app.task(name="held_long", model="held", pass_context=True)
+    async def held_long(ctx: JobContext) -> None:
+        started.append(ctx.job.id)
+        await asyncio.sleep(30)
+
+    mine = [app.enqueue("held_long").id for _ in range(2)]
+    other = app.enqueue("held_long", queue="other").id
+    worker = Worker(
+        app,
+        queues=["default", "other"],
+        concurrency=3,
+        poll_interval=30.0 if listen else 0.2,  # listening: only the NOTIFY is quick enough
+        listen=listen,
+        shutdown_grace=0.1,
+    )
+
+    async def main() -> tuple[Any, Any]:
+        task = asyncio.create_task(worker.run())
+        try:
+            assert await wait_for(lambda: len(started) == 3, 5.0), started
+            if worker.listener is not None:
+                assert await wait_for(worker.listener.listening.is_set, 5.0)
+            first = await app.async_client.cancel_jobs(JobFilter(queue="default"), running=True)
+            again = await app.async_client.cancel_jobs(JobFilter(queue="default"), running=True)
+            assert await wait_for(lambda: worker.stats.cancelled == 2, 5.0), worker.stats
+            return first, again
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 15)
+            await app.close_async()
+
+    first, again = asyncio.run(main())
+    assert first == CancelledJobs(0, requested=2)
+    assert again == CancelledJobs(0, requested=0)
+    assert [status_of(app, i) for i in mine] == [JobStatus.CANCELLED] * 2
+    assert status_of(app, other) == JobStatus.PENDING  # rolled back at shutdown, to run again
+    assert (worker.stats.cancelled, worker.stats.done) == (2, 0)

@@ -33,8 +33,8 @@ NOTICES = {
     "conflict": "Job {job} was not retried: unfinished job {holder} holds its idempotency key.",
     "cancelled": "Job {job} was cancelled.",
     "requested": "The worker running job {job} was asked to cancel it.",
-    "held": "Job {job} runs under a held row lock: its worker was asked (by NOTIFY) to cancel "
-    "it; a worker that does not LISTEN (--poll-only, a transaction-mode pooler) lets it finish.",
+    "held": "Job {job} runs under a held row lock: its worker was asked to cancel it (at once by "
+    "NOTIFY; a worker that does not LISTEN reads the request within its poll interval).",
     "unchanged": "Job {job} has finished: nothing changed.",
     "paused": "Queue {queue} is paused: no worker claims its jobs until it is resumed.",
     "resumed": "Queue {queue} runs again.",

@@ -158,6 +158,20 @@ SET starts = CASE WHEN h.row_xmin = excluded.row_xmin THEN h.starts ELSE 0 END,
     cancel_requested_at = now()
 RETURNING job_id;
 
+-- name: job_held_request_cancel_many
+-- Admin: ask the workers running the held-lock jobs that match the filters to cancel them (see
+-- job_held_request_cancel): the jobs with a start recorded from the current version of their
+-- row, which this statement sees as before the claim (pending).  That is a job running now,
+-- or one whose worker died, whose next start reads the request.  Jobs already asked are not
+-- counted again.
+UPDATE {held_starts} AS h SET cancel_requested_at = now()
+FROM {jobs} AS j
+WHERE j.id = h.job_id AND j.xmin::text::bigint = h.row_xmin AND j.status = 'pending'
+  AND h.starts > 0 AND h.cancel_requested_at IS NULL
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s)
+RETURNING h.job_id;
+
 -- name: job_request_cancel_many
 -- Admin: ask the workers running the leased jobs that match the filters to cancel them (each sees
 -- the flag on its next heartbeat); jobs already asked are not counted again.  The running jobs

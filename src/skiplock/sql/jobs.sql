@@ -489,6 +489,11 @@ LISTEN {channel};
 -- Send one notification on the schema's channel (the listener's self-test, admin wake-ups).
 SELECT pg_notify(%(channel)s, %(payload)s);
 
+-- name: channel_notify_many
+-- Send several notifications on the schema's channel in one statement (an admin's requests to
+-- cancel held-lock jobs).
+SELECT pg_notify(%(channel)s, payload) FROM unnest(%(payloads)s::text[]) AS payload;
+
 -- name: job_cancel_claimed_many
 -- Mark running jobs cancelled (an admin asked while they ran), if each claim still owns its job.
 UPDATE {jobs} AS j
