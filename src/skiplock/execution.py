@@ -20,6 +20,7 @@ from .job import Job
 from .payload import encode_result
 from .retry import ExponentialBackoff, RetryPolicy
 from .task import JobContext, JobHook, Task
+from .task_threads import TaskThreads
 
 MAX_ERROR_CHARS = 16_000
 _UNKNOWN_TASK_RETRY = ExponentialBackoff()
@@ -197,16 +198,29 @@ async def _call(
                     value = await task.fn(*args, **job.payload)
                 result = stored_result(value, task)
         else:
-            loop = asyncio.get_running_loop()
             call = functools.partial(task.fn, *args, **job.payload)
             if task.app.job_hooks:
                 call = functools.partial(_call_hooked, job, task, call)
-            result = stored_result(await loop.run_in_executor(executor, call), task)
+            result = stored_result(await in_thread(executor, call, job.id), task)
     except Retry as request:
         return Outcome("snooze", delay=request.delay)
     except Exception as exc:
         return task_failure(job, exc, task)
     return DONE if result is None else Outcome("done", result=result)
+
+
+async def in_thread(executor: Executor, call: Callable[[], Any], job_id: int) -> Any:
+    """Run a sync task's call in the executor and wait for it.  If the wait is cancelled (the
+    job timed out, or was stopped) while the call runs, the call keeps its thread, and the
+    worker's executor puts another in its place (:meth:`TaskThreads.keep`)."""
+    running = executor.submit(call)
+    try:
+        return await asyncio.wrap_future(running)
+    except asyncio.CancelledError:
+        # The wait's cancellation cancelled the call if it had not started; else it runs on.
+        if isinstance(executor, TaskThreads):
+            executor.keep(running, job_id)
+        raise
 
 
 def hooked(job: Job, task: Task[Any, Any]) -> AbstractContextManager[object]:

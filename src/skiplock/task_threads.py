@@ -23,9 +23,10 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 log = logging.getLogger("skiplock.worker")
 
@@ -34,12 +35,49 @@ R = TypeVar("R")
 
 
 class TaskThreads(ThreadPoolExecutor):
-    """The executor of a worker's sync tasks: one thread per slot.  A task submitted while
-    Django is set up in this process runs between two ``close_old_connections()`` in its
-    thread, as a request does."""
+    """The executor of a worker's sync tasks: one thread per slot, and one in place of each
+    thread a stopped task keeps (see ``keep``).  A task submitted while Django is set up in
+    this process runs between two ``close_old_connections()`` in its thread, as a request
+    does."""
 
     def __init__(self, concurrency: int) -> None:
         super().__init__(concurrency, thread_name_prefix="skiplock-task")
+        self.concurrency = concurrency
+        self.kept = 0  # calls the worker stopped waiting for, still running in their thread
+        self._kept_lock = threading.Lock()
+
+    def keep(self, call: Future[Any], job_id: int) -> None:
+        """The worker stopped waiting for ``call`` (its job timed out, or was cancelled or
+        lost) but it runs on: a sync task cannot be interrupted, and this one did not return
+        when told (``ctx.cancelled``).  Its thread serves no other job until it returns, so
+        another thread takes its place, up to ``concurrency`` such threads at a time: the
+        worker's next sync jobs do not wait behind it.  Past that, they do (and a warning
+        says so)."""
+        with self._kept_lock:
+            if call.done():
+                return
+            self.kept += 1
+            self._resize()
+            kept = self.kept
+        call.add_done_callback(self._returned)
+        log.warning(
+            "job %s: its sync task did not return when stopped; it keeps its thread until it "
+            "does (%d kept)%s",
+            job_id,
+            kept,
+            "" if kept <= self.concurrency else "; no thread takes its place: sync jobs wait",
+        )
+
+    def _returned(self, call: Future[Any]) -> None:
+        with self._kept_lock:
+            self.kept -= 1
+            self._resize()
+
+    def _resize(self) -> None:
+        # ThreadPoolExecutor starts a thread for a submitted call while it has fewer than
+        # _max_workers and none idle; its threads never end before shutdown, so a kept
+        # thread that returns serves the next calls, and the bound only decides new ones.
+        self._max_workers = self.concurrency + min(self.kept, self.concurrency)
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         if django_is_set_up():

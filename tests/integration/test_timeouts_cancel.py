@@ -396,3 +396,39 @@ def test_a_cancel_request_that_comes_while_a_held_job_commits_does_not_undo_it(a
     assert runs == [1]
     job = app.get_job(job_id)
     assert job is not None and (job.status, job.attempts) == (JobStatus.DONE, 1)
+
+
+def test_a_sync_task_past_its_timeout_does_not_hold_up_the_next_sync_job(app: App, db: Any) -> None:
+    """A sync task past its timeout cannot be interrupted: its attempt fails and the call runs
+    on in its thread.  Another thread takes that one's place, so the next sync job of a worker
+    with one slot starts at once, not when the stuck call returns."""
+    release = threading.Event()
+    ran: list[str] = []
+
+    @app.task(name="stuck", timeout=0.2, max_attempts=1)
+    def stuck() -> None:
+        release.wait(20)
+        ran.append("stuck returned")
+
+    @app.task(name="quick")
+    def quick() -> None:
+        ran.append("quick")
+
+    stuck_id = stuck.with_options(priority=0).enqueue().id
+    quick_id = quick.with_options(priority=1).enqueue().id
+    worker = Worker(app, concurrency=1, poll_interval=0.05)
+
+    async def main() -> None:
+        task = asyncio.create_task(worker.run())
+        try:
+            assert await wait_for(lambda: worker.stats.done == 1, 5.0), (worker.stats, ran)
+        finally:
+            release.set()
+            worker.stop()
+            await asyncio.wait_for(task, 15)
+
+    asyncio.run(main())
+    assert ran[0] == "quick", ran
+    assert job_row(db, app, stuck_id)[:2] == ("failed", 1)
+    assert job_row(db, app, quick_id)[:2] == ("done", 1)
+    assert (worker.stats.timed_out, worker.stats.done) == (1, 1)
