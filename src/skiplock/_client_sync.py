@@ -34,8 +34,12 @@ from .presence import is_silent
 from .rate_limit import check_rate_limit
 
 POOL_MAX_SIZE = 4
-# Pauses (seconds) before trying again to cancel a job whose row another session has locked.
+# Pauses (seconds) before trying again to cancel a job whose row another session has locked:
+# a pending-looking row for a moment (a claim's lock), after which it is taken for a running
+# held-lock job's; a running leased job's row for about 3 s (a heartbeat's or an outcome's
+# write holds it, which may be waiting on the server itself).
 CANCEL_RETRY_PAUSES = (0.02, 0.05, 0.1, 0.2)
+RUNNING_ROW_RETRY_PAUSES = (*CANCEL_RETRY_PAUSES, *(0.25,) * 11)
 
 
 def open_pool(
@@ -230,12 +234,15 @@ class SyncClient:
         client's own (a caller's transaction fails with the first refused lock).
         """
         answer = self._cancel_unless_locked(job_id, conn)
-        for pause in CANCEL_RETRY_PAUSES:
-            if answer != "locked":
-                return answer
-            time.sleep(pause)
+        tries = 0
+        while answer in ("locked", "running, locked"):
+            pauses = CANCEL_RETRY_PAUSES if answer == "locked" else RUNNING_ROW_RETRY_PAUSES
+            if tries == len(pauses):
+                break
+            time.sleep(pauses[tries])
+            tries += 1
             answer = self._cancel_unless_locked(job_id, None)
-        if answer != "locked":
+        if answer not in ("locked", "running, locked"):
             return answer
         with self.connection() as c:
             if not self.store.job_held_request_cancel(c, job_id):
@@ -245,15 +252,19 @@ class SyncClient:
 
     def _cancel_unless_locked(self, job_id: int, conn: Connection[Any] | None) -> str:
         """One try of ``cancel_or_request``, answering ``"locked"`` when another session holds
-        the job's row."""
+        the row of a job that has not started (as far as this session can see), ``"running,
+        locked"`` when it holds a running job's."""
         with self.connection(conn) as c:
             try:
                 if self.store.job_cancel(c, job_id):
                     return "cancelled"
+            except psycopg.errors.LockNotAvailable:
+                return "locked"
+            try:
                 if self.store.job_request_cancel(c, job_id):
                     return "requested"
             except psycopg.errors.LockNotAvailable:
-                return "locked"
+                return "running, locked"
         return "unchanged"
 
     def find_waiting(
