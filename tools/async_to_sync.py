@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "skiplock"
 PAIRS = {
     "_statements_async.py": "_statements_sync.py",
     "_dependencies_async.py": "_dependencies_sync.py",
+    "_held_async.py": "_held_sync.py",
     "_store_async.py": "_store_sync.py",
     "_client_async.py": "_client_sync.py",
 }
@@ -29,12 +30,14 @@ NAMES = {
     "AsyncConnection": "Connection",
     "AsyncStatements": "SyncStatements",
     "AsyncDependencyStatements": "SyncDependencyStatements",
+    "AsyncHeldStatements": "SyncHeldStatements",
     "AsyncStore": "SyncStore",
     "AsyncClient": "SyncClient",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
     "_statements_async": "_statements_sync",
     "_dependencies_async": "_dependencies_sync",
+    "_held_async": "_held_sync",
     "_store_async": "_store_sync",
     "_client_async": "_client_sync",
     "AsyncCallerConnection": "CallerConnection",

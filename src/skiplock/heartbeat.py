@@ -54,6 +54,5 @@ class Heartbeat:
                 r.lease_lost()  # stops it, if it started
                 continue
             r.lease_until = sent + self.lease_seconds
-            if kept[r.job.id] and r.stop_reason is None:  # started, or waiting for a slot
-                log.info("job %s: cancellation requested, cancelling it", r.job.id)
-                r.stop("cancelled")
+            if kept[r.job.id]:  # started, or waiting for a slot
+                r.cancel_requested()

@@ -61,6 +61,5 @@ async def watch_held_cancels(
             continue
         for job_id in sorted(requested):
             job = held[job_id]
-            if job.stop_reason is None and not job.claim_gone:
-                log.info("job %s: cancellation requested, cancelling it", job_id)
-                job.stop("cancelled")
+            if not job.claim_gone:
+                job.cancel_requested()

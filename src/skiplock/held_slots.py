@@ -20,7 +20,8 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from ._store_async import AsyncStore, roll_back_quietly
+from ._held_async import roll_back_quietly
+from ._store_async import AsyncStore
 from .app import App
 from .completer import Completer, Recorded
 from .errors import SkiplockError
@@ -101,10 +102,8 @@ class HeldSlots:
         held-lock job not started yet reads the request, recorded apart, at its start; see
         :mod:`skiplock.held_cancels`.)"""
         running = self._running.get(job_id)
-        if running is None or running.stop_reason is not None:
-            return
-        log.info("job %s: cancellation requested, cancelling it", job_id)
-        running.stop("cancelled")
+        if running is not None:
+            running.cancel_requested()
 
     async def _held_slot(self, queues: list[str], got: asyncio.Future[Job | None]) -> None:
         assert self._pool is not None
@@ -129,8 +128,7 @@ class HeldSlots:
                         running = self._track(job, "held")
                         running.conn = conn
                         if cancel_requested:  # by an admin, since the job's last outcome
-                            log.info("job %s: cancellation requested, cancelling it", job.id)
-                            running.stop("cancelled")  # not started: no task to cancel
+                            running.cancel_requested()  # not started: no task to cancel
                         else:
                             running.task = asyncio.current_task()
                             self._emit_started(job)

@@ -57,6 +57,14 @@ class RunningJob:
         if self.task is not None:
             self.task.cancel()
 
+    def cancel_requested(self) -> None:
+        """An admin asked to cancel the job (its heartbeat saw the flag, a NOTIFY came, or a
+        held-lock job's recorded request was read): stop it, unless it is being stopped."""
+        if self.stop_reason is not None:
+            return
+        log.info("job %s: cancellation requested, cancelling it", self.job.id)
+        self.stop("cancelled")
+
     @property
     def claim_gone(self) -> bool:
         """A heartbeat, or a new claim of the job by this worker, found this claim reclaimed,
