@@ -137,10 +137,11 @@ class AsyncStore(AsyncHeldStatements):
         """Claim from a queue with a cluster-wide concurrency limit (``queue_limit``) or rate
         limit (``rated``), or both, serialised per queue so that every limit holds exactly."""
         async with conn.transaction():
-            await self._rows(conn, "queue_lock_for_claim", {"schema": self.schema, "queue": queue})
+            key = {"schema": self.schema, "queue": queue}
+            await self._rows(conn, "queue_lock_for_claim", key)
             room = limit
             if queue_limit is not None:
-                running = (await self._rows(conn, "queue_running_count", {"queue": queue}))[0][0]
+                running = (await self._rows(conn, "queue_running_count", key))[0][0]
                 room = min(room, queue_limit - running)
             budget = await self.queue_rate_budget(conn, queue) if rated else None
             if budget is not None:

@@ -136,10 +136,11 @@ class SyncStore(SyncHeldStatements):
         """Claim from a queue with a cluster-wide concurrency limit (``queue_limit``) or rate
         limit (``rated``), or both, serialised per queue so that every limit holds exactly."""
         with conn.transaction():
-            self._rows(conn, "queue_lock_for_claim", {"schema": self.schema, "queue": queue})
+            key = {"schema": self.schema, "queue": queue}
+            self._rows(conn, "queue_lock_for_claim", key)
             room = limit
             if queue_limit is not None:
-                running = (self._rows(conn, "queue_running_count", {"queue": queue}))[0][0]
+                running = (self._rows(conn, "queue_running_count", key))[0][0]
                 room = min(room, queue_limit - running)
             budget = self.queue_rate_budget(conn, queue) if rated else None
             if budget is not None:

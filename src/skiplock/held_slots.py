@@ -27,6 +27,7 @@ from .completer import Completer, Recorded
 from .errors import SkiplockError
 from .execution import Outcome, dead_starts, rolled_back
 from .job import Job
+from .queue_settings import QueueSettings
 from .recycling import Recycling
 from .running import RunningJob
 from .task import WorkerModel
@@ -41,6 +42,7 @@ class HeldSlots:
     lease_seconds: float
     worker_id: str
     store: AsyncStore
+    settings: QueueSettings | None
     recycling: Recycling
     _pool: AsyncConnectionPool | None
     _completer: Completer | None
@@ -110,9 +112,7 @@ class HeldSlots:
         running: RunningJob | None = None
         try:
             async with self._pool.connection() as conn:
-                job = await self.store.job_claim_held(
-                    conn, queues, self.worker_id, self.lease_seconds
-                )
+                job = await self._claim_for_slot(conn, queues)
                 if job is None:  # the store ended the transaction
                     got.set_result(None)
                     return
@@ -155,6 +155,23 @@ class HeldSlots:
         finally:
             if running is not None and running.model == "held":
                 self._untrack(running)
+
+    async def _claim_for_slot(self, conn: AsyncConnection[Any], queues: list[str]) -> Job | None:
+        """A job for a held-lock slot, its transaction open on ``conn``: from the queues without
+        a limit, else from each limited queue in turn, each claim serialised by a transaction
+        on another connection of the pool (see ``job_claim_held_limited``)."""
+        assert self._pool is not None and self.settings is not None
+        limits = self.settings.limits
+        unlimited = [q for q in queues if q not in limits]
+        job = await self.store.job_claim_held(conn, unlimited, self.worker_id, self.lease_seconds)
+        for queue in (q for q in queues if q in limits):
+            if job is not None:
+                break
+            async with self._pool.connection() as guard:
+                job = await self.store.job_claim_held_limited(
+                    conn, guard, queue, *limits[queue], self.worker_id, self.lease_seconds
+                )
+        return job
 
     async def _record_held_start(self, job: Job) -> tuple[int, bool]:
         """Record this start of a held-lock job, committed on another connection.  Returns how

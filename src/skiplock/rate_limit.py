@@ -5,8 +5,8 @@ per second and spent by claims (see ``queue_rate_budget`` in ``sql/runtime.sql``
 rate averages ``limit`` per ``period``; a queue that was idle may start up to ``limit`` jobs at
 once, and in any window of ``period`` seconds at most ``2 * limit`` start.  Claims of a
 rate-limited queue are serialised per queue (as with a concurrency limit), never claimed ahead,
-and the limit applies to leased jobs.  A worker finds the budget refilled at its next claim
-of the queue: when a slot frees, or within one poll interval.
+and the limit applies to both worker models.  A worker finds the budget refilled at its next
+claim of the queue: when a slot frees, or within one poll interval.
 
 Written ``N/UNIT`` as for Celery's ``rate_limit`` (``10/s``, ``100/m``, ``1000/h``) or
 ``N/SECONDS`` (``100/60``); ``none`` removes the limit.  Pure: no I/O.

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -215,6 +217,37 @@ def test_a_worker_drains_through_the_pooler(
         )
     ).fetchone()
     assert attempts == (1, 1)
+
+
+def test_a_held_lock_worker_keeps_a_concurrency_limit_through_the_pooler(
+    roomy_pooled_dsn: str, schema: str, db: psycopg.Connection[Any]
+) -> None:
+    """The claim's serialising transaction and the job's slot lock are transaction-scoped, so
+    they hold through a transaction pooler."""
+    app = App(roomy_pooled_dsn, schema, prepared_statements=False)
+    now_running = max_running = 0
+    lock = threading.Lock()
+
+    @app.task(name="nap", queue="limited_held", model="held")
+    def nap(n: int) -> None:
+        nonlocal now_running, max_running
+        with lock:
+            now_running += 1
+            max_running = max(max_running, now_running)
+        time.sleep(0.02)
+        with lock:
+            now_running -= 1
+
+    app.sync_client.set_concurrency_limit("limited_held", 2)
+    nap.enqueue_many([{"n": n} for n in range(30)])
+    worker = Worker(app, concurrency=3, burst=True, listen=False, poll_interval=0.05)
+    try:
+        stats = asyncio.run(worker.run())
+    finally:
+        app.close()
+    assert (stats.done, stats.failed) == (30, 0)
+    assert max_running == 2, f"{max_running} running at once in a queue limited to 2"
+    assert job_counts(db, schema) == {"done": 30}
 
 
 @pytest.mark.parametrize("prepare", [True, False], ids=["prepared", "unprepared"])

@@ -57,8 +57,21 @@ UPDATE {queues} SET rate_tokens = %(left)s, rate_refilled_at = now() WHERE name 
 SELECT pg_advisory_xact_lock(hashtext('skiplock.queue'), hashtext(%(schema)s || '/' || %(queue)s));
 
 -- name: queue_running_count
--- Running jobs of one queue, across all workers.
-SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue)s;
+-- Running jobs of one queue, across all workers: leased ones by their status, held-lock ones
+-- by the lock each one's transaction holds (queue_hold_running_slot: every other session sees
+-- a running held-lock job's row as pending).
+SELECT (SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue)s)
+     + (SELECT count(*) FROM pg_locks
+        WHERE locktype = 'advisory' AND granted AND objsubid = 2
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND classid = hashtext('skiplock.held')::oid
+          AND objid = hashtext(%(schema)s || '/' || %(queue)s)::oid);
+
+-- name: queue_hold_running_slot
+-- Mark this transaction as running a held-lock job of a limited queue until it ends (a shared
+-- lock: one holder per running job, counted by queue_running_count).
+SELECT pg_advisory_xact_lock_shared(hashtext('skiplock.held'),
+                                    hashtext(%(schema)s || '/' || %(queue)s));
 
 -- name: leader_acquire
 -- Take or renew a maintenance role; returns the holder, which is us only if we have it.

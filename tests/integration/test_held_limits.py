@@ -1,0 +1,167 @@
+"""Queue concurrency and rate limits for held-lock jobs, whose rows every other session sees
+as pending while they run: the claim counts them by the lock their transaction holds."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from skiplock import App, Worker
+from skiplock._store_async import AsyncStore
+from skiplock._store_sync import SyncStore
+
+pytestmark = pytest.mark.smoke
+
+
+def statuses(db: Any, app: App) -> dict[str, int]:
+    return dict(db.execute(f'SELECT status, count(*) FROM "{app.schema}".jobs GROUP BY 1'))
+
+
+def test_held_claims_of_a_limited_queue_stop_at_the_limit_until_a_job_ends(
+    app: App, db: Any
+) -> None:
+    @app.task(name="t", queue="lim")
+    def t(n: int) -> None: ...
+
+    t.enqueue_many([{"n": i} for i in range(6)])
+    app.sync_client.set_concurrency_limit("lim", 2)
+    store = SyncStore(app.queries)
+    conns = [psycopg.connect(app.dsn, autocommit=True) for _ in range(4)]
+    guard = psycopg.connect(app.dsn, autocommit=True)
+    try:
+
+        def claim(conn: psycopg.Connection[Any]) -> Any:
+            return store.job_claim_held_limited(conn, guard, "lim", 2, False, "w", 30.0)
+
+        first, second, third = (claim(c) for c in conns[:3])
+        assert first is not None and second is not None
+        assert third is None, "a third held-lock job started in a queue limited to 2"
+        # Both rows still look pending to everyone else: the count comes from the slots.
+        assert statuses(db, app) == {"pending": 6}
+        conns[0].rollback()  # as a crash would: the job's slot ends with its transaction
+        assert claim(conns[2]) is not None
+        conns[1].close()  # the session dropped (a dead worker): its slot ends too
+        assert claim(conns[3]) is not None
+        assert claim(conns[0]) is None
+    finally:
+        for conn in (*conns, guard):
+            conn.close()
+
+
+def test_leased_claims_count_running_held_lock_jobs(app: App, db: Any) -> None:
+    @app.task(name="t", queue="lim")
+    def t(n: int) -> None: ...
+
+    t.enqueue_many([{"n": i} for i in range(6)])
+    app.sync_client.set_concurrency_limit("lim", 3)
+    store = SyncStore(app.queries)
+    with (
+        psycopg.connect(app.dsn, autocommit=True) as held,
+        psycopg.connect(app.dsn, autocommit=True) as guard,
+        psycopg.connect(app.dsn, autocommit=True) as leased,
+    ):
+        assert store.job_claim_held_limited(held, guard, "lim", 3, False, "w1", 30.0) is not None
+        jobs = store.job_claim_limited(leased, "lim", 10, 3, False, "w2", 30.0)
+        assert len(jobs) == 2, "the leased claim did not count the running held-lock job"
+        # And the other way round: the two leased jobs, now committed, count for the next.
+        with psycopg.connect(app.dsn, autocommit=True) as again:
+            assert store.job_claim_held_limited(again, guard, "lim", 3, False, "w3", 30.0) is None
+        held.commit()
+    assert statuses(db, app) == {"running": 3, "pending": 3}
+
+
+def test_concurrent_held_claims_take_exactly_the_limit(app: App) -> None:
+    """Ten slots claim at once from a queue limited to 3: the per-queue serialisation lets
+    exactly 3 start (without it, each would count the others' slots before they were taken)."""
+
+    @app.task(name="t", queue="lim")
+    def t(n: int) -> None: ...
+
+    t.enqueue_many([{"n": i} for i in range(20)])
+    app.sync_client.set_concurrency_limit("lim", 3)
+
+    async def scenario() -> int:
+        store = AsyncStore(app.queries)
+        conns = [await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) for _ in range(20)]
+        try:
+            claims = [
+                store.job_claim_held_limited(c, g, "lim", 3, False, f"w{i}", 30.0)
+                for i, (c, g) in enumerate(zip(conns[:10], conns[10:], strict=True))
+            ]
+            jobs = await asyncio.gather(*claims)
+            return sum(job is not None for job in jobs)
+        finally:
+            for conn in conns:
+                await conn.close()
+
+    for _ in range(3):
+        assert asyncio.run(scenario()) == 3
+
+
+def test_held_lock_workers_keep_a_queue_to_its_concurrency_limit(app: App, db: Any) -> None:
+    """Two held-lock workers with 5 slots each and a leased worker with 1, on a queue limited
+    to 3 (so reaching the limit takes held-lock jobs)."""
+    app.sync_client.set_concurrency_limit("lim", 3)
+    now_running = max_running = 0
+    lock = threading.Lock()
+
+    @app.task(name="nap", queue="lim")
+    async def nap(n: int) -> None:
+        nonlocal now_running, max_running
+        with lock:
+            now_running += 1
+            max_running = max(max_running, now_running)
+        try:
+            await asyncio.sleep(0.05)
+        finally:
+            with lock:
+                now_running -= 1
+
+    nap.enqueue_many([{"n": i} for i in range(40)])
+    slots = {"held": 5, "lease": 1}
+    # Not burst workers: one stops at its first claim that the limit leaves empty.
+    workers = [
+        Worker(app, concurrency=slots[m], model=m, poll_interval=0.05)
+        for m in ("held", "held", "lease")
+    ]
+
+    async def main() -> None:
+        runs = asyncio.gather(*(w.run() for w in workers))
+        deadline = time.monotonic() + 60
+        while sum(w.stats.done for w in workers) < 40 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for worker in workers:
+            worker.stop()
+        await asyncio.wait_for(runs, 30)
+
+    asyncio.run(main())
+    assert max_running <= 3, f"{max_running} jobs of a queue limited to 3 ran at once"
+    assert max_running == 3, "never reached the limit: the check could not have failed"
+    assert sum(w.stats.done for w in workers) == 40
+    assert workers[0].stats.done + workers[1].stats.done >= 2
+    assert statuses(db, app) == {"done": 40}
+
+
+def test_a_held_lock_worker_spends_a_queues_rate_budget(app: App, db: Any) -> None:
+    app.sync_client.set_rate_limit("rated", 3, 3600)  # three starts an hour
+    ran: list[int] = []
+
+    @app.task(name="tick", queue="rated")
+    async def tick(n: int) -> None:
+        ran.append(n)
+
+    tick.enqueue_many([{"n": i} for i in range(6)])
+    worker = Worker(app, concurrency=5, model="held", poll_interval=0.05, burst=True)
+    started = time.monotonic()
+    asyncio.run(asyncio.wait_for(worker.run(), 30))
+    assert time.monotonic() - started < 20
+    assert len(ran) == 3, f"{len(ran)} starts in a queue allowed 3 an hour"
+    assert statuses(db, app) == {"done": 3, "pending": 3}
+    # The budget is spent for every worker, leased ones too.
+    asyncio.run(asyncio.wait_for(Worker(app, concurrency=5, burst=True).run(), 30))
+    assert len(ran) == 3
