@@ -79,21 +79,27 @@ class AsyncHeldStatements(AsyncDependencyStatements):
         commit, a rollback, its session dropped): see queue_running_count.
         """
         key = {"schema": self.schema, "queue": queue}
-        async with guard.transaction():
-            await self._rows(guard, "queue_lock_for_claim", key)
-            room = 1
-            if queue_limit is not None:
-                running = (await self._rows(guard, "queue_running_count", key))[0][0]
-                room = queue_limit - running
-            budget = await self.queue_rate_budget(guard, queue) if rated else None
-            if budget is not None:
-                room = min(room, math.floor(budget))
-            if room <= 0:
-                return None
-            job = await self._claim_held_from(conn, queue, worker, lease_seconds, hold=key)
-            if budget is not None and job is not None:
-                await self.queue_spend_rate_budget(guard, queue, budget - 1)
+        job = None
+        try:
+            async with guard.transaction():
+                await self._rows(guard, "queue_lock_for_claim", key)
+                room = 1
+                if queue_limit is not None:
+                    running = (await self._rows(guard, "queue_running_count", key))[0][0]
+                    room = queue_limit - running
+                budget = await self.queue_rate_budget(guard, queue) if rated else None
+                if budget is not None:
+                    room = min(room, math.floor(budget))
+                if room <= 0:
+                    return None
+                job = await self._claim_held_from(conn, queue, worker, lease_seconds, hold=key)
+                if budget is not None and job is not None:
+                    await self.queue_spend_rate_budget(guard, queue, budget - 1)
             return job
+        except BaseException:
+            if job is not None:  # its budget was not spent: the claim rolls back too
+                await roll_back_quietly(conn)
+            raise
 
     async def _claim_held_from(
         self,

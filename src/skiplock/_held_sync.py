@@ -80,21 +80,27 @@ class SyncHeldStatements(SyncDependencyStatements):
         commit, a rollback, its session dropped): see queue_running_count.
         """
         key = {"schema": self.schema, "queue": queue}
-        with guard.transaction():
-            self._rows(guard, "queue_lock_for_claim", key)
-            room = 1
-            if queue_limit is not None:
-                running = (self._rows(guard, "queue_running_count", key))[0][0]
-                room = queue_limit - running
-            budget = self.queue_rate_budget(guard, queue) if rated else None
-            if budget is not None:
-                room = min(room, math.floor(budget))
-            if room <= 0:
-                return None
-            job = self._claim_held_from(conn, queue, worker, lease_seconds, hold=key)
-            if budget is not None and job is not None:
-                self.queue_spend_rate_budget(guard, queue, budget - 1)
+        job = None
+        try:
+            with guard.transaction():
+                self._rows(guard, "queue_lock_for_claim", key)
+                room = 1
+                if queue_limit is not None:
+                    running = (self._rows(guard, "queue_running_count", key))[0][0]
+                    room = queue_limit - running
+                budget = self.queue_rate_budget(guard, queue) if rated else None
+                if budget is not None:
+                    room = min(room, math.floor(budget))
+                if room <= 0:
+                    return None
+                job = self._claim_held_from(conn, queue, worker, lease_seconds, hold=key)
+                if budget is not None and job is not None:
+                    self.queue_spend_rate_budget(guard, queue, budget - 1)
             return job
+        except BaseException:
+            if job is not None:  # its budget was not spent: the claim rolls back too
+                roll_back_quietly(conn)
+            raise
 
     def _claim_held_from(
         self,

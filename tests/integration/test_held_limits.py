@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.pq import TransactionStatus
 
 from skiplock import App, Worker
 from skiplock._store_async import AsyncStore
@@ -165,3 +166,32 @@ def test_a_held_lock_worker_spends_a_queues_rate_budget(app: App, db: Any) -> No
     # The budget is spent for every worker, leased ones too.
     asyncio.run(asyncio.wait_for(Worker(app, concurrency=5, burst=True).run(), 30))
     assert len(ran) == 3
+
+
+def test_a_claim_whose_budget_cannot_be_spent_is_rolled_back(
+    app: App, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim's job must not start unpaid: it is rolled back, its connection left idle."""
+
+    @app.task(name="t", queue="rated")
+    def t(n: int) -> None: ...
+
+    (job,) = t.enqueue_many([{"n": 1}])
+    app.sync_client.set_rate_limit("rated", 3, 3600)
+    store = SyncStore(app.queries)
+
+    def spend(*args: Any) -> None:
+        raise psycopg.OperationalError("the server went away")
+
+    monkeypatch.setattr(store, "queue_spend_rate_budget", spend)
+    with (
+        psycopg.connect(app.dsn, autocommit=True) as conn,
+        psycopg.connect(app.dsn, autocommit=True) as guard,
+    ):
+        with pytest.raises(psycopg.OperationalError):
+            store.job_claim_held_limited(conn, guard, "rated", None, True, "w", 30.0)
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+        assert guard.info.transaction_status == TransactionStatus.IDLE
+    row = db.execute(f'SELECT status, attempts FROM "{app.schema}".jobs WHERE id = %s', (job.id,))
+    assert row.fetchone() == ("pending", 0)
+    assert store.queue_rate_budget(db, "rated") == pytest.approx(3, abs=0.01)
