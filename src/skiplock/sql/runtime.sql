@@ -64,13 +64,13 @@ SELECT (SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue
      + (SELECT count(*) FROM pg_locks
         WHERE locktype = 'advisory' AND granted AND objsubid = 2
           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-          AND classid = hashtext('skiplock.held')::oid
+          AND classid = hashtext('skiplock_held_job')::oid
           AND objid = hashtext(%(schema)s || '/' || %(queue)s)::oid);
 
 -- name: queue_hold_running_slot
 -- Mark this transaction as running a held-lock job of a limited queue until it ends (a shared
 -- lock: one holder per running job, counted by queue_running_count).
-SELECT pg_advisory_xact_lock_shared(hashtext('skiplock.held'),
+SELECT pg_advisory_xact_lock_shared(hashtext('skiplock_held_job'),
                                     hashtext(%(schema)s || '/' || %(queue)s));
 
 -- name: leader_acquire
