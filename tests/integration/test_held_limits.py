@@ -4,7 +4,6 @@ as pending while they run: the claim counts them by the lock their transaction h
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from typing import Any
 
@@ -12,6 +11,7 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
+from running_peak import RunningPeak
 from skiplock import App, Worker
 from skiplock._store_async import AsyncStore
 from skiplock._store_sync import SyncStore
@@ -108,20 +108,12 @@ def test_held_lock_workers_keep_a_queue_to_its_concurrency_limit(app: App, db: A
     """Two held-lock workers with 5 slots each and a leased worker with 1, on a queue limited
     to 3 (so reaching the limit takes held-lock jobs)."""
     app.sync_client.set_concurrency_limit("lim", 3)
-    now_running = max_running = 0
-    lock = threading.Lock()
+    gauge = RunningPeak()
 
     @app.task(name="nap", queue="lim")
     async def nap(n: int) -> None:
-        nonlocal now_running, max_running
-        with lock:
-            now_running += 1
-            max_running = max(max_running, now_running)
-        try:
+        with gauge.running():
             await asyncio.sleep(0.05)
-        finally:
-            with lock:
-                now_running -= 1
 
     nap.enqueue_many([{"n": i} for i in range(40)])
     slots = {"held": 5, "lease": 1}
@@ -141,8 +133,8 @@ def test_held_lock_workers_keep_a_queue_to_its_concurrency_limit(app: App, db: A
         await asyncio.wait_for(runs, 30)
 
     asyncio.run(main())
-    assert max_running <= 3, f"{max_running} jobs of a queue limited to 3 ran at once"
-    assert max_running == 3, "never reached the limit: the check could not have failed"
+    assert gauge.peak <= 3, f"{gauge.peak} jobs of a queue limited to 3 ran at once"
+    assert gauge.peak == 3, "never reached the limit: the check could not have failed"
     assert sum(w.stats.done for w in workers) == 40
     assert workers[0].stats.done + workers[1].stats.done >= 2
     assert statuses(db, app) == {"done": 40}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +22,7 @@ import psycopg
 import pytest
 
 from pgbouncer import running_pgbouncer
+from running_peak import RunningPeak
 from skiplock import App, ConfigurationError, Worker, listener
 from skiplock._store_async import AsyncStore
 from skiplock.listener import Listener
@@ -225,18 +225,12 @@ def test_a_held_lock_worker_keeps_a_concurrency_limit_through_the_pooler(
     """The claim's serialising transaction and the job's slot lock are transaction-scoped, so
     they hold through a transaction pooler."""
     app = App(roomy_pooled_dsn, schema, prepared_statements=False)
-    now_running = max_running = 0
-    lock = threading.Lock()
+    gauge = RunningPeak()
 
     @app.task(name="nap", queue="limited_held", model="held")
     def nap(n: int) -> None:
-        nonlocal now_running, max_running
-        with lock:
-            now_running += 1
-            max_running = max(max_running, now_running)
-        time.sleep(0.02)
-        with lock:
-            now_running -= 1
+        with gauge.running():
+            time.sleep(0.02)
 
     app.sync_client.set_concurrency_limit("limited_held", 2)
     nap.enqueue_many([{"n": n} for n in range(30)])
@@ -246,7 +240,7 @@ def test_a_held_lock_worker_keeps_a_concurrency_limit_through_the_pooler(
     finally:
         app.close()
     assert (stats.done, stats.failed) == (30, 0)
-    assert max_running == 2, f"{max_running} running at once in a queue limited to 2"
+    assert gauge.peak == 2, f"{gauge.peak} running at once in a queue limited to 2"
     assert job_counts(db, schema) == {"done": 30}
 
 

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from polling import wait_for
+from running_peak import RunningPeak
 from skiplock import App, Worker
 from skiplock.job import Claim
 
@@ -148,21 +149,12 @@ def test_a_worker_with_every_slot_busy_idles_on_a_wake_up(app: App) -> None:
 
 def test_concurrency_limit_holds_across_workers_while_they_run(app: App, pg_dsn: str) -> None:
     app.sync_client.set_concurrency_limit("lim", 3)
-    now_running = 0
-    max_running = 0
-    lock = threading.Lock()
+    gauge = RunningPeak()
 
     @app.task(name="nap", queue="lim")
     async def nap() -> None:
-        nonlocal now_running, max_running
-        with lock:
-            now_running += 1
-            max_running = max(max_running, now_running)
-        try:
+        with gauge.running():
             await asyncio.sleep(0.05)
-        finally:
-            with lock:
-                now_running -= 1
 
     nap.enqueue_many([{}] * 60)
     seen: list[int] = []
@@ -195,7 +187,7 @@ def test_concurrency_limit_holds_across_workers_while_they_run(app: App, pg_dsn:
 
     assert max(seen) <= 3, f"the database saw {max(seen)} running jobs of a queue limited to 3"
     assert 3 in seen, "never saw the limit reached: the check could not have failed"
-    assert max_running <= 3
+    assert gauge.peak <= 3
     assert sum(w.stats.done for w in workers) == 60
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         assert statuses(conn, app) == {"done": 60}
