@@ -34,7 +34,9 @@ class AsyncHeldStatements(AsyncDependencyStatements):
         self, conn: AsyncConnection[Any], queues: Sequence[str], worker: str, lease_seconds: float
     ) -> Job | None:
         """Begin a transaction on ``conn`` (idle) and claim one job in it, for the held-lock
-        model: the job's row stays locked until the caller commits or rolls back.
+        model: the job's row stays locked until the caller commits or rolls back, and the
+        transaction holds its queue's held-lock marker (``held_job_mark_running``): every
+        other session sees the row as pending, and counts the job as running by the marker.
 
         No commit, so no WAL flush, before the job can start.  With no job to claim, the
         transaction is ended and ``conn`` left idle.  Across several queues, the best job of
@@ -74,9 +76,10 @@ class AsyncHeldStatements(AsyncDependencyStatements):
         The claims of a limited queue are serialised by a transaction on ``guard``, another
         idle connection (the one on ``conn`` lasts as long as the job; the guard's ends with
         the claim): it counts the queue's running jobs and spends its rate budget, as a leased
-        claim does.  The job's transaction holds the queue's held-lock slot until it ends, from
-        before the guard's ends, so every later count includes the job however it ends (a
-        commit, a rollback, its session dropped): see queue_running_count.
+        claim does.  The job's transaction takes its queue's held-lock marker with the claim,
+        before the guard's ends, and holds it until it ends, so every later count includes the
+        job however it ends (a commit, a rollback, its session dropped): see
+        queue_running_count.
         """
         key = {"schema": self.schema, "queue": queue}
         job = None
@@ -92,7 +95,7 @@ class AsyncHeldStatements(AsyncDependencyStatements):
                     room = min(room, math.floor(budget))
                 if room <= 0:
                     return None
-                job = await self._claim_held_from(conn, queue, worker, lease_seconds, hold=key)
+                job = await self._claim_held_from(conn, queue, worker, lease_seconds)
                 if budget is not None and job is not None:
                     await self.queue_spend_rate_budget(guard, queue, budget - 1)
             return job
@@ -102,40 +105,30 @@ class AsyncHeldStatements(AsyncDependencyStatements):
             raise
 
     async def _claim_held_from(
-        self,
-        conn: AsyncConnection[Any],
-        queue: str,
-        worker: str,
-        lease_seconds: float,
-        hold: dict[str, Any] | None = None,
+        self, conn: AsyncConnection[Any], queue: str, worker: str, lease_seconds: float
     ) -> Job | None:
-        """Claim one job of ``queue`` in a transaction begun on ``conn``; with ``hold``, the
-        transaction also takes that queue's held-lock slot."""
+        """Claim one job of ``queue`` in a transaction begun on ``conn``."""
         # The transaction will write the job's outcome too: its commit waits for the flush.
         name, params = claim_statement([queue], 1, worker, lease_seconds, None, commit_async=False)
         for _ in range(ENTITY_KEY_RETRIES):
-            job, raced = await self._claim_one_in_transaction(conn, name, params, hold)
+            job, raced = await self._claim_one_in_transaction(conn, name, params)
             if not raced:
                 return job
         return None
 
     async def _claim_one_in_transaction(
-        self,
-        conn: AsyncConnection[Any],
-        name: str,
-        params: dict[str, Any],
-        hold: dict[str, Any] | None = None,
+        self, conn: AsyncConnection[Any], name: str, params: dict[str, Any]
     ) -> tuple[Job | None, bool]:
         """Begin a transaction on ``conn`` and claim at most one job in it with statement
         ``name``: the job, its transaction left open, or None with the transaction ended; and
         whether the claim lost an entity-key race (see job_claim: the next snapshot sees the
-        winner).  With ``hold``, a claimed job's transaction takes its queue's held-lock slot
-        (``queue_hold_running_slot``)."""
+        winner).  A claimed job's transaction takes its queue's held-lock marker."""
         try:
             await self._rows(conn, "transaction_begin", {})
             jobs = await self._claimed_jobs(conn, name, params)
-            if jobs and hold is not None:
-                await self._rows(conn, "queue_hold_running_slot", hold)
+            if jobs:
+                marker = {"schema": self.schema, "queue": jobs[0].queue}
+                await self._rows(conn, "held_job_mark_running", marker)
         except psycopg.errors.UniqueViolation:
             await conn.rollback()
             return None, True

@@ -283,7 +283,8 @@ class AsyncStatements:
         return len(await self._rows(conn, "job_request_cancel_many", jobs.params()))
 
     async def queue_status(self, conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
-        return await self._fetch(conn, "queue_status", {"silent": SILENT_AFTER}, dict_row)
+        params = {"silent": SILENT_AFTER, "schema": self.schema}
+        return await self._fetch(conn, "queue_status", params, dict_row)
 
     async def job_list(
         self,

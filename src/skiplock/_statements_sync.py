@@ -270,7 +270,8 @@ class SyncStatements:
         return len(self._rows(conn, "job_request_cancel_many", jobs.params()))
 
     def queue_status(self, conn: Connection[Any]) -> list[dict[str, Any]]:
-        return self._fetch(conn, "queue_status", {"silent": SILENT_AFTER}, dict_row)
+        params = {"silent": SILENT_AFTER, "schema": self.schema}
+        return self._fetch(conn, "queue_status", params, dict_row)
 
     def job_list(
         self,

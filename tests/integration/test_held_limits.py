@@ -187,3 +187,49 @@ def test_a_claim_whose_budget_cannot_be_spent_is_rolled_back(
     row = db.execute(f'SELECT status, attempts FROM "{app.schema}".jobs WHERE id = %s', (job.id,))
     assert row.fetchone() == ("pending", 0)
     assert store.queue_rate_budget(db, "rated") == pytest.approx(3, abs=0.01)
+
+
+def test_queue_status_counts_running_held_lock_jobs_as_running(app: App, db: Any) -> None:
+    @app.task(name="t", queue="q")
+    def t(n: int) -> None: ...
+
+    t.enqueue_many([{"n": i} for i in range(3)])
+    store = SyncStore(app.queries)
+
+    def counts() -> tuple[int, int]:
+        (row,) = app.sync_client.queue_status()
+        return row["pending"], row["running"]
+
+    with (
+        psycopg.connect(app.dsn, autocommit=True) as first,
+        psycopg.connect(app.dsn, autocommit=True) as second,
+    ):
+        assert store.job_claim_held(first, ["q"], "w", 30.0) is not None
+        assert store.job_claim_held(second, ["q"], "w", 30.0) is not None
+        assert statuses(db, app) == {"pending": 3}  # what the table says to other sessions
+        assert counts() == (1, 2)
+        first.rollback()
+        assert counts() == (2, 1)
+        second.rollback()
+        assert counts() == (3, 0)
+
+
+def test_a_held_lock_job_started_before_its_queue_got_a_limit_counts_against_it(
+    app: App,
+) -> None:
+    @app.task(name="t", queue="q")
+    def t(n: int) -> None: ...
+
+    t.enqueue_many([{"n": i} for i in range(3)])
+    store = SyncStore(app.queries)
+    with (
+        psycopg.connect(app.dsn, autocommit=True) as held,
+        psycopg.connect(app.dsn, autocommit=True) as guard,
+        psycopg.connect(app.dsn, autocommit=True) as other,
+    ):
+        assert store.job_claim_held(held, ["q"], "w1", 30.0) is not None  # no limit yet
+        app.sync_client.set_concurrency_limit("q", 1)
+        assert store.job_claim_held_limited(other, guard, "q", 1, False, "w2", 30.0) is None
+        assert store.job_claim_limited(other, "q", 5, 1, False, "w3", 30.0) == []
+        held.rollback()
+        assert store.job_claim_limited(other, "q", 5, 1, False, "w3", 30.0) != []

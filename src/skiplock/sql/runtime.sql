@@ -58,7 +58,7 @@ SELECT pg_advisory_xact_lock(hashtext('skiplock.queue'), hashtext(%(schema)s || 
 
 -- name: queue_running_count
 -- Running jobs of one queue, across all workers: leased ones by their status, held-lock ones
--- by the lock each one's transaction holds (queue_hold_running_slot: every other session sees
+-- by the marker each one's transaction holds (held_job_mark_running: every other session sees
 -- a running held-lock job's row as pending).
 SELECT (SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue)s)
      + (SELECT count(*) FROM pg_locks
@@ -67,9 +67,10 @@ SELECT (SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue
           AND classid = hashtext('skiplock_held_job')::oid
           AND objid = hashtext(%(schema)s || '/' || %(queue)s)::oid);
 
--- name: queue_hold_running_slot
--- Mark this transaction as running a held-lock job of a limited queue until it ends (a shared
--- lock: one holder per running job, counted by queue_running_count).
+-- name: held_job_mark_running
+-- Mark this transaction as running a held-lock job of the queue until it ends: a shared lock,
+-- one holder per running job, which queue_running_count and queue_status count (the job's row
+-- looks pending to every other session until the transaction commits).
 SELECT pg_advisory_xact_lock_shared(hashtext('skiplock_held_job'),
                                     hashtext(%(schema)s || '/' || %(queue)s));
 
@@ -150,7 +151,16 @@ RETURNING j.id;
 -- of the oldest due job in seconds, jobs finished in the last minute, its settings (paused,
 -- concurrency limit, rate limit) and the live workers that claim from it (reported within
 -- %(silent)s seconds); a queue with settings or workers but no jobs is listed with zero counts.
-WITH counts AS (
+-- Running held-lock jobs, whose rows look pending, are counted running by their transactions'
+-- markers (held_job_mark_running); the oldest due job's age may be a running held-lock job's.
+WITH held AS (
+    SELECT objid, count(*) AS running
+    FROM pg_locks
+    WHERE locktype = 'advisory' AND granted AND objsubid = 2
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND classid = hashtext('skiplock_held_job')::oid
+    GROUP BY objid
+), counts AS (
     SELECT queue,
            count(*) FILTER (WHERE status = 'pending') AS pending,
            count(*) FILTER (WHERE status = 'scheduled') AS scheduled,
@@ -172,9 +182,10 @@ WITH counts AS (
     GROUP BY served.queue
 )
 SELECT coalesce(c.queue, q.name, s.queue) AS queue,
-       coalesce(c.pending, 0) AS pending, coalesce(c.scheduled, 0) AS scheduled,
-       coalesce(c.waiting, 0) AS waiting,
-       coalesce(c.running, 0) AS running, coalesce(c.failed, 0) AS failed,
+       greatest(coalesce(c.pending, 0) - coalesce(h.running, 0), 0) AS pending,
+       coalesce(c.scheduled, 0) AS scheduled, coalesce(c.waiting, 0) AS waiting,
+       coalesce(c.running, 0) + least(coalesce(h.running, 0), coalesce(c.pending, 0)) AS running,
+       coalesce(c.failed, 0) AS failed,
        coalesce(c.done, 0) AS done, coalesce(c.cancelled, 0) AS cancelled,
        c.oldest_pending_seconds, coalesce(c.finished_last_minute, 0) AS finished_last_minute,
        coalesce(q.paused, false) AS paused, q.concurrency_limit, q.rate_limit, q.rate_period,
@@ -182,6 +193,7 @@ SELECT coalesce(c.queue, q.name, s.queue) AS queue,
 FROM counts AS c
 FULL JOIN {queues} AS q ON q.name = c.queue
 FULL JOIN served AS s ON s.queue = coalesce(c.queue, q.name)
+LEFT JOIN held AS h ON h.objid = hashtext(%(schema)s || '/' || c.queue)::oid
 ORDER BY 1;
 
 -- name: job_spend_rolled_back_attempt
