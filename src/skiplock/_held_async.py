@@ -35,7 +35,7 @@ class AsyncHeldStatements(AsyncDependencyStatements):
     ) -> Job | None:
         """Begin a transaction on ``conn`` (idle) and claim one job in it, for the held-lock
         model: the job's row stays locked until the caller commits or rolls back, and the
-        transaction holds its queue's held-lock marker (``held_job_mark_running``): every
+        transaction holds its queue's held-lock marker (``job_held_mark_running``): every
         other session sees the row as pending, and counts the job as running by the marker.
 
         No commit, so no WAL flush, before the job can start.  With no job to claim, the
@@ -128,7 +128,7 @@ class AsyncHeldStatements(AsyncDependencyStatements):
             jobs = await self._claimed_jobs(conn, name, params)
             if jobs:
                 marker = {"schema": self.schema, "queue": jobs[0].queue}
-                await self._rows(conn, "held_job_mark_running", marker)
+                await self._rows(conn, "job_held_mark_running", marker)
         except psycopg.errors.UniqueViolation:
             await conn.rollback()
             return None, True
