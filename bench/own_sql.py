@@ -69,7 +69,7 @@ def _literal(value: Any) -> str:
 def script(mode: str, batch: int) -> str:
     """One pgbench transaction pair: skiplock's claim of ``:n`` jobs, then their finish."""
     queries = Queries(SCHEMA)
-    name, params = claim_statement([QUEUE], batch, WORKER, LEASE_SECONDS, None, commit_async=True)
+    name, params = claim_statement([QUEUE], batch, WORKER, LEASE_SECONDS, None, schema=SCHEMA)
     values = {key: _literal(value) for key, value in params.items()}
     values["limit"] = ":n"
     claim = _fill(queries[name].as_string(None), values).rstrip().rstrip(";")

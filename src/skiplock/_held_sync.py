@@ -36,7 +36,7 @@ class SyncHeldStatements(SyncDependencyStatements):
     ) -> Job | None:
         """Begin a transaction on ``conn`` (idle) and claim one job in it, for the held-lock
         model: the job's row stays locked until the caller commits or rolls back, and the
-        transaction holds its queue's held-lock marker (``job_held_mark_running``): every
+        transaction holds its queue's held-lock marker (see job_claim in jobs.sql): every
         other session sees the row as pending, and counts the job as running by the marker.
 
         No commit, so no WAL flush, before the job can start.  With no job to claim, the
@@ -54,8 +54,8 @@ class SyncHeldStatements(SyncDependencyStatements):
             candidates = self._rows(conn, "job_claim_candidates_from_queues", params)
             if not candidates:
                 return None
-            for (job_id,) in candidates:
-                by_id = {**params, "id": job_id}
+            for job_id, queue in candidates:
+                by_id = {**params, "id": job_id, "queue": queue, "schema": self.schema}
                 job, _ = self._claim_one_in_transaction(conn, "job_claim_by_id", by_id)
                 if job is not None:
                     return job
@@ -110,7 +110,9 @@ class SyncHeldStatements(SyncDependencyStatements):
     ) -> Job | None:
         """Claim one job of ``queue`` in a transaction begun on ``conn``."""
         # The transaction will write the job's outcome too: its commit waits for the flush.
-        name, params = claim_statement([queue], 1, worker, lease_seconds, None, commit_async=False)
+        name, params = claim_statement(
+            [queue], 1, worker, lease_seconds, None, schema=self.schema, held=True
+        )
         for _ in range(ENTITY_KEY_RETRIES):
             job, raced = self._claim_one_in_transaction(conn, name, params)
             if not raced:
@@ -123,13 +125,10 @@ class SyncHeldStatements(SyncDependencyStatements):
         """Begin a transaction on ``conn`` and claim at most one job in it with statement
         ``name``: the job, its transaction left open, or None with the transaction ended; and
         whether the claim lost an entity-key race (see job_claim: the next snapshot sees the
-        winner).  A claimed job's transaction takes its queue's held-lock marker."""
+        winner).  The claim statement takes its queue's held-lock marker (see job_claim)."""
         try:
             self._rows(conn, "transaction_begin", {})
             jobs = self._claimed_jobs(conn, name, params)
-            if jobs:
-                marker = {"schema": self.schema, "queue": jobs[0].queue}
-                self._rows(conn, "job_held_mark_running", marker)
         except psycopg.errors.UniqueViolation:
             conn.rollback()
             return None, True

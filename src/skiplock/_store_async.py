@@ -112,7 +112,7 @@ class AsyncStore(AsyncHeldStatements):
         # Committed without waiting for the WAL flush, also in a caller's transaction (a claim
         # from a queue with a concurrency limit): see job_claim in jobs.sql.
         name, params = claim_statement(
-            queues, limit, worker, lease_seconds, after, commit_async=True
+            queues, limit, worker, lease_seconds, after, schema=self.schema
         )
         try:
             # Another worker may start a job with the same entity key after our snapshot.

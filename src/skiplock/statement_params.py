@@ -54,15 +54,21 @@ def claim_statement(
     lease_seconds: float,
     after: Mapping[str, ClaimKey] | None,
     *,
-    commit_async: bool,
+    schema: str,
+    held: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """The claim statement for ``queues`` and its parameters; a small claim's LIMIT is written
-    into its statement (see SMALL_CLAIM).  ``commit_async``: the claim's transaction commits
-    without waiting for the WAL flush (a leased claim's; never a held-lock transaction's)."""
+    into its statement (see SMALL_CLAIM).  A leased claim's transaction commits without waiting
+    for the WAL flush; a ``held`` claim's (one queue: a held-lock slot's) does not, and takes
+    the queue's held-lock marker (see job_claim in jobs.sql)."""
+    if held and len(queues) != 1:
+        raise ValueError("a held-lock claim is from one queue")
     params: dict[str, Any] = {
         "worker": worker,
         "lease_seconds": lease_seconds,
-        "commit_async": commit_async,
+        "commit_async": not held,
+        "held_marker": held,
+        "schema": schema,
     }
     keys = [(after or {}).get(q, _NO_KEY) for q in queues]
     if len(queues) == 1:

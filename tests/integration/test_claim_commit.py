@@ -44,7 +44,7 @@ def test_a_leased_claim_commits_asynchronously_and_leaves_the_session_as_it_was(
     enqueue_two(app)
     # The statement as the worker sends it, followed in its implicit transaction (one simple
     # query of two statements) by a look at the setting its commit will use.
-    name, params = claim_statement(["q"], 1, "w", 30.0, None, commit_async=True)
+    name, params = claim_statement(["q"], 1, "w", 30.0, None, schema=app.schema)
     with psycopg.ClientCursor(conn) as cur:
         claim = cur.mogrify(app.queries[name].as_string(), params).rstrip().removesuffix(";")
         cur.execute(f"{claim}; SHOW synchronous_commit")

@@ -113,6 +113,8 @@ def claim_params(limit: int = 10) -> dict[str, Any]:
         "worker": "w1",
         "lease_seconds": 30.0,
         "commit_async": True,
+        "held_marker": False,
+        "schema": "s",
         "after_priority": None,
         "after_run_at": None,
         "after_id": None,

@@ -58,7 +58,7 @@ SELECT pg_advisory_xact_lock(hashtext('skiplock.queue'), hashtext(%(schema)s || 
 
 -- name: queue_running_count
 -- Running jobs of one queue, across all workers: leased ones by their status, held-lock ones
--- by the marker each one's transaction holds (job_held_mark_running: every other session sees
+-- by the marker each one's transaction holds (held_marker in job_claim: every other session sees
 -- a running held-lock job's row as pending).
 SELECT (SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue)s)
      + (SELECT count(*) FROM pg_locks
@@ -66,13 +66,6 @@ SELECT (SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue
           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
           AND classid = hashtext('skiplock_held_job')::oid
           AND objid = hashtext(%(schema)s || '/' || %(queue)s)::oid);
-
--- name: job_held_mark_running
--- Mark this transaction as running a held-lock job of the queue until it ends: a shared lock,
--- one holder per running job, which queue_running_count and queue_status count (the job's row
--- looks pending to every other session until the transaction commits).
-SELECT pg_advisory_xact_lock_shared(hashtext('skiplock_held_job'),
-                                    hashtext(%(schema)s || '/' || %(queue)s));
 
 -- name: leader_acquire
 -- Take or renew a maintenance role; returns the holder, which is us only if we have it.
@@ -152,7 +145,7 @@ RETURNING j.id;
 -- concurrency limit, rate limit) and the live workers that claim from it (reported within
 -- %(silent)s seconds); a queue with settings or workers but no jobs is listed with zero counts.
 -- Running held-lock jobs, whose rows look pending, are counted running by their transactions'
--- markers (job_held_mark_running); the oldest due job's age may be a running held-lock job's.
+-- markers (held_marker in job_claim); the oldest due job's age may be a running held-lock job's.
 WITH held AS (
     SELECT objid, count(*) AS running
     FROM pg_locks
