@@ -67,6 +67,8 @@ def main() -> None:
                 "worker": "w",
                 "lease_seconds": 30,
                 "commit_async": True,
+                "held_marker": False,
+                "schema": app.schema,
                 # From the start of the index, as a worker's first claim (the costliest).
                 "after_priority": None,
                 "after_run_at": None,

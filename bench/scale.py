@@ -126,6 +126,8 @@ def skiplock_claim() -> tuple[Any, dict[str, Any]]:
         "worker": "bench-explain",
         "lease_seconds": 30.0,
         "commit_async": True,
+        "held_marker": False,
+        "schema": "skiplock",
         "after_priority": None,
         "after_run_at": None,
         "after_id": None,

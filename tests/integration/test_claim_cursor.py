@@ -111,6 +111,8 @@ def claim_index_reads(app: App, after: ClaimKey | None) -> int:
         "worker": "w",
         "lease_seconds": 30.0,
         "commit_async": True,
+        "held_marker": False,
+        "schema": app.schema,
         "after_priority": after[0] if after else None,
         "after_run_at": after[1] if after else None,
         "after_id": after[2] if after else None,

@@ -139,7 +139,10 @@ WHERE idempotency_key = ANY(%(keys)s::text[])
 -- until the transaction ends: a shared advisory lock, one holder per running held-lock job,
 -- which queue_running_count and queue_status count (every other session sees the job's row
 -- as pending).  Taken here, not by a statement of its own: that round trip cost a held-lock
--- drain 5-18% of its jobs/s.  A claim that takes no job commits at once, ending its marker.
+-- drain 5-18% of its jobs/s (nor pipelined with BEGIN and the claim: psycopg's pipeline sends
+-- a Flush after its Sync, after which PostgreSQL 15 leaves idle_in_transaction_session_timeout
+-- unarmed, and a held-lock job's session would outlive it; see test_held_sessions.py).  A
+-- claim that takes no job commits at once, ending its marker.
 WITH better AS (
     SELECT id, entity_key, priority, run_at
     FROM {jobs} AS c
