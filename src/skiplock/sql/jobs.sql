@@ -205,12 +205,12 @@ RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at
 BEGIN;
 
 -- name: job_claim_candidates_from_queues
--- The best pending job (id, queue) of each of %(queues)s, best first: the jobs a held-lock claim across
--- several queues tries in turn (job_claim_by_id).  Run on its own, in autocommit: it locks
--- one job per queue to skip the rows other sessions hold, and those locks end with it.  In the
--- held-lock transaction, the jobs it did not take would stay locked, unclaimable by anyone,
--- for as long as the job it took runs.  Locking gives the statement a transaction: it commits
--- without waiting for a WAL flush, as it writes nothing worth one.
+-- The best pending job of each of %(queues)s (id, queue), best first: the jobs a held-lock
+-- claim across several queues tries in turn (job_claim_by_id).  Run on its own, in
+-- autocommit: it locks one job per queue to skip the rows other sessions hold, and those locks
+-- end with it.  In the held-lock transaction, the jobs it did not take would stay locked,
+-- unclaimable by anyone, for as long as the job it took runs.  Locking gives the statement a
+-- transaction: it commits without waiting for a WAL flush, as it writes nothing worth one.
 WITH commit_mode AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 )
