@@ -243,9 +243,13 @@ class ChaosRun:
     def kill(self, proc: WorkerProc, kind: str = "SIGKILL") -> Fault:
         """SIGKILL a worker; the fault records the jobs it still held a moment later."""
         leader = self.leader() == proc.worker_id
-        at = time.time()
         proc.signal(signal.SIGKILL)
         proc.popen.wait(timeout=30)
+        # The fault's time is when the process is gone: a job it started between the clock
+        # reading and the signal's delivery is one the kill interrupted, which the bound counts
+        # only if it started before this (a held-lock job's row is pending again by then, so the
+        # rows below do not name it).
+        at = time.time()
         proc.stopped_by = kind
         fault = Fault(at, kind, [proc.pid], proc.name + (" (leader)" if leader else ""))
         time.sleep(0.05)  # statements the process had already sent complete on the server
