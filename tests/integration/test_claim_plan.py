@@ -185,9 +185,18 @@ def assert_single_queue_claim_plan(plan: dict[str, Any]) -> None:
         assert scan in list(nodes(cte(root, name)))
         assert [n for n in nodes(cte(root, name)) if "Sort" in n["Node Type"]] == []
     # Two sorts, neither of them of a table or index read: one puts the two reads' locked rows
-    # (at most twice the limit) together, one orders the claimed rows (at most the limit) by
-    # entity key to keep the first of each key.
-    assert sorted(sort_inputs(root)) == ["Append", "Limit"]
+    # (at most twice the limit) together, one orders the claimed rows that have an entity key
+    # (at most the limit) by key to keep the first of each; rows without a key are not sorted.
+    assert sorted(sort_inputs(root)) == ["Append", "CTE Scan"]
+    (keyed,) = [
+        child
+        for n in nodes(root)
+        if n["Node Type"] == "Sort"
+        for child in n["Plans"]
+        if child["Node Type"] == "CTE Scan"
+    ]
+    assert keyed["CTE Name"] == "locked"
+    assert keyed["Filter"] == "(entity_key IS NOT NULL)"
 
 
 def test_claim_reads_the_partial_index_without_seq_scan_or_sort(
