@@ -171,7 +171,7 @@ class AsyncStatements:
     # -- admin ---------------------------------------------------------------------------
 
     async def job_get(self, conn: AsyncConnection[Any], job_id: int) -> Job | None:
-        jobs = await self._jobs(conn, "job_get", {"id": job_id})
+        jobs = await self._jobs(conn, "job_get", {"id": job_id, "schema": self.schema})
         return jobs[0] if jobs else None
 
     async def job_find_waiting(
@@ -319,7 +319,14 @@ class AsyncStatements:
         limit: int = 50,
         before: int | None = None,
     ) -> list[Job]:
-        params = {"queue": queue, "status": status, "task": task, "limit": limit, "before": before}
+        params = {
+            "queue": queue,
+            "status": status,
+            "task": task,
+            "limit": limit,
+            "before": before,
+            "schema": self.schema,
+        }
         return await self._jobs(conn, "job_list", params)
 
     async def job_count_by_queue_and_status(

@@ -160,7 +160,7 @@ class SyncStatements:
     # -- admin ---------------------------------------------------------------------------
 
     def job_get(self, conn: Connection[Any], job_id: int) -> Job | None:
-        jobs = self._jobs(conn, "job_get", {"id": job_id})
+        jobs = self._jobs(conn, "job_get", {"id": job_id, "schema": self.schema})
         return jobs[0] if jobs else None
 
     def job_find_waiting(
@@ -306,7 +306,14 @@ class SyncStatements:
         limit: int = 50,
         before: int | None = None,
     ) -> list[Job]:
-        params = {"queue": queue, "status": status, "task": task, "limit": limit, "before": before}
+        params = {
+            "queue": queue,
+            "status": status,
+            "task": task,
+            "limit": limit,
+            "before": before,
+            "schema": self.schema,
+        }
         return self._jobs(conn, "job_list", params)
 
     def job_count_by_queue_and_status(self, conn: Connection[Any]) -> list[tuple[str, str, int]]:

@@ -13,9 +13,20 @@
 -- Admin: jobs filtered by queue, status and task (NULL = any), newest first, the done jobs
 -- moved to the archive (completion 'archive') included; with %(before)s, only jobs with a
 -- smaller id (the next page).  PostgreSQL pushes the filters into both tables and merges
--- their primary keys read newest first.
+-- their primary keys read newest first.  A running held-lock job, whose row looks pending, is
+-- listed running (its job marker: see job_get).
+WITH held_jobs AS MATERIALIZED (
+    SELECT coalesce(array_agg(objid::int8), ARRAY[]::int8[]) AS ids
+    FROM pg_locks
+    WHERE locktype = 'advisory' AND granted AND objsubid = 2
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+)
 SELECT * FROM (
-    SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts,
+    SELECT id, queue, task, payload,
+           CASE WHEN status = 'pending' AND (id & 4294967295) = ANY ((SELECT ids FROM held_jobs)::int8[])
+                THEN 'running' ELSE status END AS status,
+           priority, run_at, attempts, max_attempts,
            locked_by, locked_until, locked_at, entity_key, idempotency_key, created_at, meta,
            expires_at, last_error, finished_at, result
     FROM {jobs}

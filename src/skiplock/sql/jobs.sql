@@ -138,11 +138,13 @@ WHERE idempotency_key = ANY(%(keys)s::text[])
 -- A held-lock claim (held_marker) also marks its transaction as running a job of the queue
 -- until the transaction ends: a shared advisory lock, one holder per running held-lock job,
 -- which queue_running_count and queue_status count (every other session sees the job's row
--- as pending).  Taken here, not by a statement of its own: that round trip cost a held-lock
--- drain 5-18% of its jobs/s (nor pipelined with BEGIN and the claim: psycopg's pipeline sends
--- a Flush after its Sync, after which PostgreSQL 15 leaves idle_in_transaction_session_timeout
--- unarmed, and a held-lock job's session would outlive it; see test_held_sessions.py).  A
--- claim that takes no job commits at once, ending its marker.
+-- as pending); and as running that job: a shared advisory lock keyed by the low 32 bits of
+-- its id, by which job_get and job_list show it running.  Both are taken here, not by a
+-- statement of their own: that round trip cost a held-lock drain 5-18% of its jobs/s (nor
+-- pipelined with BEGIN and the claim: psycopg's pipeline sends a Flush after its Sync, after
+-- which PostgreSQL 15 leaves idle_in_transaction_session_timeout unarmed, and a held-lock
+-- job's session would outlive it; see test_held_sessions.py).  A claim that takes no job
+-- commits at once, ending its marker.
 WITH better AS (
     SELECT id, entity_key, priority, run_at
     FROM {jobs} AS c
@@ -195,11 +197,17 @@ WITH better AS (
     SELECT count(pg_advisory_xact_lock_shared(hashtext('skiplock_held_job'),
                                              hashtext(%(schema)s || '/' || %(queue)s))) AS taken
     FROM (SELECT WHERE %(held_marker)s::bool) AS held
+), held_job_marker AS MATERIALIZED (
+    -- Not a condition of the UPDATE: on a small table it scans the rows, and would mark them all.
+    SELECT count(pg_advisory_xact_lock_shared(hashtext('skiplock_held_job_id/' || %(schema)s),
+                                             p.id::bit(32)::int)) AS taken
+    FROM picked AS p
+    WHERE %(held_marker)s::bool
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
-FROM commit_mode, held_marker
+FROM commit_mode, held_marker, held_job_marker
 WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
@@ -236,11 +244,13 @@ ORDER BY c.priority, c.run_at, c.id;
 -- name: job_claim_by_id
 -- Claim one pending job by id, in a held-lock claim's transaction (after
 -- job_claim_candidates_from_queues chose it); nothing if another session took or holds it
--- meanwhile, or its entity key has a running job now.  Takes the held-lock marker of the
--- job's queue, %(queue)s, as job_claim does for a held-lock claim.
+-- meanwhile, or its entity key has a running job now.  Takes the held-lock markers of the
+-- job's queue, %(queue)s, and of the job, as job_claim does for a held-lock claim.
 WITH held_marker AS MATERIALIZED (
     SELECT pg_advisory_xact_lock_shared(hashtext('skiplock_held_job'),
-                                        hashtext(%(schema)s || '/' || %(queue)s))
+                                        hashtext(%(schema)s || '/' || %(queue)s)),
+           pg_advisory_xact_lock_shared(hashtext('skiplock_held_job_id/' || %(schema)s),
+                                        %(id)s::bigint::bit(32)::int)
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
@@ -493,8 +503,17 @@ SELECT queue, count(*) FROM cancelled GROUP BY queue;
 
 -- name: job_get
 -- One job by id, with its current state; a done job moved to the archive (completion
--- 'archive') is read from there (the move is one statement: a job is never in both).
-(SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
+-- 'archive') is read from there (the move is one statement: a job is never in both).  A
+-- held-lock job's row looks pending while its transaction runs it: it is shown running when a
+-- transaction holds its job marker (see job_claim), whose key is the low 32 bits of its id.
+(SELECT id, queue, task, payload,
+        CASE WHEN status = 'pending' AND (id & 4294967295) = ANY (ARRAY(
+                 SELECT objid::int8 FROM pg_locks
+                 WHERE locktype = 'advisory' AND granted AND objsubid = 2
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                   AND classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid))
+             THEN 'running' ELSE status END,
+        priority, run_at, attempts, max_attempts, locked_by,
         locked_until, locked_at, entity_key, idempotency_key, created_at, meta, expires_at,
         last_error, finished_at, result
  FROM {jobs} WHERE id = %(id)s)

@@ -145,7 +145,9 @@ RETURNING j.id;
 -- concurrency limit, rate limit) and the live workers that claim from it (reported within
 -- %(silent)s seconds); a queue with settings or workers but no jobs is listed with zero counts.
 -- Running held-lock jobs, whose rows look pending, are counted running by their transactions'
--- markers (held_marker in job_claim); the oldest due job's age may be a running held-lock job's.
+-- queue markers (held_marker in job_claim), and their job markers keep them out of the oldest
+-- due job's age (the low 32 bits of their ids: a check of each pending row against the few
+-- running held-lock jobs).
 WITH held AS (
     SELECT objid, count(*) AS running
     FROM pg_locks
@@ -153,6 +155,12 @@ WITH held AS (
       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
       AND classid = hashtext('skiplock_held_job')::oid
     GROUP BY objid
+), held_jobs AS (
+    SELECT coalesce(array_agg(objid::int8), ARRAY[]::int8[]) AS ids
+    FROM pg_locks
+    WHERE locktype = 'advisory' AND granted AND objsubid = 2
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
 ), counts AS (
     SELECT queue,
            count(*) FILTER (WHERE status = 'pending') AS pending,
@@ -162,11 +170,12 @@ WITH held AS (
            count(*) FILTER (WHERE status = 'failed') AS failed,
            count(*) FILTER (WHERE status = 'done') AS done,
            count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-           extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending'))::float8
+           extract(epoch FROM now() - min(run_at) FILTER (
+               WHERE status = 'pending' AND NOT (id & 4294967295) = ANY (held_jobs.ids)))::float8
                AS oldest_pending_seconds,
            count(*) FILTER (WHERE status IN ('done', 'failed')
                               AND finished_at > now() - interval '1 minute') AS finished_last_minute
-    FROM {jobs}
+    FROM {jobs}, held_jobs
     GROUP BY queue
 ), served AS (
     SELECT served.queue, count(*) AS workers
