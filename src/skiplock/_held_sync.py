@@ -35,8 +35,9 @@ class SyncHeldStatements(SyncDependencyStatements):
     ) -> Job | None:
         """Begin a transaction on ``conn`` (idle) and claim one job in it, for the held-lock
         model: the job's row stays locked until the caller commits or rolls back, and the
-        transaction holds its queue's held-lock marker (see job_claim in jobs.sql): every
-        other session sees the row as pending, and counts the job as running by the marker.
+        transaction holds the held-lock markers of its queue and of the job (see job_claim in
+        jobs.sql): every other session sees the row as pending, and counts and shows the job
+        as running by the markers.
 
         No commit, so no WAL flush, before the job can start.  With no job to claim, the
         transaction is ended and ``conn`` left idle.  Across several queues, the best job of

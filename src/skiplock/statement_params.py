@@ -60,7 +60,7 @@ def claim_statement(
     """The claim statement for ``queues`` and its parameters; a small claim's LIMIT is written
     into its statement (see SMALL_CLAIM).  A leased claim's transaction commits without waiting
     for the WAL flush; a ``held`` claim's (one queue: a held-lock slot's) does not, and takes
-    the queue's held-lock marker (see job_claim in jobs.sql)."""
+    the held-lock markers of the queue and of the job (see job_claim in jobs.sql)."""
     if held and len(queues) != 1:
         raise ValueError("a held-lock claim is from one queue")
     params: dict[str, Any] = {
