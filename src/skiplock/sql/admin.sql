@@ -14,7 +14,8 @@
 -- moved to the archive (completion 'archive') included; with %(before)s, only jobs with a
 -- smaller id (the next page).  PostgreSQL pushes the filters into both tables and merges
 -- their primary keys read newest first.  A running held-lock job, whose row looks pending, is
--- listed running (its job marker: see job_get).
+-- listed running (its job marker: see job_get); the markers are read only if a pending job
+-- is.
 WITH held_jobs AS MATERIALIZED (
     SELECT coalesce(array_agg(objid::int8), ARRAY[]::int8[]) AS ids
     FROM pg_locks

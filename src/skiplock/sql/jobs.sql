@@ -204,8 +204,8 @@ SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locke
 FROM commit_mode, held_marker
 -- A held-lock claim marks each job it takes here, where only the picked jobs are read (as a
 -- condition of the UPDATE, a scan of a small table marked every row it read; as a CTE of its
--- own, picked was read twice, and so stored: the claim of 100 took 3.5%% longer).  A shared
--- lock is always granted: no job is left out.
+-- own, picked was read twice, and so stored: the claim of 100 took 3.5%% longer).  Nothing
+-- takes this lock exclusively, so it is always granted: no job is left out.
 WHERE j.id = ANY (ARRAY(
     SELECT p.id FROM picked AS p
     WHERE NOT %(held_marker)s::bool

@@ -145,9 +145,10 @@ RETURNING j.id;
 -- concurrency limit, rate limit) and the live workers that claim from it (reported within
 -- %(silent)s seconds); a queue with settings or workers but no jobs is listed with zero counts.
 -- Running held-lock jobs, whose rows look pending, are counted running by their transactions'
--- queue markers (held_marker in job_claim), and their job markers keep them out of the oldest
--- due job's age (the low 32 bits of their ids: a check of each pending row against the few
--- running held-lock jobs).
+-- queue markers (held_marker in job_claim), and their job markers (the low 32 bits of their
+-- ids) keep them out of the oldest due job's age: while any run, the due jobs are read a
+-- second time for it (in the claim index), each checked against the few running ones; a check
+-- of every row in the one pass took this statement from 0.31 to 0.59 s on a million jobs.
 WITH held AS (
     SELECT objid, count(*) AS running
     FROM pg_locks
@@ -155,8 +156,8 @@ WITH held AS (
       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
       AND classid = hashtext('skiplock_held_job')::oid
     GROUP BY objid
-), held_jobs AS (
-    SELECT coalesce(array_agg(objid::int8), ARRAY[]::int8[]) AS ids
+), held_jobs AS MATERIALIZED (
+    SELECT array_agg(objid::int8) AS ids  -- NULL when none runs
     FROM pg_locks
     WHERE locktype = 'advisory' AND granted AND objsubid = 2
       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -170,12 +171,16 @@ WITH held AS (
            count(*) FILTER (WHERE status = 'failed') AS failed,
            count(*) FILTER (WHERE status = 'done') AS done,
            count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-           extract(epoch FROM now() - min(run_at) FILTER (
-               WHERE status = 'pending' AND NOT (id & 4294967295) = ANY (held_jobs.ids)))::float8
-               AS oldest_pending_seconds,
+           min(run_at) FILTER (WHERE status = 'pending') AS oldest_pending,
            count(*) FILTER (WHERE status IN ('done', 'failed')
                               AND finished_at > now() - interval '1 minute') AS finished_last_minute
-    FROM {jobs}, held_jobs
+    FROM {jobs}
+    GROUP BY queue
+), oldest_not_held AS (
+    SELECT queue, min(run_at) AS oldest_pending
+    FROM {jobs}
+    WHERE status = 'pending' AND (SELECT ids FROM held_jobs) IS NOT NULL
+      AND NOT (id & 4294967295) = ANY ((SELECT ids FROM held_jobs)::int8[])
     GROUP BY queue
 ), served AS (
     SELECT served.queue, count(*) AS workers
@@ -189,13 +194,17 @@ SELECT coalesce(c.queue, q.name, s.queue) AS queue,
        coalesce(c.running, 0) + least(coalesce(h.running, 0), coalesce(c.pending, 0)) AS running,
        coalesce(c.failed, 0) AS failed,
        coalesce(c.done, 0) AS done, coalesce(c.cancelled, 0) AS cancelled,
-       c.oldest_pending_seconds, coalesce(c.finished_last_minute, 0) AS finished_last_minute,
+       extract(epoch FROM now() - CASE WHEN (SELECT ids FROM held_jobs) IS NULL
+                                       THEN c.oldest_pending ELSE o.oldest_pending END)::float8
+           AS oldest_pending_seconds,
+       coalesce(c.finished_last_minute, 0) AS finished_last_minute,
        coalesce(q.paused, false) AS paused, q.concurrency_limit, q.rate_limit, q.rate_period,
        coalesce(s.workers, 0) AS workers
 FROM counts AS c
 FULL JOIN {queues} AS q ON q.name = c.queue
 FULL JOIN served AS s ON s.queue = coalesce(c.queue, q.name)
 LEFT JOIN held AS h ON h.objid = hashtext(%(schema)s || '/' || c.queue)::oid
+LEFT JOIN oldest_not_held AS o ON o.queue = c.queue
 ORDER BY 1;
 
 -- name: job_spend_rolled_back_attempt
