@@ -305,12 +305,8 @@ WITH locked AS (
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
 ), picked AS (
-    -- Of locked jobs sharing an entity key, only the first in claim order.  Jobs without a
-    -- key are taken as they are: only the keyed ones are sorted.  (A window over all of them
-    -- sorted every claimed job: the claim of 100 took 8-12%% longer, EXPLAIN ANALYZE.)  The
-    -- UPDATE finds the picked rows by primary key (= ANY of an array): joined to this union,
-    -- whose row count the planner cannot guess, it chose a hash join over a scan of the table
-    -- once statistics showed many rows.
+    -- Of locked jobs sharing an entity key, only the first in claim order; found by primary
+    -- key below, as in job_claim.
     SELECT l.id FROM locked AS l WHERE l.entity_key IS NULL
     UNION ALL
     (SELECT DISTINCT ON (l.entity_key) l.id
