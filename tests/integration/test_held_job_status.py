@@ -121,3 +121,24 @@ def test_a_leased_claim_takes_no_job_marker(app: App, db: Any) -> None:
         ).fetchone()
         assert markers == (0,)
         assert job.id == enqueued.id
+
+
+def test_job_ids_past_2_to_the_31_are_marked_too(app: App, db: Any) -> None:
+    """The marker's key is the id's low 32 bits as a signed int4: negative from 2^31 on,
+    which pg_locks shows unsigned."""
+
+    @app.task(name="t", queue="q")
+    def t(n: int) -> None: ...
+
+    db.execute(f'ALTER TABLE "{app.schema}".jobs ALTER COLUMN id RESTART WITH {2**31 + 5}')
+    (first,) = t.enqueue_many([{"n": 1}])
+    db.execute(f'ALTER TABLE "{app.schema}".jobs ALTER COLUMN id RESTART WITH {2**32 + 7}')
+    (second,) = t.enqueue_many([{"n": 2}])
+    with psycopg.connect(app.dsn, autocommit=True) as held:
+        job = SyncStore(app.queries).job_claim_held(held, ["q"], "w", 30.0)
+        assert job is not None and job.id == first.id == 2**31 + 5
+        assert shown(app, first.id) == "running"
+        assert shown(app, second.id) == "pending"
+        assert listed(app, "running") == {first.id: "running"}
+        held.rollback()
+    assert shown(app, first.id) == "pending"
