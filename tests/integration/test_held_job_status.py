@@ -37,7 +37,7 @@ def listed(app: App, status: str | None = None) -> dict[int, str]:
     return {job.id: job.status for job in app.sync_client.list_jobs(queue="q", status=status)}
 
 
-def oldest_hours(app: App) -> float:
+def oldest_hours(app: App) -> int:
     (row,) = app.sync_client.queue_status()
     return round(row["oldest_pending_seconds"] / 3600)
 
