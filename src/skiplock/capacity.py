@@ -8,10 +8,10 @@ and never sits on work another worker could start now.  Reserved jobs have not r
 leaves them to be reclaimed when their leases expire, it does not run them twice.
 
 Finished jobs whose outcomes are not written yet (*unwritten*) may number up to
-``max(concurrency, 300)`` before the worker stops starting and claiming: short jobs share one
+``max(concurrency, 600)`` before the worker stops starting and claiming: short jobs share one
 write per batch, and the next claim overlaps the last write, yet a worker that outruns its writes
 cannot pile up running rows.  Jobs a ``kill -9`` can make run twice (started or finished, not
-yet written): at most ``concurrency + max(concurrency, 300)`` per worker.
+yet written): at most ``concurrency + max(concurrency, 600)`` per worker.
 
 ``max_in_flight`` bounds that exposure harder: the worker claims nothing while that many of its
 claimed jobs (reserved, running, or finished and unwritten) are not yet recorded, so neither the
@@ -26,9 +26,13 @@ from collections import deque
 from collections.abc import Callable
 
 # Finished jobs that may wait for their write, whatever the concurrency.  A write costs one to
-# two milliseconds however small it is; with 100, a worker running short jobs stopped for most
-# writes (one worker, concurrency 10: 12,200 jobs/s at 100, 14,000 at 200, 14,800 at 300).
-UNWRITTEN_FLOOR = 300
+# a few milliseconds however small it is, so this caps a worker of short jobs at about this many
+# jobs per write's time: with 100, one stopped for most writes (one worker, concurrency 10:
+# 12,200 jobs/s at 100, 14,000 at 200, 14,800 at 300, on a slower machine).  Where a worker
+# runs 40,000 short jobs/s it still stopped at 300: 100,000-job drains in turn, 300 against
+# 600, gave 39,000-41,700 against 42,600-48,500 jobs/s with the defaults and 64,800-68,700
+# against 75,000-76,400 with two processes of concurrency 100 deleting; 1,200 added little.
+UNWRITTEN_FLOOR = 600
 
 
 class Throughput:

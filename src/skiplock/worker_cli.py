@@ -60,7 +60,7 @@ GC_YOUNG_THRESHOLD = 10_000
     type=click.IntRange(1),
     default=None,
     help="Most claimed jobs not yet recorded, per process: a kill -9 runs at most this many "
-    "again (default: concurrency + prefetch + up to max(concurrency, 300) unwritten outcomes). "
+    "again (default: concurrency + prefetch + up to max(concurrency, 600) unwritten outcomes). "
     "At least --concurrency.",
 )
 @click.option(

@@ -69,10 +69,19 @@ def test_unwritten_outcomes_hold_back_starts_and_claims() -> None:
     assert cap.to_claim(active=0, reserved=0, unwritten=limit + 5) == 5
     # whatever the rate, started + unwritten jobs stay within concurrency + the unwritten limit
     fast = _capacity(10, 500, rate=100_000.0)
-    for unwritten in range(0, 400, 7):
+    for unwritten in range(0, limit + 100, 7):
         for active in range(0, 11):
             room = fast.to_claim(active, 0, unwritten)
             assert active + room + unwritten <= 10 + fast.ahead() + limit
+
+
+def test_the_unwritten_limit_is_the_documented_one() -> None:
+    """README and docs/worker.md promise a crash exposure of at most N + max(N, 600) jobs per
+    process: no more than max(N, 600) finished jobs wait for their write."""
+    for concurrency, limit in ((10, 600), (600, 600), (1000, 1000)):
+        cap = _capacity(concurrency, 0, rate=0.0)
+        assert cap.startable(active=0, unwritten=limit) == concurrency
+        assert cap.startable(active=0, unwritten=limit + 1) == 0
 
 
 def test_bad_settings_are_refused() -> None:
