@@ -47,9 +47,9 @@ async def open_pool(
     """A pool of autocommit connections, or :class:`DatabaseUnavailable` saying why not;
     ``prepare=False``: no prepared statements (behind a transaction-mode pooler).
 
-    Each connection has the server watch for its client going silent (``session_watch_client``),
-    except behind a transaction-mode pooler, where a session setting would land on a server
-    connection that other clients share."""
+    Each connection has the server watch for its client going silent (``session_watch_client``)
+    and send timestamps in UTC (``session_use_utc``), except behind a transaction-mode pooler,
+    where a session setting would land on a server connection that other clients share."""
     kwargs = connect_kwargs(dsn, prepare=prepare)
     watch = server_watch_settings(dsn) if prepare else None
 
@@ -57,6 +57,8 @@ async def open_pool(
         set_json_loads(load_json, conn)  # skiplock's own connections only, never a caller's
         if watch is not None:
             await store.session_watch_client(conn, watch)
+        if prepare:
+            await store.session_use_utc(conn)
 
     try:
         # Connect once directly: a pool would only report a timeout, not the reason.

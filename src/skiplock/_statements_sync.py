@@ -80,6 +80,10 @@ class SyncStatements:
         :func:`skiplock.database.server_watch_settings`)."""
         self._fetch(conn, "session_watch_client", settings)
 
+    def session_use_utc(self, conn: Connection[Any]) -> None:
+        """Have timestamps come back in UTC (the fastest for psycopg to read: see runtime.sql)."""
+        self._fetch(conn, "session_use_utc", {})
+
     # -- queues, leadership, periodic ----------------------------------------------------
 
     def queue_settings(

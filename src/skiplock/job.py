@@ -41,7 +41,8 @@ ClaimKey = tuple[int, datetime, int]
 @dataclass(frozen=True)
 class Job:
     """A row of the jobs table.  For a claimed job, ``locked_by`` + ``attempts`` + ``locked_at``
-    is the claim."""
+    is the claim.  Its times are timezone-aware datetimes, in UTC when read on skiplock's own
+    connections (in the session's zone on a caller's, or behind a transaction-mode pooler)."""
 
     id: int
     queue: str

@@ -10,6 +10,13 @@ SELECT set_config('tcp_keepalives_idle', %(idle)s, false),
        set_config('tcp_keepalives_count', %(count)s, false),
        set_config('tcp_user_timeout', %(user_timeout)s, false);
 
+-- name: session_use_utc
+-- Have this session send timestamps in UTC.  psycopg makes a timestamptz in UTC a datetime in
+-- datetime.timezone.utc directly; in any other zone, Debian's default 'Etc/UTC' included, it
+-- converts each one through zoneinfo: reading a claim of 350 jobs, four timestamps each, took
+-- 2.7-3.8 us per job, 1.3-1.4 in UTC (on top of 11-13 us for the statement).
+SELECT set_config('TimeZone', 'UTC', false);
+
 -- name: queue_settings
 -- Pause flags, concurrency limits and whether a rate limit applies, of the given queues
 -- (queues without a row have none of them).
