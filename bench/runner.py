@@ -161,6 +161,13 @@ class Monitor:
         self.samples.append(s)
         return s
 
+    def finish(self) -> Sample:
+        """A last sample, after looking for backends again: one that connected since the last
+        look (a drain shorter than ``refresh_every`` may end before the workers' backends were
+        ever seen) counts with all its CPU so far."""
+        self.refresh_backends()
+        return self.sample()
+
     def at(self, t: float) -> Sample:
         """The last sample taken at or before ``t`` (the first one if none was)."""
         best = self.samples[0]

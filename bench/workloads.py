@@ -250,6 +250,8 @@ def _drain(
                 break
             time.sleep(POLL)
         t_end = s.t
+        # Costs run to a sample that has every backend in it (the workers are idle by now).
+        t_costs = mon.finish().t
         codes = workers.stop()
         wait_backends_gone(mon)
         mon.close()
@@ -269,7 +271,7 @@ def _drain(
             "startup_s": t_first - t_launch,
             "preload_s": preload_s,
             "max_inflight": max_inflight,
-            **per_job(c0, c1, mon, t_first, t_end, n),
+            **per_job(c0, c1, mon, t_first, t_costs, n),
             "verified": not problems,
             "problems": problems,
         }
