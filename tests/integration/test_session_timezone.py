@@ -72,6 +72,30 @@ def test_own_connections_read_timestamps_in_utc(berlin_dsn: str, schema: str) ->
         app.close()
 
 
+def test_a_held_lock_tasks_connection_is_in_utc(berlin_dsn: str, schema: str) -> None:
+    app = App(berlin_dsn, schema)
+    zones: list[tuple[str, str]] = []
+
+    @app.task(name="held", model="held", pass_context=True)
+    async def held(ctx: JobContext, local: str | None = None) -> None:
+        assert ctx.conn is not None
+        before = await (await ctx.conn.execute("SHOW TimeZone")).fetchone()
+        if local is not None:
+            await ctx.conn.execute(f"SET LOCAL TimeZone = '{local}'")
+        after = await (await ctx.conn.execute("SHOW TimeZone")).fetchone()
+        assert before is not None and after is not None
+        zones.append((before[0], after[0]))
+
+    try:
+        held.with_options(priority=0).enqueue(local=BERLIN)  # SET LOCAL in its transaction
+        held.with_options(priority=1).enqueue()  # then one after it, on one slot
+        worker = Worker(app, burst=True, poll_interval=0.05, concurrency=1)
+        asyncio.run(asyncio.wait_for(worker.run(), 30))
+    finally:
+        app.close()
+    assert zones == [("UTC", BERLIN), ("UTC", "UTC")]
+
+
 def test_behind_a_transaction_pooler_the_session_zone_is_left_alone(
     berlin_dsn: str, schema: str
 ) -> None:
