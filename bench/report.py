@@ -529,6 +529,8 @@ def latency_section(results: list[dict[str, Any]]) -> str:
                 fmt_stats(stats(rs, "p99_ms")),
                 fmt(med(rs, "max_ms")),
                 f"{p50 / best_peer:.2f}×",
+                fmt(med(rs, "worker_cpu_us_per_job")),
+                fmt(med(rs, "pg_cpu_us_per_job")),
                 verified(rs),
             ]
         )
@@ -540,6 +542,8 @@ def latency_section(results: list[dict[str, Any]]) -> str:
         "p99 ms",
         "max ms",
         "p50 vs best peer",
+        "worker CPU µs/job",
+        "PG CPU µs/job",
         "verified",
     ]
     return table(head, lines)
@@ -859,7 +863,10 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "call (same clock). `sql-floor` is no library: the seed's INSERT+NOTIFY, and a worker "
         "that LISTENs and claims with the seed's statement (committed) on one psycopg "
         "connection (`bench/apps/sql_floor_worker.py`): the two commits and the round trips "
-        "every queue built this way pays. A library's overhead is its p50 minus the floor's.",
+        "every queue built this way pays. A library's overhead is its p50 minus the floor's. "
+        "CPU per job: of the worker processes and of their server backends while the jobs "
+        "came in (idle polling included; not the enqueues'), where each job tends to get a "
+        "claim and a write of its own.",
         "",
         latency_section(results),
         "",

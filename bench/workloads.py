@@ -313,13 +313,19 @@ def latency(
     fresh(ctx, system)
     workers = Workers(system, setting, ctx.db, ctx.log_dir)
     problems: list[str] = []
+    mon: Monitor | None = None
     try:
         workers.start()
         time.sleep(1.5 if ctx.quick else 3.0)  # started, connected, listening, idle
         if not workers.alive():
             problems.append("a worker process exited early:\n" + workers.log_tail())
+        # What the workers and their backends spend per job at this rate (one claim and one
+        # write per job, or so, where a drain shares each among hundreds), idle time included.
+        mon = Monitor(ctx.db, workers.pids)
+        s0 = mon.sample()
         sent = asyncio.run(_paced_enqueue(system, ctx.db, rate, seconds))
         time.sleep(1.0)
+        s1 = mon.finish()
         workers.stop()
         numbers, starts = workers.records()
         got = {n: t for n, t in zip(numbers, starts, strict=True) if n >= 0}
@@ -333,11 +339,15 @@ def latency(
             "p95_ms": quantile(lat, 0.95),
             "p99_ms": quantile(lat, 0.99),
             "max_ms": lat[-1] if lat else float("nan"),
+            "worker_cpu_us_per_job": (s1.worker_cpu - s0.worker_cpu) * 1e6 / max(len(sent), 1),
+            "pg_cpu_us_per_job": (s1.pg_cpu - s0.pg_cpu) * 1e6 / max(len(sent), 1),
             "samples_ms": lat,
             "verified": not problems,
             "problems": problems,
         }
     finally:
+        if mon is not None:
+            mon.close()
         workers.stop(timeout=5)
         workers.cleanup()
 

@@ -96,6 +96,8 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     assert all(r["connections"] >= 1 and r["round_trips_per_job"] > 0 for r in counted.values())
     latencies = [r for r in results if r["workload"] == "latency"]
     assert all(len(r["samples_ms"]) == r["jobs"] > 0 for r in latencies)
+    # Every worker spent CPU on the jobs it was sent one by one, and so did its backends.
+    assert all(r["worker_cpu_us_per_job"] > 0 and r["pg_cpu_us_per_job"] > 0 for r in latencies)
     assert "sql-floor" in {r["system"] for r in latencies}  # the floor ran, and was verified
 
     ceilings = [r for r in results if r["workload"] == "ceiling"]
