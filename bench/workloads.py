@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .db import COUNTER_XACTS, BenchDatabase, Counters, connect, read_counters
-from .runner import CpuTracker, Monitor, Workers
+from .runner import CpuTracker, Monitor, Sample, Workers
 from .systems import Setting, System
 from .wire import CountingProxy, WireCounts
 
@@ -98,6 +98,14 @@ def per_job(
         "tuples_per_job": (d.tup_ins + d.tup_upd + d.tup_del) / jobs,
         "hot_share": d.tup_hot_upd / d.tup_upd if d.tup_upd else 0.0,
         "wal_bytes_per_job": (s1.wal - s0.wal) / jobs,
+        **cpu_per_job(s0, s1, jobs),
+    }
+
+
+def cpu_per_job(s0: Sample, s1: Sample, jobs: int) -> dict[str, float]:
+    """The workers' and their backends' CPU between two samples, per job."""
+    jobs = max(jobs, 1)
+    return {
         "worker_cpu_us_per_job": (s1.worker_cpu - s0.worker_cpu) * 1e6 / jobs,
         "pg_cpu_us_per_job": (s1.pg_cpu - s0.pg_cpu) * 1e6 / jobs,
     }
@@ -339,8 +347,7 @@ def latency(
             "p95_ms": quantile(lat, 0.95),
             "p99_ms": quantile(lat, 0.99),
             "max_ms": lat[-1] if lat else float("nan"),
-            "worker_cpu_us_per_job": (s1.worker_cpu - s0.worker_cpu) * 1e6 / max(len(sent), 1),
-            "pg_cpu_us_per_job": (s1.pg_cpu - s0.pg_cpu) * 1e6 / max(len(sent), 1),
+            **cpu_per_job(s0, s1, len(sent)),
             "samples_ms": lat,
             "verified": not problems,
             "problems": problems,
