@@ -43,6 +43,18 @@ SK_C100X2_DELETE_F150 = Setting(
     "unrecorded per process, 300 in all (a smaller crash exposure)",
 )
 
+SK_C100X2_DELETE_F1000 = Setting(
+    "skiplock",
+    "c100x2-delete-f1000",
+    concurrency=100,
+    processes=2,
+    log_level="WARNING",
+    completion="delete",
+    extra=("--max-in-flight", "1000"),
+    notes="c100x2-delete with --max-in-flight 1000: at most 1,000 claimed jobs unrecorded per "
+    "process, 2,000 in all (PGQueuer's batch 500 in two processes holds 2,000)",
+)
+
 
 def pgq(batch: int, processes: int) -> Setting:
     return Setting(
@@ -108,6 +120,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
                 SK_DEFAULT,
                 SK_C100X2,
                 SK_C100X2_DELETE,
+                SK_C100X2_DELETE_F1000,
                 SK_C100X2_DELETE_F150,
                 pgq(10, 1),
                 pgq(100, 2),
@@ -135,7 +148,14 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             statements_settings=[SK_DEFAULT, pgq(100, 2), PR_DEFAULT],
         )
     pgq_all = [pgq(b, p) for b in (10, 100, 500) for p in (1, 2)]
-    skiplock_all = [SK_DEFAULT, SK_C100, SK_C100X2, SK_C100X2_DELETE, SK_C100X2_DELETE_F150]
+    skiplock_all = [
+        SK_DEFAULT,
+        SK_C100,
+        SK_C100X2,
+        SK_C100X2_DELETE,
+        SK_C100X2_DELETE_F1000,
+        SK_C100X2_DELETE_F150,
+    ]
     every_setting = [*skiplock_all, *pgq_all, PR_DEFAULT, PR_C10]
     return Plan(
         quick=False,
