@@ -22,7 +22,7 @@ from psycopg import sql
 
 from .db import COUNTER_XACTS, BenchDatabase, connect, read_counters
 from .runner import Monitor
-from .workloads import Context, wait_backends_gone
+from .workloads import Context, cpu_per_job, wait_backends_gone
 
 TABLE = """
 CREATE TABLE ceiling_jobs (
@@ -195,8 +195,7 @@ def drain(
             "finish_ms": res["finish_ms"],
             "xacts_per_job": max(0, d.xacts - mon.queries - COUNTER_XACTS) / jobs,
             "wal_bytes_per_job": (s1.wal - s0.wal) / jobs,
-            "pg_cpu_us_per_job": (s1.pg_cpu - s0.pg_cpu) * 1e6 / jobs,
-            "worker_cpu_us_per_job": 0.0,
+            **cpu_per_job(s0, s1, jobs),  # no worker here: its share is 0
             "verified": not problems,
             "problems": problems,
         }
