@@ -25,6 +25,9 @@ from .wire import CountingProxy, WireCounts
 
 POLL = 0.02  # seconds between monitor samples while jobs run
 
+# Called with the started workers' pids; returns what to call once they have exited.
+Attach = Callable[[list[int]], Callable[[], None]]
+
 
 @dataclass
 class Context:
@@ -193,12 +196,15 @@ def drain(
     n: int,
     timeout: float | None = None,
     count_statements: bool = False,
+    attach: Attach | None = None,
 ) -> dict[str, Any]:
     """Preload ``n`` jobs, start the workers, time first handler start -> nothing unfinished.
 
     With ``count_statements`` the workers connect through a :class:`CountingProxy` and the
     result has what they sent per job (statements, round trips, bytes), over their whole life;
-    its timings are the proxy's, not the system's.
+    its timings are the proxy's, not the system's.  ``attach`` is called with the worker
+    processes' pids once they are started (a profiler: ``bench/profile.py``); what it returns is
+    called once they have exited.
 
     Gives up after ``timeout`` seconds (default 30 s + 2 ms per job: 500 jobs/s would do)."""
     timeout = timeout if timeout is not None else 30.0 + n / 500
@@ -207,7 +213,7 @@ def drain(
     with contextlib.ExitStack() as stack:
         proxy = stack.enter_context(CountingProxy(ctx.db.dsn)) if count_statements else None
         db = ctx.db.through(proxy.dsn_through(ctx.db.dsn)) if proxy else ctx.db
-        out = _drain(ctx, system, setting, n, timeout, db, preload_s)
+        out = _drain(ctx, system, setting, n, timeout, db, preload_s, attach)
         if proxy is not None:
             out.update(wire_per_job(proxy.counts(), n))
         return out
@@ -232,6 +238,7 @@ def _drain(
     timeout: float,
     workers_db: BenchDatabase,
     preload_s: float,
+    attach: Attach | None = None,
 ) -> dict[str, Any]:
     workers = Workers(system, setting, workers_db, ctx.log_dir)
     c0 = read_counters(ctx.db.dsn, ctx.db.name)
@@ -240,6 +247,7 @@ def _drain(
     try:
         t_launch = time.time()
         workers.start()
+        detach = attach([p.pid for p in workers.procs]) if attach else None
         max_inflight = 0
         deadline = time.monotonic() + timeout
         i = 0
@@ -261,6 +269,8 @@ def _drain(
         # Costs run to a sample that has every backend in it (the workers are idle by now).
         t_costs = mon.finish().t
         codes = workers.stop()
+        if detach is not None:
+            detach()
         wait_backends_gone(mon)
         mon.close()
         c1 = read_counters(ctx.db.dsn, ctx.db.name)

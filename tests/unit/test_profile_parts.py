@@ -1,0 +1,68 @@
+"""bench/profile.py reads py-spy's collapsed stacks and counts each sample in one part of the
+worker: the first part (in PARTS order) with a frame of its on the stack."""
+
+from __future__ import annotations
+
+from bench.profile import OTHER, part_of, read_collapsed, shares
+
+ROOT = ('process 41:"python -m skiplock worker app"', "<module> (skiplock/__main__.py:5)")
+CLAIM = "Claiming._claim_on (skiplock/claiming.py:227)"
+DECODE = "Job.from_claimed_row (skiplock/job.py:76)"
+WRITE = "Completer._write_batch (skiplock/completer.py:150)"
+PARAMS = "claim_arrays (skiplock/statement_params.py:28)"
+RECORDED = "JobOutcomes._recorded (skiplock/job_outcomes.py:111)"
+SLOT = "LeasedSlots._run_slot (skiplock/leased_slots.py:159)"
+SELECT = "EpollSelector.select (selectors.py:468)"
+
+
+def stack(*frames: str) -> tuple[str, ...]:
+    return (*ROOT, *frames)
+
+
+def line(*frames: str, count: int) -> str:
+    return ";".join(stack(*frames)) + f" {count}\n"
+
+
+def test_reads_stacks_and_counts_and_adds_repeated_stacks() -> None:
+    lines = [line(CLAIM, count=7), "\n", line(CLAIM, count=3), line(SLOT, "x (a b:1)", count=2)]
+    stacks = read_collapsed(lines)
+    assert stacks[stack(CLAIM)] == 10
+    assert stacks[stack(SLOT, "x (a b:1)")] == 2  # a frame with spaces in it stays whole
+
+
+def test_decoding_is_told_apart_from_the_claim_around_it() -> None:
+    assert part_of(stack(CLAIM, DECODE)) == "decoding claimed rows into jobs"
+    assert part_of(stack(CLAIM, "AsyncCursor.execute (psycopg/cursor_async.py:113)")) == (
+        "claiming (statement, waiting for it)"
+    )
+
+
+def test_a_write_is_split_into_its_parameters_reporting_and_statement() -> None:
+    assert part_of(stack(WRITE, PARAMS)) == "outcome writes: parameters"
+    assert part_of(stack(WRITE, RECORDED)) == "outcome writes: reporting them"
+    assert part_of(stack(WRITE, "wait_async (psycopg/waiting.py:213)")) == (
+        "outcome writes: statement"
+    )
+
+
+def test_running_jobs_waiting_in_select_and_the_rest() -> None:
+    assert part_of(stack(SLOT, "noop (bench/apps/skiplock_app.py:24)")) == (
+        "running jobs (slots, handler, outcome)"
+    )
+    assert part_of(stack(SELECT)) == "event loop: waiting in select"
+    assert part_of(stack("Handle._run (asyncio/events.py:80)")) == OTHER  # __main__ is no import
+    importing = "_find_and_load (<frozen importlib._bootstrap>:1176)"
+    assert part_of(stack(importing, CLAIM)) == "start-up (imports, schema check)"
+
+
+def test_shares_sum_to_one_most_first() -> None:
+    stacks = read_collapsed(
+        [line(CLAIM, count=6), line(WRITE, count=3), line(CLAIM, DECODE, count=1)]
+    )
+    got = shares(stacks)
+    assert [(part, n) for part, n, _ in got] == [
+        ("claiming (statement, waiting for it)", 6),
+        ("outcome writes: statement", 3),
+        ("decoding claimed rows into jobs", 1),
+    ]
+    assert abs(sum(share for _, _, share in got) - 1.0) < 1e-9
