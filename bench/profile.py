@@ -12,7 +12,8 @@ in each part of the worker (claiming, decoding claimed rows, running jobs, writi
 6% this way), so its jobs/s are not the benchmark's: this says where a worker's time goes,
 ``python -m bench`` how much there is of it.  py-spy counts a process that waits for a CPU as
 busy, so on a machine with more runnable processes than cores the parts include time spent
-waiting to run.
+waiting to run.  py-spy must be allowed to trace the workers: root, or a
+``kernel.yama.ptrace_scope`` of 0; else it fails, and this says what it said.
 """
 
 from __future__ import annotations
