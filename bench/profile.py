@@ -4,15 +4,15 @@
 
 Preloads JOBS no-op jobs in a fresh database (the benchmark's, dropped after), starts the
 setting's workers as the drain workload does, attaches ``py-spy record`` to them, and checks, as
-the drain does, that every job ran exactly once.  It prints the share of the samples that fell
-in each part of the worker (claiming, decoding claimed rows, running jobs, writing outcomes,
-...), and keeps the collapsed stacks in ``DIR/profile-<n>.txt`` for a flame graph
-(``flamegraph.pl``, speedscope).  py-spy stops the worker for each sample (with
-``--nonblocking`` samples caught stacks half-changed: 16-18% of them fell in no part, against
-6% this way), so its jobs/s are not the benchmark's: this says where a worker's time goes,
-``python -m bench`` how much there is of it.  py-spy counts a process that waits for a CPU as
-busy, so on a machine with more runnable processes than cores the parts include time spent
-waiting to run.  py-spy must be allowed to trace the workers: root, or a
+the drain does, that every job ran exactly once. It prints the share of the samples that fell in
+each part of the worker (claiming, decoding claimed rows, running jobs, writing outcomes, ...)
+with the innermost frames that took most of it (``--top``), and keeps the collapsed stacks in
+``DIR/profile-<n>.txt`` for a flame graph (``flamegraph.pl``, speedscope). py-spy stops the
+worker for each sample (with ``--nonblocking`` samples caught stacks half-changed: 16-18% of
+them fell in no part, against 6% this way), so its jobs/s are not the benchmark's: this says
+where a worker's time goes, ``python -m bench`` how much there is of it. py-spy counts a process
+that waits for a CPU as busy, so on a machine with more runnable processes than cores the parts
+include time spent waiting to run. py-spy must be allowed to trace the workers: root, or a
 ``kernel.yama.ptrace_scope`` of 0; else it fails, and this says what it said.
 """
 
@@ -76,6 +76,23 @@ def shares(stacks: Counter[tuple[str, ...]]) -> list[tuple[str, int, float]]:
     return [(part, n, n / total) for part, n in by_part.most_common()]
 
 
+def heaviest_frames(stacks: Counter[tuple[str, ...]], part: str, n: int) -> list[tuple[str, int]]:
+    """The ``n`` innermost frames with the most samples of ``part``: where inside it the time
+    went.  A frame is shown without its file's directories (``Job._from_row (job.py:85)``)."""
+    frames: Counter[str] = Counter()
+    for stack, count in stacks.items():
+        if part_of(stack) == part:
+            frames[_short(stack[-1])] += count
+    return frames.most_common(n)
+
+
+def _short(frame: str) -> str:
+    if frame.startswith("process "):  # py-spy's root frame, with the command line (and DSN)
+        return frame.partition(":")[0]
+    name, paren, where = frame.partition(" (")
+    return f"{name} ({where.rsplit('/', 1)[-1]}" if paren else frame
+
+
 def py_spy() -> str:
     found = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if found is None:
@@ -115,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=200_000)
     parser.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
     parser.add_argument("--out", default=None, help="where the collapsed stacks go")
+    parser.add_argument("--top", type=int, default=3, help="heaviest frames shown per part")
     args = parser.parse_args(argv)
     plan = make_plan(quick=False, repeat=1)
     settings = {s.label: s for s in plan.drain_settings + plan.big_drain_settings}
@@ -148,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{total:,} samples at {args.rate}/s; collapsed stacks in {out}")
     for part, n, share in shares(stacks):
         print(f"{share:6.1%}  {n:7,}  {part}")
+        for frame, count in heaviest_frames(stacks, part, args.top):
+            print(f"{'':6}  {count:7,}    {frame}")
     return 0 if result["verified"] and total else 1
 
 

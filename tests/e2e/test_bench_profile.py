@@ -42,5 +42,8 @@ def test_profile_of_a_default_worker_drain(pg_dsn: str, tmp_path: Path) -> None:
         "outcome writes: statement",
     ):
         assert parts.get(part, 0) > 0, proc.stdout
+    # Under each part, the innermost frames that took most of it (--top, 3 by default).
+    frames = re.findall(r"^ {8}\s*[\d,]+    (\S.*)$", proc.stdout, re.M)
+    assert any("Job" in frame for frame in frames), proc.stdout
     stacks = list(tmp_path.glob("profile-*.txt"))
     assert stacks and all(p.stat().st_size > 0 for p in stacks)

@@ -3,7 +3,7 @@ worker: the first part (in PARTS order) with a frame of its on the stack."""
 
 from __future__ import annotations
 
-from bench.profile import OTHER, part_of, read_collapsed, shares
+from bench.profile import OTHER, heaviest_frames, part_of, read_collapsed, shares
 
 ROOT = ('process 41:"python -m skiplock worker app"', "<module> (skiplock/__main__.py:5)")
 CLAIM = "Claiming._claim_on (skiplock/claiming.py:227)"
@@ -66,3 +66,29 @@ def test_shares_sum_to_one_most_first() -> None:
         ("decoding claimed rows into jobs", 1),
     ]
     assert abs(sum(share for _, _, share in got) - 1.0) < 1e-9
+
+
+def test_heaviest_frames_of_a_part_innermost_first_without_directories() -> None:
+    fetch = "AsyncCursor.fetchall (/venv/lib/python3.11/site-packages/psycopg/cursor_async.py:284)"
+    send = "BaseCursor._send_query_prepared (/venv/psycopg/_cursor_base.py:602)"
+    stacks = read_collapsed(
+        [
+            line(CLAIM, fetch, count=5),
+            line(CLAIM, send, count=2),
+            line(CLAIM, DECODE, count=9),  # another part: not counted for the claim
+            line(WRITE, send, count=4),  # another part again
+        ]
+    )
+    assert heaviest_frames(stacks, "claiming (statement, waiting for it)", 3) == [
+        ("AsyncCursor.fetchall (cursor_async.py:284)", 5),
+        ("BaseCursor._send_query_prepared (_cursor_base.py:602)", 2),
+    ]
+    assert heaviest_frames(stacks, "outcome writes: statement", 1) == [
+        ("BaseCursor._send_query_prepared (_cursor_base.py:602)", 4)
+    ]
+    assert heaviest_frames(stacks, "claiming (statement, waiting for it)", 0) == []
+
+
+def test_a_process_frame_is_shown_without_its_command_line() -> None:
+    stacks = read_collapsed([";".join(ROOT[:1]) + " 3"])  # sampled between Python frames
+    assert heaviest_frames(stacks, OTHER, 1) == [("process 41", 3)]
