@@ -153,6 +153,18 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
             and r.get("size", size) == size
         ]
         assert found[4] == f"{max(seed):,.0f}", line  # one repetition in quick mode
+        # ... and shows the most that drain could reach with every core busy at its CPU per job
+        label = re.search(r"skiplock (\S+) within", line)
+        assert label, line
+        (drain,) = [
+            r for r in drains
+            if (r["system"], r["setting"], r["size"]) == ("skiplock", label[1], size)
+        ]  # fmt: skip
+        cpu = drain["worker_cpu_us_per_job"] + drain["pg_cpu_us_per_job"]
+        bound = re.search(r"CPU bound ([\d,]+) jobs/s \((\d+) cores", line)
+        assert bound, line
+        assert bound[2] == str(len(os.sched_getaffinity(0))), line
+        assert bound[1] == f"{int(bound[2]) * 1e6 / cpu:,.0f}", line
     for heading in (
         "## Targets",
         "## Drain",
