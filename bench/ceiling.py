@@ -9,6 +9,7 @@ Python driver would run them.  The table and its partial claim index are the see
 from __future__ import annotations
 
 import re
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -114,6 +115,9 @@ def run_pgbench(
         cmd += ["-c", str(clients), "-j", str(clients)]
         cmd += ["-t", str(transactions)] if transactions else ["-T", str(int(seconds or 5))]
         cmd.append(db.dsn)
+        # pgbench's own CPU: the bench's reaped children's, across this run (no other child
+        # of the bench is reaped meanwhile: workers are gone before a ceiling runs).
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if mon is not None:
             while proc.poll() is None:
@@ -121,6 +125,8 @@ def run_pgbench(
                 time.sleep(0.05)
             mon.sample()
         out, err = proc.communicate()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        client_cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
         if proc.returncode != 0:
             raise RuntimeError(f"pgbench failed ({proc.returncode}): {err.strip()[-500:]}")
         tps = float(re.search(r"tps = ([\d.]+) \(without initial", out).group(1))  # type: ignore[union-attr]
@@ -136,6 +142,7 @@ def run_pgbench(
             "transactions": int(done.group(1)) if done else 0,
             "claim_ms": latencies[0] if latencies else float("nan"),
             "finish_ms": latencies[1] if len(latencies) > 1 else float("nan"),
+            "client_cpu_s": client_cpu,
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -196,6 +203,7 @@ def drain(
             "xacts_per_job": max(0, d.xacts - mon.queries - COUNTER_XACTS) / jobs,
             "wal_bytes_per_job": (s1.wal - s0.wal) / jobs,
             **cpu_per_job(s0, s1, jobs),  # no worker here: its share is 0
+            "client_cpu_us_per_job": res["client_cpu_s"] * 1e6 / jobs,  # pgbench's
             "verified": not problems,
             "problems": problems,
         }

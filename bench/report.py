@@ -477,6 +477,7 @@ def ceiling_section(results: list[dict[str, Any]], system: str = "sql-ceiling") 
                 fmt(med(rs, "xacts_per_job")),
                 fmt(med(rs, "wal_bytes_per_job"), 4),
                 fmt(med(rs, "pg_cpu_us_per_job")),
+                fmt(med(rs, "client_cpu_us_per_job")),
                 verified(rs),
             ]
         )
@@ -490,6 +491,7 @@ def ceiling_section(results: list[dict[str, Any]], system: str = "sql-ceiling") 
         "xacts/job",
         "WAL B/job",
         "PG CPU µs/job",
+        "pgbench CPU µs/job",
         "verified",
     ]
     if own:
@@ -836,9 +838,10 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "`pg_stat_activity` lists for the bench database (autovacuum included), between the first "
         "handler start and the end.",
         "- **CPU bound** (in the ceiling targets) = CPUs ÷ (worker CPU + PG CPU per job): the "
-        "most the drain could reach if every core ran only it at the CPU per job it cost. The "
-        "worker and PostgreSQL share this machine's cores, and pgbench, in C, uses little of them. "
-        "Where it is below what a target needs, only less CPU per job can meet that target.",
+        "most the drain could reach if every core ran only it at the CPU per job it cost (the "
+        "worker and PostgreSQL share this machine's cores; the ceiling's client is pgbench, whose "
+        "CPU per job is in its table). Where it is below what a target needs, only less CPU per "
+        "job can meet that target.",
         f"- Procrastinate drains {plan.procrastinate_drain:,} jobs instead of the listed size "
         "(it runs ~100–300 jobs/s here; its rate does not depend on the size at this scale).",
         "",
@@ -853,7 +856,8 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "## SQL ceiling (pgbench, the seed's claim + ownership-checked finish, no worker)",
         "",
         "One pgbench transaction = claim N (`LIMIT N FOR UPDATE SKIP LOCKED`, lease committed) + "
-        "finish them (UPDATE to done, or DELETE); `-M prepared`; jobs/s = tps × N.",
+        "finish them (UPDATE to done, or DELETE); `-M prepared`; jobs/s = tps × N. pgbench CPU = "
+        "the client's own user + system time (it stands where a drain's worker does).",
         "",
         ceiling_section(results),
         "",

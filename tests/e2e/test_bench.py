@@ -111,9 +111,13 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
         (b, m) for b in (10, 100) for m in ("done", "delete")
     }
     assert all(r["claim_ms"] > 0 and r["finish_ms"] > 0 for r in ceilings)
+    # pgbench's own CPU, where a drain's worker would stand, was measured in every run.
+    assert all(r["client_cpu_us_per_job"] > 0 for r in ceilings)
+    assert all(r["client_cpu_us_per_job"] > 0 for r in results if r["workload"] == "drain-ceiling")
 
     report = (out / "RESULTS.md").read_text()
     assert "### skiplock's own claim and finish" in report
+    assert "| PG CPU µs/job | pgbench CPU µs/job | verified |" in report
     # The exposure target names the fastest skiplock setting within PGQueuer's exposure.
     (exposure_target,) = [line for line in report.splitlines() if "with a crash exposure" in line]
     found = re.search(
