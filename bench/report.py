@@ -169,6 +169,9 @@ def ceiling_alongside(results: list[dict[str, Any]], size: int, batch: int) -> b
     return bool(select(results, workload="drain-ceiling", size=size, batch=batch))
 
 
+CEILING_WITHIN = 1.5  # a drain is to take at most this many times as long as the SQL ceiling
+
+
 def verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("**met**" if ok else "**missed**")
 
@@ -245,7 +248,8 @@ def targets(results: list[dict[str, Any]], plan: Plan, cpus: int | None = None) 
             if tried and math.isnan(sk_rate):
                 out.append(
                     [
-                        f"Drain {size:,}: skiplock {label} within 1.5× of the SQL ceiling",
+                        f"Drain {size:,}: skiplock {label} within {CEILING_WITHIN}× of the SQL "
+                        "ceiling",
                         "no run of this setting completed with verified counts (see the end)",
                         verdict(False),
                     ]
@@ -260,16 +264,16 @@ def targets(results: list[dict[str, Any]], plan: Plan, cpus: int | None = None) 
                 figure += (
                     f"; CPU bound {fmt(bound[0])} jobs/s ({cpus} cores ÷ {fmt(bound[1])} + "
                     f"{fmt(bound[2])} µs of worker + PG CPU per job), the target needs "
-                    f"{fmt(ceil / 1.5)}"
+                    f"{fmt(ceil / CEILING_WITHIN)}"
                 )
             out.append(
                 [
-                    f"Drain {size:,}: skiplock {label} within 1.5× of the SQL ceiling "
+                    f"Drain {size:,}: skiplock {label} within {CEILING_WITHIN}× of the SQL ceiling "
                     f"(batch {batch}, the nearest to skiplock's {per_pair:.0f} jobs per claim + "
                     f"write; {'mark done' if mode == 'done' else 'delete'}, best of 1–8 "
                     f"clients{when})",
                     figure,
-                    verdict(r <= 1.5),
+                    verdict(r <= CEILING_WITHIN),
                 ]
             )
     for mode, need in (("bulk", 1.5), ("single", 1.0)):
