@@ -66,6 +66,9 @@ class Claiming:
     _refill_below: int
     _reserved: deque[RunningJob]
     _tasks: set[asyncio.Task[None]]
+    # Why the last claim failed (None: it did not): a burst that ends on a failed claim did not
+    # run what was due, and ``skiplock worker --burst`` exits 1.
+    claim_error: str | None
 
     if TYPE_CHECKING:  # defined by Worker, JobOutcomes and the slots
 
@@ -142,8 +145,11 @@ class Claiming:
                 try:
                     claim = self._claim_held if self._held else self._claim_leased
                     claimed = await claim(active, want)
+                    self.claim_error = None
                 except (psycopg.Error, SkiplockError) as exc:
-                    log.warning("claim failed, retrying after the poll interval: %s", exc)
+                    self.claim_error = str(exc).strip().splitlines()[0] or type(exc).__name__
+                    again = "" if self.burst else ", retrying after the poll interval"
+                    log.warning("claim failed%s: %s", again, exc)
                 # Until new work is announced (or the poll interval passes), a slot that frees
                 # does not send the worker back to an empty queue.  Not after an announcement
                 # that came during the claim (its snapshot may have missed that job), nor when a

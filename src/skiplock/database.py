@@ -157,11 +157,24 @@ def translate(exc: psycopg.Error, schema: str) -> Exception:
             f"Turn prepared statements off for it: {PREPARED_STATEMENTS_VAR}=off, or "
             "App(prepared_statements=False); on your own connections, prepare_threshold=None"
         )
-    if isinstance(exc, psycopg.OperationalError) and not isinstance(
-        exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable
-    ):
+    if connection_lost(exc):
         return DatabaseUnavailable(f"lost the connection to PostgreSQL: {_first_line(exc)}")
     return exc
+
+
+# SQLSTATEs of a server that ended or refused the session: shut down by an admin, crashed, still
+# starting up, or an idle session timed out.  Class 08 (connection exception) counts as a whole.
+SESSION_ENDED = frozenset({"57P01", "57P02", "57P03", "57P05"})
+
+
+def connection_lost(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` means the connection is gone or refused (another try, on a new
+    connection, may succeed), judged by its SQLSTATE: an error about the data or a server limit
+    (class 22, 23, 54, ...) is not, even the ones psycopg makes an OperationalError."""
+    state = exc.sqlstate
+    if state is None:  # raised by the client: the connection closed, or its socket failed
+        return isinstance(exc, psycopg.OperationalError)
+    return state.startswith("08") or state in SESSION_ENDED
 
 
 def _prepared_statement_mixup(exc: psycopg.Error) -> bool:

@@ -134,6 +134,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
         self._parked: deque[ParkedSlot] = deque()  # idle leased slots (see leased_slots.py)
         self._handlers = 0  # jobs whose task is running now (their outcomes are still to come)
         self._drained = False  # the last claim found less than it asked for
+        self.claim_error: str | None = None  # see Claiming
         self._announced = 0  # counts announcements of new work (see _new_work)
         self._held = False
         self._refill_below = 1  # set by each claim round from the capacity

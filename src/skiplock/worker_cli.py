@@ -126,7 +126,10 @@ GC_YOUNG_THRESHOLD = 10_000
     help="Seconds running jobs get to finish on SIGTERM.",
 )
 @click.option(
-    "--burst", is_flag=True, envvar="SKIPLOCK_BURST", help="Run what is due, then exit 0."
+    "--burst",
+    is_flag=True,
+    envvar="SKIPLOCK_BURST",
+    help="Run what is due, then exit: 0, or 1 when its last claims failed.",
 )
 @click.option(
     "--log-level",
@@ -244,6 +247,13 @@ def command(
     asyncio.run(run_worker(runner))
     # Recycled: the supervisor starts a fresh process in its place (a burst just ends).
     code = RECYCLED_EXIT if runner.recycled and not burst else 0
+    if burst and runner.claim_error is not None:
+        # Its last claims failed: jobs may be due that it never ran.
+        logging.getLogger("skiplock.worker").error(
+            "the burst ended because claims failed, not because nothing was due: %s",
+            runner.claim_error,
+        )
+        code = 1
     if runner.recycled and not runner.recycling.claimed:
         # Over --max-memory before its first job: a fresh process would be no better, and
         # replacing it at once would loop.  An error, so the supervisor backs off.
