@@ -14,7 +14,12 @@ Needs the ``metrics`` extra (``pip install 'skiplock[metrics]'``, which brings
 - ``skiplock_jobs_running{queue}``: jobs started and not finished yet.
 - ``skiplock_worker_info{worker_id, version}``: 1, to tell processes apart.
 
-Each process serves its own: with ``--processes N`` process *k* listens on PORT + *k*.  Queue
+The ``task`` label is one of the app's registered task names, or ``unknown`` for any other (a
+row's task name is whatever its producer wrote: one label value per name would grow the scrape
+without bound).  The queue label is one of the worker's own queues.
+
+Each process serves its own: with ``--processes N`` process *k* listens on PORT + *k*, on
+127.0.0.1 unless ``--metrics-addr`` says otherwise.  Queue
 depth is a property of the table, not of a worker: ``skiplock status --json`` gives it.
 
 An event only adds to plain dictionaries (about 1 us per job); the Prometheus metrics are
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
@@ -41,6 +46,8 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
+# The task label of jobs whose task the worker does not know.
+UNKNOWN_TASK = "unknown"
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
@@ -49,8 +56,15 @@ class WorkerMetrics:
     ``Worker(on_event=...)`` and serve :attr:`registry` (its own unless one is given)."""
 
     def __init__(
-        self, worker_id: str, version: str, registry: CollectorRegistry | None = None
+        self,
+        worker_id: str,
+        version: str,
+        registry: CollectorRegistry | None = None,
+        known_tasks: Collection[str] | None = None,
     ) -> None:
+        """``known_tasks``: the task names that get a label value of their own; any other is
+        counted as :data:`UNKNOWN_TASK` (None: every name is kept, for a caller whose names
+        are bounded)."""
         try:
             from prometheus_client import CollectorRegistry
         except ImportError:
@@ -58,6 +72,7 @@ class WorkerMetrics:
                 "metrics need prometheus-client: pip install 'skiplock[metrics]'"
             ) from None
         self.worker_id = worker_id
+        self.known_tasks = frozenset(known_tasks) if known_tasks is not None else None
         self.version = version
         self._started: dict[tuple[str, str], int] = {}  # (queue, task) -> jobs
         self._finished: dict[tuple[str, str, str], int] = {}  # (queue, task, outcome) -> jobs
@@ -69,17 +84,20 @@ class WorkerMetrics:
 
     def on_event(self, event: JobEvent) -> None:
         job = event.job
+        task = job.task
+        if self.known_tasks is not None and task not in self.known_tasks:
+            task = UNKNOWN_TASK
         if event.kind == "started":
-            key = (job.queue, job.task)
+            key = (job.queue, task)
             self._started[key] = self._started.get(key, 0) + 1
             self._in_flight[job.id] = job.queue
             return
-        outcome = (job.queue, job.task, event.outcome or "done")
+        outcome = (job.queue, task, event.outcome or "done")
         self._finished[outcome] = self._finished.get(outcome, 0) + 1
         if self._in_flight.pop(job.id, None) is None:
             return  # claimed ahead and given back (shutdown, cancel) without starting
         if event.duration is not None:
-            key = (job.queue, job.task)
+            key = (job.queue, task)
             histogram = self._durations.get(key)
             if histogram is None:
                 histogram = self._durations[key] = [0.0] * (len(DURATION_BUCKETS) + 2)
@@ -136,8 +154,9 @@ class WorkerMetrics:
         info.add_metric([self.worker_id, self.version], 1)
         yield info
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Serve ``/metrics`` over HTTP on a daemon thread (prometheus-client's server)."""
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
+        """Serve ``/metrics`` over HTTP on a daemon thread (prometheus-client's server), on
+        this host only unless ``addr`` says otherwise."""
         from prometheus_client import start_http_server
 
         start_http_server(port, addr, registry=self.registry)

@@ -149,9 +149,9 @@ GC_YOUNG_THRESHOLD = 10_000
 @click.option(
     "--metrics-addr",
     envvar="SKIPLOCK_METRICS_ADDR",
-    default="0.0.0.0",
+    default="127.0.0.1",
     show_default=True,
-    help="Address the metrics endpoint listens on.",
+    help="Address the metrics endpoint listens on (0.0.0.0: every interface).",
 )
 def command(
     app_spec: str,
@@ -220,13 +220,17 @@ def command(
     worker_id = new_worker_id()
     metrics = None
     if metrics_port is not None:
-        metrics = WorkerMetrics(worker_id, __version__)
+        metrics = WorkerMetrics(worker_id, __version__, known_tasks=app.tasks)
         try:
             metrics.serve(metrics_port, metrics_addr)
         except OSError as exc:
             raise click.ClickException(
                 f"cannot serve metrics on {metrics_addr}:{metrics_port}: {exc.strerror or exc}"
             ) from None
+        shown = f"[{metrics_addr}]" if ":" in metrics_addr else metrics_addr
+        logging.getLogger("skiplock.worker").info(
+            "serving metrics on http://%s:%d/metrics", shown, metrics_port
+        )
     runner = Worker(
         app,
         queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,

@@ -187,3 +187,53 @@ def test_a_metrics_port_already_taken_stops_the_worker_with_a_clear_error(
         )
     assert result.returncode == 1, result.stderr
     assert f"cannot serve metrics on 127.0.0.1:{port}: Address already in use" in result.stderr
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The IPv4 addresses a socket on this host listens on at ``port`` (from /proc/net/tcp)."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+            found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
+    return found
+
+
+def test_metrics_listen_on_localhost_unless_told_and_unknown_task_names_fold_into_one(
+    app: App, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    (tmp_path / "meteredmod.py").write_text(textwrap.dedent(MODULE))
+    # Rows whose task no worker knows: written by SQL, as any producer may.
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (queue, task, payload) "
+            "SELECT 'metered', 'made-up-' || i, '{{}}' FROM generate_series(1, 40) i"
+        ).format(sql.Identifier(app.schema, "jobs"))
+    )
+    port = free_ports(1)
+    command = [sys.executable, "-m", "skiplock", "worker", "meteredmod:app",
+               "--poll-interval", "0.1", "--metrics-port", str(port)]  # fmt: skip
+    log = tmp_path / "worker.stderr"
+    with log.open("wb") as err:
+        worker = subprocess.Popen(
+            command, cwd=tmp_path, env=worker_env(app), stdout=subprocess.DEVNULL, stderr=err
+        )
+    try:
+        wait_for(lambda: answers(port), 30, "the metrics endpoint")
+        assert listening_addresses(port) == {"127.0.0.1"}
+        assert f"serving metrics on http://127.0.0.1:{port}/metrics" in log.read_text()
+        wait_for(lambda: counts(db, app.schema) == {"failed": 40}, 60, "every job failed")
+
+        def failed() -> float:
+            return total([scrape(port)], "skiplock_jobs_finished_total", outcome="failed")
+
+        wait_for(lambda: failed() == 40, 10, "the last outcomes' events")
+        tasks = {dict(labels).get("task") for _, labels in scrape(port)} - {None}
+        assert tasks == {"unknown"}
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -119,3 +120,20 @@ def test_scrapes_on_another_thread_while_events_arrive_never_fail() -> None:
         scraper.join()
     assert failures == []
     assert sum(metrics._started.values()) == 10_000
+
+
+def test_task_names_the_worker_does_not_know_fold_into_one_label() -> None:
+    """Task names come from rows anyone who may enqueue can write: a label value per unknown
+    name would grow the scrape without bound."""
+    metrics = WorkerMetrics("w", "0.1.0", known_tasks=["send"])
+    for n in range(2000):
+        metrics.on_event(JobEvent("started", job(n, task=f"made-up-{n}"), "w"))
+        metrics.on_event(JobEvent("finished", job(n, task=f"made-up-{n}"), "w", "failed", 0.01))
+    metrics.on_event(JobEvent("started", job(5000), "w"))
+    text = generate_latest(metrics.registry).decode()
+    tasks = {label for label in re.findall(r'task="([^"]*)"', text)}
+    assert tasks == {"send", "unknown"}
+    finished = "skiplock_jobs_finished_total"
+    assert value(metrics, finished, queue="mail", task="unknown", outcome="failed") == 2000
+    assert value(metrics, "skiplock_jobs_started_total", queue="mail", task="send") == 1
+    assert len(text.splitlines()) < 100
