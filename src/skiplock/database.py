@@ -72,13 +72,15 @@ def check_dsn(dsn: str) -> str:
 
 
 def redact(dsn: str) -> str:
-    """The DSN with its password hidden, for messages and logs."""
+    """The DSN with its passwords hidden (``password``, and ``sslpassword``, which decrypts
+    the client's TLS key), for messages and logs."""
     try:
         params = conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         return "<unparseable DSN>"
-    if "password" in params:
-        params["password"] = "***"
+    for key in params:
+        if key.endswith("password"):
+            params[key] = "***"
     return conninfo.make_conninfo("", **{k: v for k, v in params.items() if v is not None})
 
 

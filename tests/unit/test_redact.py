@@ -48,3 +48,15 @@ def test_redact_handles_numbers_short_values_and_missing_fields() -> None:
         redact(text, payload, {"token", "short", "flag", "absent"})
         == "token=*** short=ab flag=True"
     )
+
+
+def test_dsn_passwords_are_hidden_in_connection_errors() -> None:
+    """Both libpq passwords: the server's and the one that decrypts the client's TLS key."""
+    from skiplock.database import redact as redact_dsn
+    from skiplock.database import unavailable
+
+    dsn = "postgresql://ann:pw-canary-1@127.0.0.1:1/db?sslpassword=pw-canary-2&sslmode=disable"
+    shown = str(unavailable(OSError("connection refused"), dsn))
+    assert "pw-canary" not in shown and "127.0.0.1" in shown
+    assert "pw-canary" not in redact_dsn(dsn)
+    assert "sslpassword=***" in redact_dsn(dsn) and "password=***" in redact_dsn(dsn)
