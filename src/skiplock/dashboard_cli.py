@@ -10,6 +10,7 @@ import click
 from .admin import dsn_option
 from .app import App
 from .app_loader import load_app
+from .errors import ConfigurationError
 from .migrations import check_migrated
 from .payload import check_schema_name
 
@@ -58,13 +59,19 @@ def command(
         import uvicorn
 
         from .dashboard import create_dashboard
-        from .dashboard.access import new_token
+        from .dashboard.access import check_token, new_token
     except ImportError:
         raise click.ClickException(
             "the dashboard needs its extra: pip install 'skiplock[dashboard]'"
         ) from None
-    if token is not None and len(token) < 16:
-        raise click.BadParameter("use at least 16 characters", param_hint="--token")
+    if token is not None:
+        try:
+            check_token(token)
+        except ConfigurationError:
+            raise click.BadParameter(
+                "use at least 16 characters, none of them spaces or control characters",
+                param_hint="--token",
+            ) from None
     app = load_app(app_spec) if app_spec else App(schema=check_schema_name(schema or "skiplock"))
     if app_spec and schema and schema != app.schema:
         raise click.BadParameter(

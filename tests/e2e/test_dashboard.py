@@ -44,7 +44,9 @@ def free_port() -> int:
 
 def environment(app: App, cwd: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
-    return {**env, "DSN": app.dsn, "SCHEMA": app.schema, "PYTHONPATH": str(cwd)}
+    # The module in cwd, then whatever the test run itself imports skiplock from.
+    path = os.pathsep.join(p for p in (str(cwd), os.environ.get("PYTHONPATH", "")) if p)
+    return {**env, "DSN": app.dsn, "SCHEMA": app.schema, "PYTHONPATH": path}
 
 
 @contextmanager
@@ -109,6 +111,7 @@ def test_the_printed_address_opens_the_dashboard_and_app_secrets_stay_hidden(
         ),
         (["--dsn", "postgresql://postgres@127.0.0.1:1/test"], "127.0.0.1"),
         (["--token", "short"], "at least 16 characters"),
+        (["--token", " " * 16], "at least 16 characters"),
         (["no_such_module:app"], "cannot import 'no_such_module'"),
     ],
 )

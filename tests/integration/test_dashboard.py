@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from dashboard_client import TOKEN, Browser, serving, serving_asgi
-from skiplock import App
+from skiplock import App, ConfigurationError
 from skiplock.dashboard import create_dashboard
 
 SECRET = "canary-hunter22"
@@ -330,3 +331,22 @@ def test_mounted_in_an_application_under_a_prefix(shop: App, db: Any) -> None:
         assert browser.get("/ops/jobs/api/jobs/987654").status == 404
     assert statuses(db, shop) == {job: "cancelled"}
     shop.close()
+
+
+@pytest.mark.parametrize("path", ["//evil.example/", "///evil.example/x", "/\\evil.example/"])
+def test_the_token_redirect_stays_on_the_dashboard(shop: App, path: str) -> None:
+    """``?token=`` redirects to the same page without it: never to another host, whatever
+    the path looks like (``//host/`` in a Location is another site)."""
+    with serving(shop) as base:
+        landing = Browser(base).get(f"{path}?token={TOKEN}&status=failed", follow=False)
+        assert landing.status == 303
+        location = landing.headers["Location"]
+        assert location.startswith("/") and location[1:2] not in ("/", "\\"), location
+        assert urllib.parse.urlsplit(location).netloc == "", location
+        assert "evil.example" in location and location.endswith("?status=failed")
+
+
+@pytest.mark.parametrize("token", [" " * 16, "\t" * 20, "short", "", "a token with spaces!"])
+def test_a_blank_short_or_spaced_token_is_refused(shop: App, token: str) -> None:
+    with pytest.raises(ConfigurationError, match="token"):
+        create_dashboard(shop, token=token)

@@ -28,6 +28,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp
 
+from ..errors import ConfigurationError
+
 TOKEN_COOKIE = "skiplock_token"
 CSRF_COOKIE = "skiplock_csrf"
 SECURITY_HEADERS = {
@@ -42,9 +44,24 @@ SECURITY_HEADERS = {
 }
 
 
+MIN_TOKEN_LENGTH = 16
+
+
 def new_token() -> str:
     """A token for one dashboard process (printed in the address it is opened with)."""
     return secrets.token_urlsafe(24)
+
+
+def check_token(token: str) -> str:
+    """``token``, or :class:`ConfigurationError` for one too weak or unusable: shorter than
+    :data:`MIN_TOKEN_LENGTH`, or holding whitespace or control characters (a token of 16
+    spaces would be accepted and guessed)."""
+    if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() or not c.isprintable() for c in token):
+        raise ConfigurationError(
+            f"the dashboard token must be at least {MIN_TOKEN_LENGTH} characters, none of them "
+            "spaces or control characters; leave it out to get a random one"
+        )
+    return token
 
 
 def _same(given: str | None, expected: str) -> bool:
@@ -92,7 +109,8 @@ class AccessMiddleware(BaseHTTPMiddleware):
             query = urlencode(
                 [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
             )
-            target = request.url.path + (f"?{query}" if query else "")
+            # A path of our own: "//host/..." (or "/\\host") in a Location is another site.
+            target = "/" + request.url.path.lstrip("/\\") + (f"?{query}" if query else "")
             response = RedirectResponse(target, status_code=303)
             response.set_cookie(
                 TOKEN_COOKIE,

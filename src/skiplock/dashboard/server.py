@@ -17,7 +17,7 @@ from starlette.templating import Jinja2Templates
 from ..app import App
 from ..errors import DatabaseUnavailable, SchemaNotMigrated
 from ..queue_settings import describe_settings
-from .access import AccessMiddleware, refusal
+from .access import AccessMiddleware, check_token, refusal
 from .views import Views
 
 
@@ -30,6 +30,8 @@ def create_dashboard(app: App, *, token: str | None, read_only: bool = False) ->
     ``secret`` are shown as ``***``.  Its connection pool is the app's: closed with the
     dashboard's lifespan when it runs on its own, by ``app.close_async()`` when mounted.
     """
+    if token is not None:
+        check_token(token)
     environment = jinja2.Environment(
         loader=jinja2.PackageLoader("skiplock.dashboard", "templates"),
         autoescape=True,
