@@ -6,7 +6,11 @@ whose message names the problem and the fix.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from difflib import get_close_matches
+
+NAME_SHOWN = 100  # characters of an unknown task's name in its error
+KNOWN_SHOWN = 3  # registered task names an UnknownTask error names at most
 
 
 class SkiplockError(Exception):
@@ -42,11 +46,21 @@ class SchemaNotMigrated(SkiplockError):
 class UnknownTask(SkiplockError):
     """No task of that name is registered with the app."""
 
-    def __init__(self, name: str, known: list[str]) -> None:
-        listed = ", ".join(sorted(known)) or "none"
+    def __init__(self, name: str, known: Collection[str]) -> None:
+        # Stored as the job's last_error and logged: name at most a few registered tasks (the
+        # closest, else the first), and not all of a name too long to read.
+        shown = repr(name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN] + "...")
+        if not known:
+            registered = "no task is registered"
+        else:
+            count = f"{len(known)} task{'s' if len(known) != 1 else ''} registered"
+            closest = get_close_matches(name, known, n=KNOWN_SHOWN)
+            some = closest or sorted(known)[:KNOWN_SHOWN]
+            more = ", ..." if not closest and len(known) > KNOWN_SHOWN else ""
+            registered = f"{count}, {'closest:' if closest else 'e.g.'} {', '.join(some)}{more}"
         super().__init__(
-            f"unknown task {name!r}: register it with @app.task(name={name!r}) "
-            f"in the module the worker imports (registered: {listed})"
+            f"unknown task {shown}: register it with @app.task(name={shown}) "
+            f"in the module the worker imports ({registered})"
         )
         self.name = name
 

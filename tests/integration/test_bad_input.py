@@ -480,3 +480,17 @@ def test_worker_refuses_a_schema_missing_a_migration_and_says_which(pg_dsn: str,
     finally:
         app.sync_client.drop_schema()
         app.close()
+
+
+def test_unknown_task_error_stays_short_however_many_tasks_are_registered(app: App) -> None:
+    """It names the unknown task and how to register it, not every registered name (it is
+    stored as a job's last_error and logged)."""
+    for n in range(200):
+        app.task(name=f"registered.task_{n:03d}")(lambda: None)
+    with pytest.raises(UnknownTask) as info:
+        app.enqueue("nope", {})
+    message = str(info.value)
+    assert "'nope'" in message and "@app.task(name='nope')" in message
+    assert len(message) < 400, message
+    assert sum(f"registered.task_{n:03d}" in message for n in range(200)) <= 3
+    assert "200 tasks registered" in message

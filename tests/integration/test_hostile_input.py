@@ -225,7 +225,7 @@ def test_rows_naming_importable_functions_are_never_imported(
         assert job is not None and job.status == JobStatus.FAILED
         assert job.last_error is not None
         assert job.last_error.startswith(f"UnknownTask: unknown task {task!r}: register it")
-        assert "registered: echo" in job.last_error
+        assert "(1 task registered, e.g. echo)" in job.last_error
     finished = app.get_job(echo_id)
     assert finished is not None and finished.status == JobStatus.DONE
 
