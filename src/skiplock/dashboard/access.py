@@ -8,10 +8,12 @@
 - **Changes.** Only POST requests change anything, and only from a form the dashboard
   rendered: its ``csrf`` field must equal the ``skiplock_csrf`` cookie (a value another site
   can neither read nor set), and an ``Origin`` header, when the browser sends one, must name
-  this host (or, behind a proxy, its ``X-Forwarded-Host``).  :func:`checked_form` is the one
-  way a POST handler reads its form.
-- **Every response** is not cached, cannot be framed, sends no referrer (an address may hold
-  the token) and may run no script.
+  this host (or, behind a proxy, its ``X-Forwarded-Host``).  ``Origin: null`` (what a browser
+  sends when told to hide origins) names no host: the CSRF value alone decides then.
+  :func:`checked_form` is the one way a POST handler reads its form.
+- **Every response** is not cached, cannot be framed, and may run no script.  Its referrer
+  policy is ``same-origin``: the dashboard's own form POSTs carry its real ``Origin`` (under
+  ``no-referrer`` a browser sends ``Origin: null``), and no other site is sent a referrer.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ SECURITY_HEADERS = {
     ),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
 }
 
 
@@ -158,7 +160,7 @@ async def checked_form(request: Request) -> FormData:
         request.headers.get("host"),
         request.headers.get("x-forwarded-host", "").split(",")[0].strip(),
     }
-    if origin is not None and urlsplit(origin).netloc not in hosts - {None, ""}:
+    if origin not in (None, "null") and urlsplit(origin).netloc not in hosts - {None, ""}:
         raise HTTPException(403, "cross-origin request refused")
     form = await request.form()
     given: Any = form.get("csrf")
