@@ -149,7 +149,9 @@ RUNNER = textwrap.dedent(
     for line in sys.stdin:
         request = json.loads(line)
         try:
-            if request.get("module"):
+            if request.get("module") in sys.modules:  # a later block rewrote the file
+                importlib.reload(sys.modules[request["module"]])
+            elif request.get("module"):
                 importlib.import_module(request["module"])
             else:
                 with open(request["path"]) as source:
@@ -448,16 +450,48 @@ def test_the_blocks_of_a_document_run_as_written(
         run_blocks(blocks, tmp_path, env, dsn)
 
 
-def test_a_failing_block_fails_the_run(pg_dsn: str, tmp_path: Path) -> None:
+def test_a_block_that_does_not_run_as_written_fails(pg_dsn: str, tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text("```python\n# mod.py\nVALUE = 1\n```\n\n```python\nfrom mod import VALUE\n")
     page.write_text(
-        page.read_text() + "assert VALUE == 2, 'wrong value'\n```\n\n```bash\nfalse\n```\n"
+        textwrap.dedent(
+            """\
+            ```python
+            # mod.py
+            VALUE = 1
+            ```
+
+            ```python
+            from mod import VALUE
+            assert VALUE == 2, "wrong value"
+            ```
+
+            ```bash
+            false
+            ```
+
+            ```bash
+            skiplock worker nosuch:app
+            ```
+
+            ```console
+            $ printf 'one\\ntwo\\nthree\\n'
+            one
+            ...
+            three
+            $ echo two
+            one
+            ```
+            """
+        )
     )
-    blocks = blocks_of(page)
+    _, false, worker, console = blocks_of(page)[1:]
     with fresh_database(pg_dsn) as dsn:
         env = environment(tmp_path, dsn)
         with pytest.raises(AssertionError, match="wrong value"):
-            run_blocks(blocks, tmp_path, env, dsn)
+            run_blocks(blocks_of(page)[:2], tmp_path, env, dsn)
         with pytest.raises(AssertionError, match="`false` exited 1"):
-            run_blocks(blocks[2:], tmp_path, env, dsn)
+            run_blocks([false], tmp_path, env, dsn)
+        with pytest.raises(AssertionError, match="exited 2 before it started"):
+            run_blocks([worker], tmp_path, env, dsn)
+        with pytest.raises(AssertionError, match="`echo two` did not print, at its place"):
+            run_blocks([console], tmp_path, env, dsn)
