@@ -76,6 +76,8 @@ class App(JobAdmin):
         self.queries = Queries(self.schema)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodic_tasks: dict[str, PeriodicTask] = {}
+        # Periodic tasks registered without task options: an @app.task above may still give them
+        self._optionless_periodic: set[str] = set()
         self.event_listeners: list[Callable[[JobEvent], None]] = []
         self.job_hooks: list[JobHook] = []
         self.meta_providers: list[MetaProvider] = []
@@ -166,8 +168,13 @@ class App(JobAdmin):
         """
 
         def register(func: Callable[P, R]) -> Task[P, R]:
-            task_name = check_task_name(name or f"{func.__module__}.{func.__qualname__}")
-            if task_name in self.tasks:
+            scheduled = self._scheduled_task_to_redefine(func, name)
+            if scheduled is not None:
+                # @app.task(...) above @app.periodic(...): the same task, with these options
+                func, task_name = scheduled.fn, scheduled.name
+            else:
+                task_name = check_task_name(name or f"{func.__module__}.{func.__qualname__}")
+            if task_name in self.tasks and scheduled is None:
                 raise ConfigurationError(f"a task named {task_name!r} is already registered")
             settings = checked_settings(
                 self,
@@ -186,9 +193,31 @@ class App(JobAdmin):
             )
             registered = Task(self, func, settings)
             self.tasks[task_name] = registered
+            if scheduled is not None:
+                self._optionless_periodic.discard(task_name)
+                periodic = self.periodic_tasks[task_name]
+                self.build_jobs(periodic.task, [periodic.payload], EnqueueOptions())
             return registered
 
         return register(fn) if fn is not None else register
+
+    def _scheduled_task_to_redefine(
+        self, func: Callable[P, R], name: str | None
+    ) -> Task[P, R] | None:
+        """The task ``func`` is when ``@app.task(...)`` decorates what ``@app.periodic(...)``
+        registered without task options; None for a plain function; TypeError otherwise."""
+        if not isinstance(func, Task):
+            return None
+        if func.app is not self:
+            raise TypeError(f"{func.name!r} is a task of another App")
+        if func.name not in self._optionless_periodic:
+            raise TypeError(
+                f"{func.name!r} is already a task with its options: give them once, to "
+                "@app.task(...) or to @app.periodic(...)"
+            )
+        if name is not None and name != func.name:
+            raise TypeError("name the task once, in @app.periodic(...) or in @app.task(...)")
+        return func
 
     def periodic(
         self,
@@ -212,7 +241,23 @@ class App(JobAdmin):
         schedule = Schedule(cron, every, catch_up, misfire_grace, timezone)
 
         def register(func: Callable[P, R]) -> Task[P, R]:
-            registered: Task[P, R] = self.task(name=name, **task_options)(func)
+            registered: Task[P, R]
+            if isinstance(func, Task):
+                # @app.periodic(...) above @app.task(...): the task keeps its options
+                if func.app is not self:
+                    raise TypeError(f"{func.name!r} is a task of another App")
+                if name is not None or task_options:
+                    raise TypeError(
+                        f"{func.name!r} is already a task with its options: give them once, to "
+                        "@app.task(...) or to @app.periodic(...)"
+                    )
+                registered = func
+            else:
+                registered = self.task(name=name, **task_options)(func)
+                if not task_options:
+                    self._optionless_periodic.add(registered.name)
+            if registered.name in self.periodic_tasks:
+                raise ConfigurationError(f"{registered.name!r} already runs on a schedule")
             periodic = PeriodicTask(registered.name, registered.name, schedule, dict(payload or {}))
             self.build_jobs(periodic.task, [periodic.payload], EnqueueOptions())
             self.periodic_tasks[periodic.name] = periodic
