@@ -144,6 +144,8 @@ class Claiming:
                     claimed = await claim(active, want)
                 except (psycopg.Error, SkiplockError) as exc:
                     log.warning("claim failed, retrying after the poll interval: %s", exc)
+                except Exception:  # a bug, not a bad row (see claimed_rows): the worker lives
+                    log.exception("claim failed unexpectedly, retrying after the poll interval")
                 # Until new work is announced (or the poll interval passes), a slot that frees
                 # does not send the worker back to an empty queue.  Not after an announcement
                 # that came during the claim (its snapshot may have missed that job), nor when a

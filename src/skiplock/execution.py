@@ -16,7 +16,7 @@ from typing import Any, Literal
 from psycopg import AsyncConnection
 
 from .errors import Fail, JobTimeout, Retry, UnknownTask
-from .job import Job
+from .job import Job, UnrunnableJob
 from .payload import encode_result
 from .retry import ExponentialBackoff, RetryPolicy
 from .task import JobContext, JobHook, Task
@@ -207,6 +207,13 @@ async def _call(
     except Exception as exc:
         return task_failure(job, exc, task)
     return DONE if result is None else Outcome("done", result=result)
+
+
+def unrunnable(job: UnrunnableJob) -> Outcome:
+    """The outcome of a claimed row its worker cannot run (see UnrunnableJob): failed at once,
+    final, not run; retrying it would meet the same row."""
+    note = "not run, not retried: fix the row and retry the job, or enqueue it again"
+    return Outcome("failed", error=f"{job.reason}\n\n{note}")
 
 
 async def in_thread(executor: Executor, call: Callable[[], Any], job_id: int) -> Any:

@@ -1,0 +1,195 @@
+"""Rows a worker cannot run, written by SQL past the client's checks: a payload it cannot
+decode, a time Python cannot hold, a task it does not know, arguments that do not bind.  Each
+fails its own job at once, final, saying what is wrong, and the jobs claimed with it run as
+if it were not there; in both worker models, and the worker lives on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from skiplock import App, JobStatus, Worker
+from skiplock._store_sync import SyncStore
+from skiplock.job import UnrunnableJob
+from skiplock.task import WorkerModel
+
+GOOD = 9  # good jobs claimed together with the poison row
+RUN_TIMEOUT = 60.0  # seconds a burst worker gets; a poisoned one used to hang or die
+
+
+def drop_bound_checks(db: psycopg.Connection[Any], schema: str) -> None:
+    """Drop the table's ``jobs_bound_*`` CHECK constraints, which refuse such rows: the worker
+    must survive rows written before they existed (they are added NOT VALID)."""
+    table = sql.Identifier(schema, "jobs")
+    names = db.execute(
+        "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'c' "
+        "AND conname LIKE 'jobs\\_bound\\_%%'",
+        [table.as_string(db)],
+    ).fetchall()
+    for (name,) in names:
+        db.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(table, sql.Identifier(name)))
+
+
+def insert_row(
+    db: psycopg.Connection[Any],
+    schema: str,
+    task: str,
+    payload: str,
+    *,
+    queue: str = "q",
+    max_attempts: int = 3,
+    **columns: str,
+) -> int:
+    """A pending job row as anyone with INSERT on the table may write it (other columns given
+    as SQL text, cast by the server)."""
+    drop_bound_checks(db, schema)
+    names = ["queue", "task", "payload", "max_attempts", *columns]
+    values = [queue, task, payload, max_attempts, *columns.values()]
+    query = sql.SQL("INSERT INTO {} ({}) VALUES ({}) RETURNING id").format(
+        sql.Identifier(schema, "jobs"),
+        sql.SQL(", ").join(map(sql.Identifier, names)),
+        sql.SQL(", ").join(sql.Placeholder() * len(names)),
+    )
+    row = db.execute(query, values).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def nested(depth: int) -> str:
+    return '{"n": ' + "[" * depth + "]" * depth + "}"
+
+
+# What makes each row unrunnable, and what its job's last_error must say.
+POISONS: dict[str, tuple[dict[str, Any], str]] = {
+    "payload nested too deep": ({"payload": nested(3000)}, "payload could not be decoded"),
+    "payload integer too long": (
+        {"payload": '{"n": ' + "7" * 5000 + "}"},
+        "payload could not be decoded",
+    ),
+    "run_at -infinity": ({"run_at": "-infinity"}, "run_at is -infinity"),
+    "run_at infinity": ({"run_at": "infinity"}, "run_at is infinity"),
+    "run_at after year 9999": ({"run_at": "12000-01-01"}, "run_at is after year 9999"),
+    "expires_at infinity": ({"expires_at": "infinity"}, "expires_at is infinity"),
+    "created_at -infinity": ({"created_at": "-infinity"}, "created_at is -infinity"),
+    "meta nested too deep": ({"meta": nested(3000)}, "meta could not be decoded"),
+}
+
+
+def poison_row(db: psycopg.Connection[Any], schema: str, kind: str, task: str) -> int:
+    columns, _ = POISONS[kind]
+    columns = {"payload": '{"n": 0}', **columns}
+    return insert_row(db, schema, task, **columns)
+
+
+def burst(app: App, model: WorkerModel, **options: Any) -> Any:
+    worker = Worker(app, burst=True, model=model, poll_interval=0.2, **options)
+    return asyncio.run(asyncio.wait_for(worker.run(), RUN_TIMEOUT))
+
+
+def status_of(app: App, job_id: int) -> tuple[JobStatus, int, str]:
+    """Read by SQL: the admin surfaces' own trouble with such rows is not this file's topic."""
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT status, attempts, last_error FROM {} WHERE id = %s").format(
+                sql.Identifier(app.schema, "jobs")
+            ),
+            [job_id],
+        ).fetchone()
+    assert row is not None
+    return JobStatus(row[0]), row[1], row[2] or ""
+
+
+def register(app: App, model: WorkerModel, ran: list[int]) -> Callable[..., Any]:
+    @app.task(name="work", queue="q", model=model, max_attempts=3)
+    def work(n: int) -> None:
+        ran.append(n)
+
+    return work
+
+
+@pytest.mark.parametrize("model", ["lease", "held"])
+@pytest.mark.parametrize("kind", list(POISONS))
+def test_a_poison_row_fails_alone_and_its_batch_runs(
+    app: App, db: psycopg.Connection[Any], model: WorkerModel, kind: str
+) -> None:
+    ran: list[int] = []
+    work = register(app, model, ran)
+    bad = poison_row(db, app.schema, kind, "work")  # first in claim order, in the first batch
+    good = [work.enqueue(n=n).id for n in range(1, GOOD + 1)]  # type: ignore[attr-defined]
+
+    stats = burst(app, model, concurrency=4)
+
+    assert sorted(ran) == list(range(1, GOOD + 1))  # each good job ran once
+    assert {status_of(app, i)[0] for i in good} == {JobStatus.DONE}
+    status, attempts, error = status_of(app, bad)
+    assert (status, attempts) == (JobStatus.FAILED, 1)  # at once, not after its retries
+    assert POISONS[kind][1] in error and "not run" in error
+    assert "lease" not in error
+    assert (stats.done, stats.failed) == (GOOD, 1)
+
+
+@pytest.mark.parametrize("model", ["lease", "held"])
+def test_several_poison_rows_in_one_claim_each_fail_alone(
+    app: App, db: psycopg.Connection[Any], model: WorkerModel
+) -> None:
+    ran: list[int] = []
+    work = register(app, model, ran)
+    bad = [poison_row(db, app.schema, kind, "work") for kind in POISONS]
+    good = [work.enqueue(n=n).id for n in range(1, GOOD + 1)]  # type: ignore[attr-defined]
+
+    stats = burst(app, model, concurrency=4)
+
+    assert sorted(ran) == list(range(1, GOOD + 1))
+    assert {status_of(app, i)[0] for i in good} == {JobStatus.DONE}
+    for kind, job_id in zip(POISONS, bad, strict=True):
+        status, attempts, error = status_of(app, job_id)
+        assert (status, attempts) == (JobStatus.FAILED, 1), kind
+        assert POISONS[kind][1] in error, kind
+    assert (stats.done, stats.failed) == (GOOD, len(POISONS))
+
+
+def test_the_sync_store_claims_a_poison_row_with_the_rest(
+    app: App, db: psycopg.Connection[Any]
+) -> None:
+    """The store's claim (and its generated sync twin) hands back every claimed row: one it
+    cannot read comes back as a job that says why, not as an error that loses the batch."""
+
+    @app.task(name="work", queue="q")
+    def work(n: int) -> None: ...
+
+    bad = poison_row(db, app.schema, "run_at -infinity", "work")
+    deep = poison_row(db, app.schema, "payload nested too deep", "work")
+    good = [work.enqueue(n=n).id for n in range(3)]
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        jobs = SyncStore(app.queries).job_claim(conn, ["q"], 10, "w1", 30.0)
+    assert sorted(j.id for j in jobs) == sorted([bad, deep, *good])
+    reasons = {j.id: j.reason for j in jobs if isinstance(j, UnrunnableJob)}
+    assert set(reasons) == {bad, deep}
+    assert reasons[bad].startswith("run_at is -infinity")
+    assert reasons[deep].startswith("payload could not be decoded")
+
+
+def test_a_payload_nested_just_under_the_limit_still_runs(
+    app: App, db: psycopg.Connection[Any]
+) -> None:
+    """The decode is guarded, not limited: what Python can decode reaches the task."""
+    depths: list[int] = []
+
+    @app.task(name="deep", queue="q")
+    def deep(n: Any) -> None:
+        depth = 0
+        while isinstance(n, list) and n:
+            n, depth = n[0], depth + 1
+        depths.append(depth)
+
+    payload = json.dumps({"n": json.loads("[" * 100 + "]" * 100)})
+    insert_row(db, app.schema, "deep", payload)
+    stats = burst(app, "lease")
+    assert stats.done == 1 and depths == [99]
