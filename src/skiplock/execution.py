@@ -150,9 +150,10 @@ async def run_job(
 ) -> Outcome:
     """Call the job's task within its timeout; exceptions and timeouts become outcomes,
     cancellation from outside propagates."""
-    if task is None:
+    if task is None:  # no worker of this app can run it: retrying would not help
         assert unknown is not None
-        return failure(job, unknown, _UNKNOWN_TASK_RETRY)
+        give_up = "no task of that name is registered in this worker's app"
+        return failure(job, unknown, _UNKNOWN_TASK_RETRY, give_up=give_up)
     # The flag reaches the task only through its context (ctx.cancelled).
     flag = None
     if task.settings.pass_context:

@@ -176,6 +176,29 @@ def test_the_sync_store_claims_a_poison_row_with_the_rest(
     assert reasons[deep].startswith("payload could not be decoded")
 
 
+# -- unknown tasks --------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["lease", "held"])
+def test_an_unknown_task_fails_at_once_and_final(
+    app: App, db: psycopg.Connection[Any], model: WorkerModel
+) -> None:
+    ran: list[int] = []
+    work = register(app, model, ran)
+    ghost = insert_row(db, app.schema, "ghost", "{}")
+    good = [work.enqueue(n=n).id for n in range(1, GOOD + 1)]  # type: ignore[attr-defined]
+
+    stats = burst(app, model, concurrency=4)
+
+    assert sorted(ran) == list(range(1, GOOD + 1))
+    assert {status_of(app, i)[0] for i in good} == {JobStatus.DONE}
+    status, attempts, error = status_of(app, ghost)
+    assert (status, attempts) == (JobStatus.FAILED, 1)
+    assert error.startswith("UnknownTask: unknown task 'ghost'")
+    assert "not retried" in error
+    assert (stats.done, stats.failed, stats.retried) == (GOOD, 1, 0)
+
+
 def test_a_payload_nested_just_under_the_limit_still_runs(
     app: App, db: psycopg.Connection[Any]
 ) -> None:
