@@ -206,8 +206,27 @@ async def _call(
     except Retry as request:
         return Outcome("snooze", delay=request.delay)
     except Exception as exc:
+        if isinstance(exc, TypeError):  # perhaps the call itself: arguments that do not bind
+            mismatch = arguments_mismatch(task, args, job.payload)
+            if mismatch is not None:
+                settings = task.settings
+                give_up = f"the payload does not match the parameters of task {task.name!r}"
+                return failure(job, exc, settings.retry, settings.secret, f"{give_up} ({mismatch})")
         return task_failure(job, exc, task)
     return DONE if result is None else Outcome("done", result=result)
+
+
+def arguments_mismatch(task: Task[Any, Any], args: tuple[Any, ...], payload: Any) -> str | None:
+    """Why the task's function cannot be called with ``args`` and the payload as keyword
+    arguments (None: it can).  Asked only after a TypeError: one raised inside the task is an
+    ordinary failure, retried."""
+    if not isinstance(payload, dict):
+        return "the payload is not a JSON object"
+    try:
+        task.call_signature.bind(*args, **payload)
+    except TypeError as exc:
+        return str(exc)
+    return None
 
 
 def unrunnable(job: UnrunnableJob) -> Outcome:

@@ -199,6 +199,82 @@ def test_an_unknown_task_fails_at_once_and_final(
     assert (stats.done, stats.failed, stats.retried) == (GOOD, 1, 0)
 
 
+@pytest.mark.parametrize("model", ["lease", "held"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync task", "async task"])
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        ("{}", "missing a required argument: 'n'"),
+        ('{"n": 1, "m": 2}', "got an unexpected keyword argument 'm'"),
+        ('{"m": 2}', "missing a required argument: 'n'"),
+        ("[1]", "the payload is not a JSON object"),
+    ],
+)
+def test_arguments_that_do_not_bind_fail_at_once_and_final(
+    app: App,
+    db: psycopg.Connection[Any],
+    model: WorkerModel,
+    is_async: bool,
+    payload: str,
+    reason: str,
+) -> None:
+    ran: list[int] = []
+    if is_async:
+
+        @app.task(name="work", queue="q", model=model, max_attempts=3)
+        async def work_async(n: int) -> None:
+            ran.append(n)
+
+    else:
+        register(app, model, ran)
+    bad = insert_row(db, app.schema, "work", payload)
+    good = [app.enqueue("work", {"n": n}).id for n in range(1, GOOD + 1)]
+
+    stats = burst(app, model, concurrency=4)
+
+    assert sorted(ran) == list(range(1, GOOD + 1))
+    assert {status_of(app, i)[0] for i in good} == {JobStatus.DONE}
+    status, attempts, error = status_of(app, bad)
+    assert (status, attempts) == (JobStatus.FAILED, 1)
+    assert error.startswith("TypeError: ")
+    assert f"not retried: the payload does not match the parameters of task 'work' ({reason})" in (
+        error
+    )
+    assert (stats.done, stats.failed, stats.retried) == (GOOD, 1, 0)
+
+
+@pytest.mark.parametrize("model", ["lease", "held"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync task", "async task"])
+def test_a_type_error_inside_the_task_is_retried(
+    app: App, model: WorkerModel, is_async: bool
+) -> None:
+    """Only arguments that do not bind fail at once: a TypeError the task raises itself is an
+    ordinary failure, retried while attempts are left."""
+
+    def body(n: int) -> None:
+        raise TypeError(f"unsupported operand for {n}")
+
+    if is_async:
+
+        @app.task(name="typo", queue="q", model=model, max_attempts=3)
+        async def typo_async(n: int) -> None:
+            body(n)
+
+    else:
+
+        @app.task(name="typo", queue="q", model=model, max_attempts=3)
+        def typo(n: int) -> None:
+            body(n)
+
+    job_id = app.enqueue("typo", {"n": 1}).id
+    stats = burst(app, model)
+    status, attempts, error = status_of(app, job_id)
+    assert status in (JobStatus.SCHEDULED, JobStatus.PENDING) and attempts == 1
+    assert error.startswith("TypeError: unsupported operand for 1")
+    assert "not retried" not in error
+    assert stats.retried == 1
+
+
 def test_a_payload_nested_just_under_the_limit_still_runs(
     app: App, db: psycopg.Connection[Any]
 ) -> None:
