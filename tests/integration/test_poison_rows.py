@@ -13,8 +13,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
+from bad_rows import insert_row, job_state, nested
 from skiplock import App, JobStatus, Worker
 from skiplock._store_sync import SyncStore
 from skiplock.job import UnrunnableJob
@@ -22,48 +22,6 @@ from skiplock.task import WorkerModel
 
 GOOD = 9  # good jobs claimed together with the poison row
 RUN_TIMEOUT = 60.0  # seconds a burst worker gets; a poisoned one used to hang or die
-
-
-def drop_bound_checks(db: psycopg.Connection[Any], schema: str) -> None:
-    """Drop the table's ``jobs_bound_*`` CHECK constraints, which refuse such rows: the worker
-    must survive rows written before they existed (they are added NOT VALID)."""
-    table = sql.Identifier(schema, "jobs")
-    names = db.execute(
-        "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'c' "
-        "AND conname LIKE 'jobs\\_bound\\_%%'",
-        [table.as_string(db)],
-    ).fetchall()
-    for (name,) in names:
-        db.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(table, sql.Identifier(name)))
-
-
-def insert_row(
-    db: psycopg.Connection[Any],
-    schema: str,
-    task: str,
-    payload: str,
-    *,
-    queue: str = "q",
-    max_attempts: int = 3,
-    **columns: str,
-) -> int:
-    """A pending job row as anyone with INSERT on the table may write it (other columns given
-    as SQL text, cast by the server)."""
-    drop_bound_checks(db, schema)
-    names = ["queue", "task", "payload", "max_attempts", *columns]
-    values = [queue, task, payload, max_attempts, *columns.values()]
-    query = sql.SQL("INSERT INTO {} ({}) VALUES ({}) RETURNING id").format(
-        sql.Identifier(schema, "jobs"),
-        sql.SQL(", ").join(map(sql.Identifier, names)),
-        sql.SQL(", ").join(sql.Placeholder() * len(names)),
-    )
-    row = db.execute(query, values).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def nested(depth: int) -> str:
-    return '{"n": ' + "[" * depth + "]" * depth + "}"
 
 
 # What makes each row unrunnable, and what its job's last_error must say.
@@ -94,16 +52,9 @@ def burst(app: App, model: WorkerModel, **options: Any) -> Any:
 
 
 def status_of(app: App, job_id: int) -> tuple[JobStatus, int, str]:
-    """Read by SQL: the admin surfaces' own trouble with such rows is not this file's topic."""
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        row = conn.execute(
-            sql.SQL("SELECT status, attempts, last_error FROM {} WHERE id = %s").format(
-                sql.Identifier(app.schema, "jobs")
-            ),
-            [job_id],
-        ).fetchone()
-    assert row is not None
-    return JobStatus(row[0]), row[1], row[2] or ""
+        status, attempts, error = job_state(conn, app.schema, job_id)
+    return JobStatus(status), attempts, error
 
 
 def register(app: App, model: WorkerModel, ran: list[int]) -> Callable[..., Any]:
