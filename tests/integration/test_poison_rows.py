@@ -106,6 +106,41 @@ def test_several_poison_rows_in_one_claim_each_fail_alone(
     assert (stats.done, stats.failed) == (GOOD, len(POISONS))
 
 
+@pytest.mark.parametrize("model", ["lease", "held"])
+def test_a_poison_row_in_a_claim_across_queues_and_in_a_limited_queue(
+    app: App, db: psycopg.Connection[Any], model: WorkerModel
+) -> None:
+    """The claim across several queues (a held-lock worker's picks candidates first, then
+    claims each by id) and the claim of a queue with a concurrency limit read rows the same
+    way."""
+    ran: list[int] = []
+    work = register(app, model, ran)
+
+    @app.task(name="other", queue="r", model=model, max_attempts=3)
+    def other(n: int) -> None:
+        ran.append(n)
+
+    @app.task(name="capped", queue="c", model=model, max_attempts=3)
+    def capped(n: int) -> None:
+        ran.append(n)
+
+    app.sync_client.set_concurrency_limit("c", 2)
+    bad = [
+        poison_row(db, app.schema, "run_at -infinity", "work"),
+        insert_row(db, app.schema, "other", nested(3000), queue="r"),
+        insert_row(db, app.schema, "capped", '{"n": 0}', queue="c", run_at="infinity"),
+    ]
+    work.enqueue_many([{"n": n} for n in range(1, 4)])  # type: ignore[attr-defined]
+    other.enqueue_many([{"n": n} for n in range(4, 7)])
+    capped.enqueue_many([{"n": n} for n in range(7, 10)])
+
+    stats = burst(app, model, concurrency=4)
+
+    assert sorted(ran) == list(range(1, 10))
+    assert [status_of(app, i)[:2] for i in bad] == [(JobStatus.FAILED, 1)] * 3
+    assert (stats.done, stats.failed) == (9, 3)
+
+
 def test_the_sync_store_claims_a_poison_row_with_the_rest(
     app: App, db: psycopg.Connection[Any]
 ) -> None:
