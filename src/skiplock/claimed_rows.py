@@ -26,9 +26,9 @@ _TIMESTAMPTZ_OID = 1184
 _INT64 = struct.Struct(">q")
 _EARLIEST = datetime.min.replace(tzinfo=UTC)  # stands for a time before year 1
 _LATEST = datetime.max.replace(tzinfo=UTC)  # and for one after year 9999
-# Columns of a claimed row that may hold what Python cannot: written by whoever inserted the
-# row.  The others (id, attempts, the claim's owner and time) the claim itself wrote.
-_TIMES = frozenset({"run_at", "created_at", "expires_at", "locked_until"})
+# The columns a claim writes itself, which name the claim: without them the job cannot even be
+# failed.  Every other column holds what whoever inserted the row wrote.
+_CLAIM = frozenset({"id", "status", "attempts", "locked_by", "locked_at"})
 _JSON = frozenset({"meta"})
 
 
@@ -50,17 +50,18 @@ def claimed_jobs(cur: Cursor[Any] | AsyncCursor[Any]) -> list[Job]:
             try:
                 values.append(loader.load(data))
             except Exception as exc:
-                if name in _TIMES and result.ftype(col) == _TIMESTAMPTZ_OID:
-                    shown, value = _unreadable_time(bytes(data), result.fformat(col))
-                    problems.append(
-                        f"{name} is {shown}, outside the years 1-9999 that Python's datetime holds"
-                    )
-                    values.append(value)
-                elif name in _JSON:
-                    problems.append(f"{name} could not be decoded: {undecodable(exc)}")
-                    values.append(None)
-                else:  # a value the claim wrote itself: nothing to fail the job by
+                if name in _CLAIM:  # nothing to fail the job by
                     raise
+                value: Any = "{}" if name == "payload" else None  # (payload: JSON text)
+                if result.ftype(col) == _TIMESTAMPTZ_OID:
+                    shown, value = _unreadable_time(bytes(data), result.fformat(col))
+                    problem = f"is {shown}, outside the years 1-9999 that Python's datetime holds"
+                elif name in _JSON:
+                    problem = f"could not be decoded: {undecodable(exc)}"
+                else:  # text that is not UTF-8 (a database in SQL_ASCII), say
+                    problem = f"could not be read: {type(exc).__name__}: {exc}"
+                problems.append(f"{name} {problem}")
+                values.append(value)
         job = Job.from_claimed_row(tuple(values))
         jobs.append(UnrunnableJob.of_job(job, "; ".join(problems)) if problems else job)
     return jobs
