@@ -115,12 +115,11 @@ class AsyncStore(AsyncHeldStatements):
         )
         try:
             # Another worker may start a job with the same entity key after our snapshot.
-            rows = await self._fetch_until_unrefused(
-                conn, name, params, tries=ENTITY_KEY_RETRIES, binary=True
+            jobs: list[Job] = await self._fetch_until_unrefused(
+                conn, name, params, tries=ENTITY_KEY_RETRIES, claim=True
             )
         except psycopg.errors.UniqueViolation:
             return []  # lost that race every time: claim again later
-        jobs = [Job.from_claimed_row(row) for row in rows]
         return sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id))
 
     async def job_claim_limited(

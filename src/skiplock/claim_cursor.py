@@ -35,7 +35,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
-from .job import ClaimKey, Job
+from .job import ClaimKey, Job, UnrunnableJob
 
 RESCAN_INTERVAL = 1.0  # seconds between claims that read every queue from its lowest key
 RESCAN_SHARE = 0.1  # the share of the time, at most, that claims reading from the start may take
@@ -81,7 +81,8 @@ class ClaimCursor:
             self._costs.append(now - self._began)
             self._allowed_at = now + min(self._costs) * (1 / RESCAN_SHARE - 1)
         for job in claimed:
-            self._after[job.queue] = job.claim_key
+            if not isinstance(job, UnrunnableJob):  # whose run_at may stand for another
+                self._after[job.queue] = job.claim_key
         if len(claimed) < asked:
             self._wanted = True  # nothing more after the keys: look from the start
 

@@ -150,6 +150,11 @@ class Claiming:
                     self.claim_error = str(exc).strip().splitlines()[0] or type(exc).__name__
                     again = "" if self.burst else ", retrying after the poll interval"
                     log.warning("claim failed%s: %s", again, exc)
+                except (
+                    Exception
+                ) as exc:  # a bug, not a bad row (see claimed_rows): the worker lives
+                    self.claim_error = f"{type(exc).__name__}: {exc}"
+                    log.exception("claim failed unexpectedly")
                 # Until new work is announced (or the poll interval passes), a slot that frees
                 # does not send the worker back to an empty queue.  Not after an announcement
                 # that came during the claim (its snapshot may have missed that job), nor when a

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from psycopg import AsyncConnection
 
 from .errors import Fail, JobTimeout, Retry, UnknownTask
-from .job import Job
+from .job import Job, UnrunnableJob
 from .payload import encode_result
 from .retry import ExponentialBackoff, RetryPolicy
 from .task import JobContext, JobHook, Task
@@ -150,9 +150,10 @@ async def run_job(
 ) -> Outcome:
     """Call the job's task within its timeout; exceptions and timeouts become outcomes,
     cancellation from outside propagates."""
-    if task is None:
+    if task is None:  # no worker of this app can run it: retrying would not help
         assert unknown is not None
-        return failure(job, unknown, _UNKNOWN_TASK_RETRY)
+        give_up = "no task of that name is registered in this worker's app"
+        return failure(job, unknown, _UNKNOWN_TASK_RETRY, give_up=give_up)
     # The flag reaches the task only through its context (ctx.cancelled).
     flag = None
     if task.settings.pass_context:
@@ -205,8 +206,34 @@ async def _call(
     except Retry as request:
         return Outcome("snooze", delay=request.delay)
     except Exception as exc:
+        if isinstance(exc, TypeError):  # perhaps the call itself: arguments that do not bind
+            mismatch = arguments_mismatch(task, args, job.payload)
+            if mismatch is not None:
+                settings = task.settings
+                give_up = f"the payload does not match the parameters of task {task.name!r}"
+                return failure(job, exc, settings.retry, settings.secret, f"{give_up} ({mismatch})")
         return task_failure(job, exc, task)
     return DONE if result is None else Outcome("done", result=result)
+
+
+def arguments_mismatch(task: Task[Any, Any], args: tuple[Any, ...], payload: Any) -> str | None:
+    """Why the task's function cannot be called with ``args`` and the payload as keyword
+    arguments (None: it can).  Asked only after a TypeError: one raised inside the task is an
+    ordinary failure, retried."""
+    if not isinstance(payload, dict):
+        return "the payload is not a JSON object"
+    try:
+        task.call_signature.bind(*args, **payload)
+    except TypeError as exc:
+        return str(exc)
+    return None
+
+
+def unrunnable(job: UnrunnableJob) -> Outcome:
+    """The outcome of a claimed row its worker cannot run (see UnrunnableJob): failed at once,
+    final, not run; retrying it would meet the same row."""
+    note = "not run, not retried: fix the row and retry the job, or enqueue it again"
+    return Outcome("failed", error=f"{job.reason}\n\n{note}")
 
 
 async def in_thread(executor: Executor, call: Callable[[], Any], job_id: int) -> Any:

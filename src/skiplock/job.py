@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 from .payload import load_json
 
@@ -72,11 +72,16 @@ class Job:
 
     @classmethod
     def from_claimed_row(cls, row: tuple[Any, ...]) -> Job:
-        """A row of a claim, whose payload is JSON text (see job_claim in jobs.sql)."""
-        return cls._from_row(row, load_json(row[3]))
+        """A row of a claim, whose payload is JSON text (see job_claim in jobs.sql); an
+        :class:`UnrunnableJob` when the payload cannot be decoded."""
+        try:
+            payload = load_json(row[3])
+        except (RecursionError, ValueError) as exc:
+            return UnrunnableJob.of_row(row, f"payload could not be decoded: {undecodable(exc)}")
+        return cls._from_row(row, payload)
 
     @classmethod
-    def _from_row(cls, row: tuple[Any, ...], payload: Any) -> Job:
+    def _from_row(cls, row: tuple[Any, ...], payload: Any) -> Self:
         # A worker makes one Job per claimed row.  The generated __init__ of a frozen dataclass
         # sets each field with object.__setattr__; filling __dict__ at once takes 1.0 us, not 2.7.
         job = object.__new__(cls)
@@ -97,6 +102,38 @@ class Job:
         if self.locked_by is None or self.locked_at is None:
             raise ValueError(f"job {self.id} is not claimed")
         return Claim(self.id, self.attempts, self.locked_by, self.locked_at)
+
+
+@dataclass(frozen=True)
+class UnrunnableJob(Job):
+    """A claimed row that its worker cannot run as it is: a payload or meta Python cannot
+    decode, a time outside Python's datetime (see :mod:`skiplock.claimed_rows`).  Its
+    ``reason`` says what is wrong; the worker fails it at once, without running it.  Its
+    payload is empty, and a time it could not read is the earliest or latest datetime."""
+
+    reason: str = ""
+
+    @classmethod
+    def of_row(cls, row: tuple[Any, ...], reason: str) -> UnrunnableJob:
+        job = cls._from_row(row, {})
+        job.__dict__["reason"] = reason
+        return job
+
+    @classmethod
+    def of_job(cls, job: Job, reason: str) -> UnrunnableJob:
+        """``job`` (perhaps unrunnable already: then both reasons) marked unrunnable."""
+        if isinstance(job, UnrunnableJob):
+            reason = f"{reason}; {job.reason}"
+        unrunnable = object.__new__(cls)
+        unrunnable.__dict__.update(job.__dict__, payload={}, reason=reason)
+        return unrunnable
+
+
+def undecodable(exc: BaseException) -> str:
+    """Why JSON text from PostgreSQL could not be decoded in Python."""
+    if isinstance(exc, RecursionError):
+        return f"it is nested too deep for Python's JSON decoder ({exc})"
+    return str(exc)
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Job))

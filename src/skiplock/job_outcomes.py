@@ -22,8 +22,8 @@ from .claim_cursor import ClaimCursor
 from .completer import Recorded
 from .errors import UnknownTask
 from .events import JobEvent, WorkerStats, finished_level, log_event
-from .execution import Outcome, run_job
-from .job import Job
+from .execution import Outcome, run_job, unrunnable
+from .job import Job, UnrunnableJob
 from .recycling import Recycling
 from .running import RunningJob
 from .task import WorkerModel
@@ -84,6 +84,8 @@ class JobOutcomes:
 
     async def _outcome(self, running: RunningJob, conn: AsyncConnection[Any] | None) -> Outcome:
         job = running.job
+        if isinstance(job, UnrunnableJob):
+            return unrunnable(job)
         task = self.app.tasks.get(job.task)
         unknown = None if task else UnknownTask(job.task, list(self.app.tasks))
         assert self._executor is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -148,6 +149,12 @@ class Task(Generic[P, R]):
     @property
     def name(self) -> str:
         return self.settings.name
+
+    @functools.cached_property
+    def call_signature(self) -> inspect.Signature:
+        """The signature of what the worker calls: ``fn`` itself, not a function it wraps (a
+        decorator's wrapper takes the arguments).  Made the first time a call fails."""
+        return inspect.signature(self.fn, follow_wrapped=False)
 
     @property
     def queue(self) -> str:

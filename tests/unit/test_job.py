@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from skiplock.job import Claim, Job, JobStatus
+from skiplock.job import Claim, Job, JobStatus, UnrunnableJob
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 ROW = (7, "mail", "send", {"to": "a@b.c"}, "running", 2, NOW, 1, 5, "w1", NOW, NOW, "k", None, NOW)
@@ -62,3 +62,29 @@ def test_a_claim_names_its_owner_attempt_and_time() -> None:
         _ = dataclasses.replace(job, locked_at=None).claim
     with pytest.raises(ValueError, match="not claimed"):
         _ = dataclasses.replace(job, locked_by=None).claim
+
+
+@pytest.mark.parametrize(
+    ("payload", "says"),
+    [
+        ("[" * 5000 + "]" * 5000, "nested too deep for Python's JSON decoder"),
+        ('{"n": ' + "9" * 5000 + "}", "Exceeds the limit (4300 digits)"),
+    ],
+)
+def test_a_claimed_row_whose_payload_cannot_be_decoded_is_unrunnable(
+    payload: str, says: str
+) -> None:
+    job = Job.from_claimed_row((*ROW[:3], payload, *ROW[4:]))
+    assert isinstance(job, UnrunnableJob)
+    assert job.reason.startswith("payload could not be decoded: ") and says in job.reason
+    assert job.payload == {} and job.claim == Claim(7, 1, "w1", NOW)
+    # The held-lock model replaces a claimed job's attempts (dead starts): it stays unrunnable.
+    again = dataclasses.replace(job, attempts=3)
+    assert isinstance(again, UnrunnableJob) and again.reason == job.reason
+
+
+def test_a_second_reason_joins_the_first() -> None:
+    job = UnrunnableJob.of_row(ROW, "payload could not be decoded: x")
+    both = UnrunnableJob.of_job(job, "run_at is -infinity")
+    assert both.reason == "run_at is -infinity; payload could not be decoded: x"
+    assert both.claim == job.claim
