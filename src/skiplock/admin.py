@@ -22,7 +22,7 @@ from rich.table import Table
 
 from .app import DEFAULT_RETENTION, App
 from .enqueue import EnqueueOptions, NewJob, NewJobs, build_job
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InvalidArguments
 from .job import Enqueued, Job, JobStatus
 from .payload import check_queue_name, check_schema_name
 from .rate_limit import describe, parse_rate
@@ -286,6 +286,8 @@ def _built(build: Callable[[], NewJob]) -> NewJob:
     """The job ``build`` makes, a bad option or payload as a usage error."""
     try:
         return build()
+    except InvalidArguments as exc:
+        raise click.BadParameter(str(exc), param_hint="--payload") from None
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
 

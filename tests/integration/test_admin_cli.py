@@ -566,6 +566,19 @@ def test_enqueue_puts_the_job_on_the_tasks_queue_with_its_options(
     assert json.loads(again.out)["jobs"] == [{"id": made, "deduplicated": True}], again
 
 
+def test_enqueue_refuses_a_payload_the_task_cannot_take(tasks: App, shop: Path, db: Any) -> None:
+    misspelt, missing = run_all(
+        tasks,
+        ["enqueue", "shop:app", "shop.send_receipt", "--payload", '{"order_idd": 7}'],
+        ["enqueue", "shop:app", "shop.send_receipt"],
+        cwd=shop,
+    )
+    assert misspelt.code == 2 and "unexpected argument 'order_idd'" in misspelt.err, misspelt
+    assert missing.code == 2 and "missing argument 'order_id'" in missing.err, missing
+    assert "--payload" in missing.err and "Traceback" not in missing.err, missing
+    assert db.execute(f"SELECT count(*) FROM {jobs_table(tasks)}").fetchone() == (0,)
+
+
 def test_enqueue_from_the_command_line(tasks: App, shop: Path, db: Any) -> None:
     app = tasks
     bulk, bad, later = run_all(
