@@ -9,7 +9,7 @@ import click
 from . import admin, dashboard_cli, doctor, job_actions_cli, roles, status_cli, worker_cli
 from .admin import dsn_option, schema_option
 from .errors import SkiplockError
-from .migrations import render_sql
+from .migrations import all_migrations, render_sql
 from .payload import check_schema_name
 
 
@@ -47,11 +47,38 @@ for extra in (
 @main.command()
 @dsn_option
 @schema_option
-@click.option("--sql", "print_sql", is_flag=True, help="Print the SQL for a DBA instead.")
-def migrate(dsn: str | None, schema: str, print_sql: bool) -> None:
+@click.option(
+    "--sql",
+    "print_sql",
+    is_flag=True,
+    help="Print the SQL of the migrations the schema lacks, for a DBA, instead.",
+)
+@click.option(
+    "--from",
+    "from_version",
+    type=click.IntRange(1),
+    metavar="N",
+    help="With --sql: the migrations numbered N and later, without asking the database.",
+)
+def migrate(dsn: str | None, schema: str, print_sql: bool, from_version: int | None) -> None:
     """Create or upgrade skiplock's tables (safe to run from several processes at once)."""
+    schema = check_schema_name(schema)
+    if from_version is not None:
+        latest = all_migrations()[-1].version
+        if not print_sql:
+            raise click.UsageError("--from goes with --sql")
+        if from_version > latest:
+            raise click.BadParameter(f"the latest migration is {latest:04d}", param_hint="--from")
     if print_sql:
-        click.echo(render_sql(check_schema_name(schema)), nl=False)
+        if from_version is not None:
+            versions = [m.version for m in all_migrations() if m.version >= from_version]
+        else:
+            with admin.open_app(dsn, schema) as app:
+                versions = app.sync_client.pending_migrations()
+        if versions:
+            click.echo(render_sql(schema, versions), nl=False)
+        else:
+            click.echo(f"-- schema {schema} is up to date: no migration to run")
         return
     with admin.open_app(dsn, schema) as app:
         applied = app.migrate()
