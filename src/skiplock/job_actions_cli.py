@@ -127,6 +127,8 @@ def retry(
                 emit_json({"job": job_id, "retried": retried})
             elif retried:
                 click.echo(f"job {job_id} is pending again")
+            elif app.get_job(job_id) is None:
+                click.echo(f"no job {job_id}", err=True)
             else:
                 click.echo(f"job {job_id} is not failed or cancelled; nothing to retry", err=True)
             if not retried:
@@ -202,8 +204,10 @@ def cancel_one(app: App, job_id: int, *, as_json: bool) -> None:
     result = app.sync_client.cancel_or_request(job_id)
     if as_json:
         emit_json({"job": job_id, "outcome": result})
+    elif result == "unchanged" and app.get_job(job_id) is None:
+        click.echo(f"no job {job_id}", err=True)
     elif result == "unchanged":
-        click.echo(f"job {job_id} has finished or does not exist; nothing to cancel", err=True)
+        click.echo(f"job {job_id} has finished; nothing to cancel", err=True)
     elif result == "held":
         click.echo(
             f"job {job_id} runs under a held row lock: asked its worker to cancel it (at once "

@@ -490,6 +490,7 @@ def test_retry_of_a_job_whose_key_is_taken_says_which_job_holds_it(tasks: App, d
 
 
 SHOP = """
+SHOP = "not an app"
 from skiplock import App
 
 app = App(schema={schema!r})
@@ -615,6 +616,22 @@ def test_enqueue_from_the_command_line(tasks: App, shop: Path, db: Any) -> None:
     bad_meta = run(app, "enqueue", "shop:app", "video.thumb", "--payload", '{"n": 1}', "--meta",
                    "[1]", cwd=shop)  # fmt: skip
     assert bad_meta.code != 0 and "meta of a job of task 'video.thumb'" in bad_meta.err, bad_meta
+
+
+def test_retry_and_cancel_of_a_job_that_does_not_exist_say_so(tasks: App, shop: Path) -> None:
+    retried, cancelled, shown, no_attribute, not_an_app = run_all(
+        tasks,
+        ["retry", "999999999"],
+        ["cancel", "999999999"],
+        ["jobs", "show", "999999999"],
+        ["enqueue", "shop:nope", "mail.send"],
+        ["enqueue", "shop:SHOP", "mail.send"],
+        cwd=shop,
+    )
+    for result in (retried, cancelled, shown):
+        assert result.code == 3 and result.err.strip() == "no job 999999999", result
+    assert no_attribute.code == 2 and "no attribute nope in shop" in no_attribute.err, no_attribute
+    assert not_an_app.code == 2 and "'shop:SHOP' is not a skiplock.App" in not_an_app.err
 
 
 def test_pause_resume_and_limit_update_the_queues_table(tasks: App, db: Any) -> None:
