@@ -28,16 +28,19 @@ from .payload import check_queue_name, check_schema_name
 from .rate_limit import describe, parse_rate
 
 NOT_CHANGED = 3
+PIPE_WIDTH = 200  # columns of rich output without a terminal
 DEFAULT_MAX_ATTEMPTS = 5  # App.task's default, for --raw
 
 dsn_option = click.option(
     "--dsn",
     envvar="SKIPLOCK_DATABASE_URL",
+    show_envvar=True,
     help="PostgreSQL URL (default: $SKIPLOCK_DATABASE_URL, $DATABASE_URL, else embedded).",
 )
 schema_option = click.option(
     "--schema",
     envvar="SKIPLOCK_SCHEMA",
+    show_envvar=True,
     default="skiplock",
     show_default=True,
     help="Schema holding skiplock's tables.",
@@ -54,9 +57,11 @@ def open_app(dsn: str | None, schema: str) -> Iterator[App]:
         app.close()
 
 
-def console() -> Console:
-    """Rich output; wide when piped, so tables are not cut to 80 columns in logs and scripts."""
-    return Console(width=None if sys.stdout.isatty() else 200)
+def console(*, stderr: bool = False) -> Console:
+    """Rich output; wide when piped, so that neither tables nor sentences are cut at 80 columns
+    in logs and scripts."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else PIPE_WIDTH)
 
 
 def _jsonable(value: Any) -> Any:
@@ -113,7 +118,7 @@ def jobs_list(
     if as_json:
         emit_json([job_dict(j) for j in found])
         return
-    table = Table(title=f"{len(found)} jobs")
+    table = Table(title=plural(len(found), "job"))
     for column in ("id", "queue", "task", "status", "attempts", "run_at", "last error"):
         table.add_column(column)
     for j in found:
@@ -337,7 +342,10 @@ def limit(queue: str, max_running: str, dsn: str | None, schema: str) -> None:
         raise click.BadParameter("must be an integer >= 1 or 'none'", param_hint="MAX_RUNNING")
     with open_app(dsn, schema) as app:
         app.sync_client.set_concurrency_limit(queue, value)
-    click.echo(f"queue {queue}: at most {value if value else 'unlimited'} running jobs")
+    if value is None:
+        click.echo(f"queue {queue}: no limit on running jobs")
+    else:
+        click.echo(f"queue {queue}: at most {plural(value, 'running job')}")
 
 
 @click.command()
@@ -346,8 +354,8 @@ def limit(queue: str, max_running: str, dsn: str | None, schema: str) -> None:
 @dsn_option
 @schema_option
 def rate(queue: str, rate_text: str, dsn: str | None, schema: str) -> None:
-    """Start at most RATE jobs of QUEUE across all workers: N/s, N/m, N/h or N/SECONDS (e.g.
-    100/m, 5/30); 'none' removes the limit."""
+    """Start at most RATE jobs of QUEUE across all workers: N/s, N/m, N/h, N/d or N/SECONDS
+    (e.g. 100/m, 5/30); 'none' removes the limit."""
     check_queue_name(queue)
     try:
         parsed = parse_rate(rate_text)

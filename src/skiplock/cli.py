@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import re
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -14,7 +18,8 @@ from .payload import check_schema_name
 
 
 class SkiplockGroup(click.Group):
-    """Turns skiplock errors into one clear line and exit status 1."""
+    """Turns skiplock errors into one clear line and exit status 1; every error, click's usage
+    errors included, is printed with the same ``error:`` prefix."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -23,11 +28,37 @@ class SkiplockGroup(click.Group):
             click.echo(f"error: {exc}", err=True)
             ctx.exit(1)
 
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.ClickException as exc:
+            shown = io.StringIO()
+            exc.show(shown)
+            text = re.sub(r"^Error: ", "error: ", shown.getvalue(), count=1, flags=re.M)
+            click.echo(text, err=True, nl=False)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
-@click.group(cls=SkiplockGroup)
+
+@click.group(cls=SkiplockGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="skiplock")
 def main() -> None:
-    """skiplock: a PostgreSQL job queue built on FOR UPDATE SKIP LOCKED."""
+    """skiplock: a PostgreSQL job queue built on FOR UPDATE SKIP LOCKED.
+
+    Every command takes -h/--help. Shell completion: see docs/operations.md.
+    """
 
 
 admin.register(main)

@@ -634,6 +634,49 @@ def test_retry_and_cancel_of_a_job_that_does_not_exist_say_so(tasks: App, shop: 
     assert not_an_app.code == 2 and "'shop:SHOP' is not a skiplock.App" in not_an_app.err
 
 
+def test_counts_and_limits_read_as_english(tasks: App, db: Any) -> None:
+    (job,) = tasks.enqueue_many("mail.send", [{"to": "a"}])
+    set_status(db, tasks, [job.id], "failed")
+    listed, unlimited, one = run_all(
+        tasks, ["jobs", "list"], ["limit", "q1", "none"], ["limit", "q2", "1"]
+    )
+    assert listed.out.split("\n")[0].strip() == "1 job", listed
+    assert unlimited.out.strip() == "queue q1: no limit on running jobs", unlimited
+    assert one.out.strip() == "queue q2: at most 1 running job", one
+    retried = run(tasks, "retry", "--all", "--yes")
+    assert retried.out.strip() == "retried 1 job", retried
+    cancelled = run(tasks, "cancel", "--all", "--yes")
+    assert cancelled.out.strip() == "cancelled 1 job that had not started", cancelled
+
+
+def test_help_options_environment_variables_and_error_prefix(tasks: App) -> None:
+    from skiplock.worker_cli import command as worker_command
+
+    def cli(*args: str) -> Result:
+        argv = [sys.executable, "-m", "skiplock", *args]
+        env = {**os.environ, "COLUMNS": "80"}
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+        return Result(list(args), done.returncode, done.stdout, done.stderr)
+
+    short, worker_short, worker_help, rate_help = (
+        cli(*args) for args in (["-h"], ["worker", "-h"], ["worker", "--help"], ["rate", "-h"])
+    )
+    for result in (short, worker_short):
+        assert result.code == 0 and result.out.startswith("Usage:"), result
+    assert worker_short.out == worker_help.out
+    help_text = "".join(worker_help.out.split())  # click wraps anywhere, even in a name
+    for param in worker_command.params:
+        envvar = getattr(param, "envvar", None)
+        if envvar:
+            assert f"env var: {envvar}".replace(" ", "") in help_text, (envvar, worker_help.out)
+    assert "N/d" in rate_help.out, rate_help
+    usage, ours = run_all(
+        tasks, ["limit", "q", "abc"], ["status", "--schema", "no_such_schema_here"]
+    )
+    assert usage.code == 2 and "error: " in usage.err and "Error" not in usage.err, usage
+    assert ours.code == 1 and ours.err.startswith("error: "), ours
+
+
 def test_pause_resume_and_limit_update_the_queues_table(tasks: App, db: Any) -> None:
     app = tasks
 
