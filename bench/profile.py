@@ -96,7 +96,7 @@ def _short(frame: str) -> str:
 def py_spy() -> str:
     found = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if found is None:
-        raise SystemExit("py-spy not found: pip install -e '.[bench]' (it is in the bench extra)")
+        raise SystemExit("py-spy not found: pip install -r bench/requirements.txt")
     return found
 
 

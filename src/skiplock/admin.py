@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import click
@@ -20,22 +21,26 @@ from rich.console import Console
 from rich.table import Table
 
 from .app import DEFAULT_RETENTION, App
-from .enqueue import EnqueueOptions, NewJobs, build_job
-from .errors import ConfigurationError
-from .job import Job, JobStatus
-from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name
+from .enqueue import EnqueueOptions, NewJob, NewJobs, build_job
+from .errors import ConfigurationError, InvalidArguments
+from .job import Enqueued, Job, JobStatus
+from .payload import check_queue_name, check_schema_name
 from .rate_limit import describe, parse_rate
 
 NOT_CHANGED = 3
+PIPE_WIDTH = 200  # columns of rich output without a terminal
+DEFAULT_MAX_ATTEMPTS = 5  # App.task's default, for --raw
 
 dsn_option = click.option(
     "--dsn",
     envvar="SKIPLOCK_DATABASE_URL",
+    show_envvar=True,
     help="PostgreSQL URL (default: $SKIPLOCK_DATABASE_URL, $DATABASE_URL, else embedded).",
 )
 schema_option = click.option(
     "--schema",
     envvar="SKIPLOCK_SCHEMA",
+    show_envvar=True,
     default="skiplock",
     show_default=True,
     help="Schema holding skiplock's tables.",
@@ -52,9 +57,11 @@ def open_app(dsn: str | None, schema: str) -> Iterator[App]:
         app.close()
 
 
-def console() -> Console:
-    """Rich output; wide when piped, so tables are not cut to 80 columns in logs and scripts."""
-    return Console(width=None if sys.stdout.isatty() else 200)
+def console(*, stderr: bool = False) -> Console:
+    """Rich output; wide when piped, so that neither tables nor sentences are cut at 80 columns
+    in logs and scripts."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else PIPE_WIDTH)
 
 
 def _jsonable(value: Any) -> Any:
@@ -111,7 +118,7 @@ def jobs_list(
     if as_json:
         emit_json([job_dict(j) for j in found])
         return
-    table = Table(title=f"{len(found)} jobs")
+    table = Table(title=plural(len(found), "job"))
     for column in ("id", "queue", "task", "status", "attempts", "run_at", "last error"):
         table.add_column(column)
     for j in found:
@@ -158,14 +165,30 @@ def _json_option(text: str, option: str) -> Any:
 
 
 @click.command()
-@click.argument("task")
+@click.argument("names", nargs=-1, metavar="APP TASK")
 @dsn_option
-@schema_option
+@click.option(
+    "--schema",
+    envvar="SKIPLOCK_SCHEMA",
+    default=None,
+    help="Schema holding skiplock's tables (default: the APP's; with --raw, skiplock).",
+)
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="TASK alone, not checked against an app: for a task defined elsewhere (give --queue).",
+)
 @click.option("--payload", default="{}", show_default=True, help="The job's arguments as JSON.")
-@click.option("--queue", default="default", show_default=True)
-@click.option("--priority", type=int, default=0, show_default=True)
+@click.option("--queue", help="Default: the task's queue.")
+@click.option("--priority", type=int, help="Default: the task's priority (with --raw, 0).")
 @click.option("--delay", type=click.FloatRange(min=0), help="Seconds before the job is due.")
-@click.option("--max-attempts", type=click.IntRange(1), default=5, show_default=True)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1),
+    help="Default: the task's max_attempts (with --raw, 5).",
+)
+@click.option("--entity-key", help="At most one running job per key.")
+@click.option("--idempotency-key", help="At most one unfinished job per key.")
 @click.option("--count", type=click.IntRange(1, 10_000_000), default=1, show_default=True)
 @click.option("--meta", help="Job meta as a JSON object (not passed to the task).")
 @click.option(
@@ -180,21 +203,33 @@ def _json_option(text: str, option: str) -> Any:
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds: a job not started by then is cancelled, never run.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs made as JSON.")
 def enqueue(
-    task: str,
+    names: tuple[str, ...],
     dsn: str | None,
-    schema: str,
+    schema: str | None,
+    raw: bool,
     payload: str,
-    queue: str,
-    priority: int,
+    queue: str | None,
+    priority: int | None,
     delay: float | None,
-    max_attempts: int,
+    max_attempts: int | None,
+    entity_key: str | None,
+    idempotency_key: str | None,
     count: int,
     meta: str | None,
     depends_on: tuple[int, ...],
     expires: float | None,
+    as_json: bool,
 ) -> None:
-    """Enqueue COUNT jobs of TASK (by name) with the same payload."""
+    """Enqueue COUNT jobs of TASK, a task of APP (module:attribute, as for `skiplock worker`),
+    with the same payload, on the task's queue and with its options unless given here.
+
+    With --raw, TASK alone: a task this command cannot import (give --queue).
+    """
+    if len(names) != (1 if raw else 2):
+        usage = "--raw TASK" if raw else "APP TASK (or --raw TASK)"
+        raise click.UsageError(f"expected {usage}, got {len(names)} argument(s)")
     arguments = _json_option(payload, "--payload")
     meta_value = None if meta is None else _json_option(meta, "--meta")
     options = EnqueueOptions(
@@ -203,21 +238,68 @@ def enqueue(
         None,
         delay,
         max_attempts,
+        entity_key,
+        idempotency_key,
         meta=meta_value,
         depends_on=depends_on,
         expires=expires,
     )
+    if raw:
+        task = names[0]
+        if queue is None:
+            raise click.UsageError("--raw needs --queue: the queue the task's workers serve")
+        app = App(schema=check_schema_name(schema or "skiplock"))
+        defaults = EnqueueOptions(queue, 0, max_attempts=DEFAULT_MAX_ATTEMPTS)
+        build = partial(build_job, max_payload_bytes=app.max_payload_bytes)
+        job = _built(lambda: build(task, arguments, defaults.merged(options)))
+    else:
+        from .app_loader import load_app
+
+        app_spec, task = names
+        app = load_app(app_spec)
+        if schema is not None and schema != app.schema:
+            raise click.BadParameter(
+                f"{app_spec} uses schema {app.schema!r}; drop --schema or make them agree",
+                param_hint="--schema",
+            )
+        if task not in app.tasks:
+            raise click.BadParameter(
+                f"no task {task!r} in {app_spec} (its tasks: {', '.join(sorted(app.tasks))}); "
+                "--raw enqueues a task defined elsewhere",
+                param_hint="TASK",
+            )
+        job = _built(lambda: app.build_job(task, arguments, options))
+    if dsn:
+        app.use_dsn(dsn)
+    made: list[Enqueued] = []
     try:
-        job = build_job(task, arguments, options, max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES)
-        with open_app(dsn, schema) as app:
-            enqueued = 0
-            while enqueued < count:
-                batch = min(10_000, count - enqueued)
-                app.sync_client.enqueue_batch(NewJobs.repeated(job, batch))
-                enqueued += batch
-    except ValueError as exc:  # a bad option, or depends_on naming no job
+        while len(made) < count:
+            batch = min(10_000, count - len(made))
+            made += app.sync_client.enqueue_batch(NewJobs.repeated(job, batch))
+    except ValueError as exc:  # depends_on naming no job
         raise click.BadParameter(str(exc)) from None
-    click.echo(f"enqueued {count} job(s) of {task} on queue {queue}")
+    finally:
+        app.close()
+    if as_json:
+        jobs = [{"id": e.id, "deduplicated": e.deduplicated} for e in made]
+        emit_json({"task": task, "queue": job.queue, "jobs": jobs})
+    else:
+        click.echo(f"enqueued {plural(count, 'job')} of {task} on queue {job.queue}")
+
+
+def _built(build: Callable[[], NewJob]) -> NewJob:
+    """The job ``build`` makes, a bad option or payload as a usage error."""
+    try:
+        return build()
+    except InvalidArguments as exc:
+        raise click.BadParameter(str(exc), param_hint="--payload") from None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 job``, ``2 jobs``, ``1,000 jobs``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 @click.command()
@@ -260,7 +342,10 @@ def limit(queue: str, max_running: str, dsn: str | None, schema: str) -> None:
         raise click.BadParameter("must be an integer >= 1 or 'none'", param_hint="MAX_RUNNING")
     with open_app(dsn, schema) as app:
         app.sync_client.set_concurrency_limit(queue, value)
-    click.echo(f"queue {queue}: at most {value if value else 'unlimited'} running jobs")
+    if value is None:
+        click.echo(f"queue {queue}: no limit on running jobs")
+    else:
+        click.echo(f"queue {queue}: at most {plural(value, 'running job')}")
 
 
 @click.command()
@@ -269,8 +354,8 @@ def limit(queue: str, max_running: str, dsn: str | None, schema: str) -> None:
 @dsn_option
 @schema_option
 def rate(queue: str, rate_text: str, dsn: str | None, schema: str) -> None:
-    """Start at most RATE jobs of QUEUE across all workers: N/s, N/m, N/h or N/SECONDS (e.g.
-    100/m, 5/30); 'none' removes the limit."""
+    """Start at most RATE jobs of QUEUE across all workers: N/s, N/m, N/h, N/d or N/SECONDS
+    (e.g. 100/m, 5/30); 'none' removes the limit."""
     check_queue_name(queue)
     try:
         parsed = parse_rate(rate_text)

@@ -4,7 +4,7 @@ administration come from :class:`~skiplock.app_admin.JobAdmin`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast, overload
 
 from ._client_async import AsyncClient
 from ._client_sync import SyncClient
@@ -29,7 +29,15 @@ from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name, check_schema_n
 from .periodic import PeriodicTask, Schedule
 from .retry import RetryPolicy
 from .sql import Queries
-from .task import ExceptionTypes, JobHook, Task, WorkerModel, checked_settings
+from .task import (
+    ContextTask,
+    ExceptionTypes,
+    JobContext,
+    JobHook,
+    Task,
+    WorkerModel,
+    checked_settings,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -126,13 +134,31 @@ class App(JobAdmin):
         max_attempts: int = 5,
         retry: RetryPolicy | None = None,
         model: WorkerModel | None = None,
-        pass_context: bool = False,
+        pass_context: Literal[False] = False,
         timeout: float | None = None,
         secret: Iterable[str] = (),
         store_result: bool = False,
         retry_on: ExceptionTypes = Exception,
         no_retry_on: ExceptionTypes = (),
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        max_attempts: int = 5,
+        retry: RetryPolicy | None = None,
+        model: WorkerModel | None = None,
+        pass_context: Literal[True],
+        timeout: float | None = None,
+        secret: Iterable[str] = (),
+        store_result: bool = False,
+        retry_on: ExceptionTypes = Exception,
+        no_retry_on: ExceptionTypes = (),
+    ) -> Callable[[Callable[Concatenate[JobContext, P], R]], ContextTask[P, R]]: ...
 
     def task(  # type: ignore[misc]  # mypy cannot match a ParamSpec bound only by the result
         self,
@@ -151,7 +177,7 @@ class App(JobAdmin):
         store_result: bool = False,
         retry_on: ExceptionTypes = Exception,
         no_retry_on: ExceptionTypes = (),
-    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+    ) -> Task[P, R] | Callable[[Callable[..., R]], Task[Any, R]]:
         """Register a function as a task; its keyword arguments are the job's JSON payload.
 
         ``model`` picks how workers run it: ``"lease"`` (claim commits, heartbeats keep it) or
@@ -167,7 +193,7 @@ class App(JobAdmin):
         raises :class:`Fail`, the job is ``failed`` at once.
         """
 
-        def register(func: Callable[P, R]) -> Task[P, R]:
+        def register(func: Callable[..., R]) -> Task[Any, R]:
             scheduled = self._scheduled_task_to_redefine(func, name)
             if scheduled is not None:
                 # @app.task(...) above @app.periodic(...): the same task, with these options
@@ -191,7 +217,8 @@ class App(JobAdmin):
                 retry_on=retry_on,
                 no_retry_on=no_retry_on,
             )
-            registered = Task(self, func, settings)
+            kind = ContextTask if pass_context else Task
+            registered: Task[Any, R] = kind(self, func, settings)
             self.tasks[task_name] = registered
             if scheduled is not None:
                 self._optionless_periodic.discard(task_name)
@@ -253,7 +280,11 @@ class App(JobAdmin):
                     )
                 registered = func
             else:
-                registered = self.task(name=name, **task_options)(func)
+                # Any options, pass_context among them: no overload of task() is known to match.
+                decorate = cast(
+                    Callable[[Callable[P, R]], Task[P, R]], self.task(name=name, **task_options)
+                )
+                registered = decorate(func)
                 if not task_options:
                     self._optionless_periodic.add(registered.name)
             if registered.name in self.periodic_tasks:
@@ -302,15 +333,21 @@ class App(JobAdmin):
     def build_jobs(
         self, task_name: str, payloads: Iterable[Mapping[str, Any]], options: EnqueueOptions
     ) -> NewJobs:
-        """Validate jobs of a registered task; nothing is written if any one is invalid."""
+        """Validate jobs of a registered task, each payload against its arguments; nothing is
+        written if any one is invalid."""
         merged = self._options_for(task_name, options)
-        return build_jobs(task_name, payloads, merged, max_payload_bytes=self.max_payload_bytes)
+        listed = payloads if isinstance(payloads, list) else list(payloads)
+        check = self.tasks[task_name].arguments.check
+        for payload in listed:
+            check(payload)
+        return build_jobs(task_name, listed, merged, max_payload_bytes=self.max_payload_bytes)
 
     def build_job(
         self, task_name: str, payload: Mapping[str, Any], options: EnqueueOptions
     ) -> NewJob:
         """Validate one job of a registered task, as a row of its own (for mixed batches)."""
         merged = self._options_for(task_name, options)
+        self.tasks[task_name].arguments.check(payload)
         return build_job(task_name, payload, merged, max_payload_bytes=self.max_payload_bytes)
 
     def _options_for(self, task_name: str, options: EnqueueOptions) -> EnqueueOptions:

@@ -22,7 +22,13 @@ def load_app(spec: str) -> App:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="APP") from exc
-    app = getattr(module, attribute, None)
+    if not hasattr(module, attribute):
+        raise click.BadParameter(
+            f"no attribute {attribute} in {module_name} "
+            "(APP is module:attribute, naming a skiplock.App)",
+            param_hint="APP",
+        )
+    app = getattr(module, attribute)
     if not isinstance(app, App):
         raise click.BadParameter(f"{spec!r} is not a skiplock.App", param_hint="APP")
     return app

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import re
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -9,12 +13,13 @@ import click
 from . import admin, dashboard_cli, doctor, job_actions_cli, roles, status_cli, worker_cli
 from .admin import dsn_option, schema_option
 from .errors import SkiplockError
-from .migrations import render_sql
+from .migrations import all_migrations, render_sql
 from .payload import check_schema_name
 
 
 class SkiplockGroup(click.Group):
-    """Turns skiplock errors into one clear line and exit status 1."""
+    """Turns skiplock errors into one clear line and exit status 1; every error, click's usage
+    errors included, is printed with the same ``error:`` prefix."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -23,11 +28,37 @@ class SkiplockGroup(click.Group):
             click.echo(f"error: {exc}", err=True)
             ctx.exit(1)
 
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.ClickException as exc:
+            shown = io.StringIO()
+            exc.show(shown)
+            text = re.sub(r"^Error: ", "error: ", shown.getvalue(), count=1, flags=re.M)
+            click.echo(text, err=True, nl=False)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
-@click.group(cls=SkiplockGroup)
+
+@click.group(cls=SkiplockGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="skiplock")
 def main() -> None:
-    """skiplock: a PostgreSQL job queue built on FOR UPDATE SKIP LOCKED."""
+    """skiplock: a PostgreSQL job queue built on FOR UPDATE SKIP LOCKED.
+
+    Every command takes -h/--help. Shell completion: see docs/operations.md.
+    """
 
 
 admin.register(main)
@@ -47,11 +78,38 @@ for extra in (
 @main.command()
 @dsn_option
 @schema_option
-@click.option("--sql", "print_sql", is_flag=True, help="Print the SQL for a DBA instead.")
-def migrate(dsn: str | None, schema: str, print_sql: bool) -> None:
+@click.option(
+    "--sql",
+    "print_sql",
+    is_flag=True,
+    help="Print the SQL of the migrations the schema lacks, for a DBA, instead.",
+)
+@click.option(
+    "--from",
+    "from_version",
+    type=click.IntRange(1),
+    metavar="N",
+    help="With --sql: the migrations numbered N and later, without asking the database.",
+)
+def migrate(dsn: str | None, schema: str, print_sql: bool, from_version: int | None) -> None:
     """Create or upgrade skiplock's tables (safe to run from several processes at once)."""
+    schema = check_schema_name(schema)
+    if from_version is not None:
+        latest = all_migrations()[-1].version
+        if not print_sql:
+            raise click.UsageError("--from goes with --sql")
+        if from_version > latest:
+            raise click.BadParameter(f"the latest migration is {latest:04d}", param_hint="--from")
     if print_sql:
-        click.echo(render_sql(check_schema_name(schema)), nl=False)
+        if from_version is not None:
+            versions = [m.version for m in all_migrations() if m.version >= from_version]
+        else:
+            with admin.open_app(dsn, schema) as app:
+                versions = app.sync_client.pending_migrations()
+        if versions:
+            click.echo(render_sql(schema, versions), nl=False)
+        else:
+            click.echo(f"-- schema {schema} is up to date: no migration to run")
         return
     with admin.open_app(dsn, schema) as app:
         applied = app.migrate()

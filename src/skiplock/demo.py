@@ -28,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from .admin import console as cli_console
 from .app import App
 from .demo_app import CRASH_QUEUES, FLEET_QUEUES, build_app
 from .demo_at_work import DemoFailed, run_at_work
@@ -67,7 +68,7 @@ def run_demo(
         raise ConfigurationError(
             "--plot needs matplotlib, which is not installed: pip install 'skiplock[plot]'"
         )
-    console = Console(stderr=as_json)
+    console = cli_console(stderr=as_json)
     schema = f"skiplock_demo_{secrets.token_hex(4)}"
     app = build_app(dsn, schema)  # without a DSN: the environment's, else the embedded server
     jobs = jobs or (QUICK_JOBS if quick else DEFAULT_JOBS)

@@ -59,6 +59,7 @@ def _prepare(app: App, jobs: int, state: AtWorkState) -> tuple[list[int], dict[s
     ids of every job enqueued, the crash-test jobs, and whether the rolled-back job is absent."""
     queries, ids = app.queries, []
     with app.sync_client.connection() as conn:
+        conn.execute(queries["demo_jobs_reset"])
         conn.execute(queries["demo_tables_create"])
         with conn.transaction():
             order = _scalar(

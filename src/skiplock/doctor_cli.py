@@ -7,9 +7,9 @@ import json
 from dataclasses import asdict
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from .admin import console as cli_console
 from .admin import dsn_option, schema_option
 from .app import DEFAULT_RETENTION
 from .database import resolve_dsn
@@ -38,7 +38,7 @@ def _parse_retention(values: tuple[str, ...]) -> dict[str, float | None]:
 
 
 def _print(findings: list[Finding], schema: str) -> None:
-    console = Console()
+    console = cli_console()
     table = Table(title=f"skiplock doctor (schema {schema})", show_lines=True)
     table.add_column("check")
     table.add_column("status")

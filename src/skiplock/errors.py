@@ -69,6 +69,11 @@ class InvalidPayload(SkiplockError):
     """A job payload that cannot be stored: not JSON-serialisable, or too large."""
 
 
+class InvalidArguments(SkiplockError, TypeError):
+    """An enqueue whose arguments the task cannot take (an unknown or missing argument): refused
+    at once, as the worker's call of the task would fail on every attempt."""
+
+
 class InvalidName(SkiplockError):
     """A queue, task or schema name skiplock does not accept."""
 

@@ -15,7 +15,15 @@ from typing import Any
 
 import click
 
-from .admin import NOT_CHANGED, dsn_option, emit_json, json_option, open_app, schema_option
+from .admin import (
+    NOT_CHANGED,
+    dsn_option,
+    emit_json,
+    json_option,
+    open_app,
+    plural,
+    schema_option,
+)
 from .app import App
 from .bulk import JobFilter
 
@@ -74,7 +82,8 @@ def confirmed(
             emit_json({"matching": counted})
         else:
             click.echo(
-                f"{total:,} matching jobs{jobs.describe()}" + (f" ({listed})" if listed else "")
+                f"{plural(total, 'matching job')}{jobs.describe()}"
+                + (f" ({listed})" if listed else "")
             )
         return False
     if not total:
@@ -83,10 +92,11 @@ def confirmed(
     if not yes:
         if not sys.stdin.isatty():
             raise click.UsageError(
-                f"{total:,} jobs match ({listed}); pass --yes to go on without a prompt"
+                f"{plural(total, 'job')} match{'es' * (total == 1)} ({listed}); pass --yes to go "
+                "on without a prompt"
             )
         click.confirm(
-            f"{question.format(total=f'{total:,}')}{jobs.describe()} ({listed})?", abort=True
+            f"{question.format(jobs=plural(total, 'job'))}{jobs.describe()} ({listed})?", abort=True
         )
     return True
 
@@ -127,6 +137,8 @@ def retry(
                 emit_json({"job": job_id, "retried": retried})
             elif retried:
                 click.echo(f"job {job_id} is pending again")
+            elif app.get_job(job_id) is None:
+                click.echo(f"no job {job_id}", err=True)
             else:
                 click.echo(f"job {job_id} is not failed or cancelled; nothing to retry", err=True)
             if not retried:
@@ -135,13 +147,13 @@ def retry(
         jobs = JobFilter(queue, task, finished_within)
         statuses = ["failed", "cancelled"] if cancelled else ["failed"]
         flags = {"dry_run": dry_run, "yes": yes, "as_json": as_json}
-        if not confirmed(app, jobs, statuses, "Retry {total} jobs", **flags):
+        if not confirmed(app, jobs, statuses, "Retry {jobs}", **flags):
             return
         result = app.sync_client.retry_jobs(jobs, statuses)
     if as_json:
         emit_json({"retried": result.retried, "skipped": result.skipped})
     else:
-        click.echo(f"retried {result.retried:,} jobs{jobs.describe()}")
+        click.echo(f"retried {plural(result.retried, 'job')}{jobs.describe()}")
         if result.skipped:
             click.echo(
                 f"{result.skipped:,} left as they were: an unfinished job holds their "
@@ -185,15 +197,19 @@ def cancel(
         jobs = JobFilter(queue, task)
         statuses = ["scheduled", "pending", *(["running"] if running else [])]
         flags = {"dry_run": dry_run, "yes": yes, "as_json": as_json}
-        if not confirmed(app, jobs, statuses, "Cancel {total} jobs", **flags):
+        if not confirmed(app, jobs, statuses, "Cancel {jobs}", **flags):
             return
         result = app.sync_client.cancel_jobs(jobs, running=running)
     if as_json:
         emit_json({"cancelled": result.cancelled, "requested": result.requested})
     else:
-        click.echo(f"cancelled {result.cancelled:,} jobs{jobs.describe()} that had not started")
+        click.echo(
+            f"cancelled {plural(result.cancelled, 'job')}{jobs.describe()} that had not started"
+        )
         if running:
-            click.echo(f"asked the workers of {result.requested:,} running jobs to cancel them")
+            click.echo(
+                f"asked the workers of {plural(result.requested, 'running job')} to cancel them"
+            )
     if not result.cancelled and not result.requested:
         raise SystemExit(NOT_CHANGED)
 
@@ -202,8 +218,10 @@ def cancel_one(app: App, job_id: int, *, as_json: bool) -> None:
     result = app.sync_client.cancel_or_request(job_id)
     if as_json:
         emit_json({"job": job_id, "outcome": result})
+    elif result == "unchanged" and app.get_job(job_id) is None:
+        click.echo(f"no job {job_id}", err=True)
     elif result == "unchanged":
-        click.echo(f"job {job_id} has finished or does not exist; nothing to cancel", err=True)
+        click.echo(f"job {job_id} has finished; nothing to cancel", err=True)
     elif result == "held":
         click.echo(
             f"job {job_id} runs under a held row lock: asked its worker to cancel it (at once "

@@ -1,16 +1,17 @@
 """Maintenance that one worker runs for everybody (the leader): promote due scheduled jobs,
-cancel jobs past their expiry, release (or cancel) jobs waiting for others, enqueue periodic
-ticks, prune finished jobs past their retention (and workers gone for an hour), reclaim expired
-leases.
+cancel jobs past their expiry, release (or cancel) jobs waiting for others, prune finished jobs
+past their retention (and workers gone for an hour), reclaim expired leases.
 Reclaiming is also done by every other worker, so that the death of the leader itself does
-not hold up the recovery of its jobs."""
+not hold up the recovery of its jobs.  Periodic ticks are enqueued by every worker that serves
+the periodic task's queue, leader or not (the ticks table makes each tick one job), and by no
+other: a worker never makes jobs that it may be the only one around to ignore."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +25,7 @@ from .app import App
 from .enqueue import EnqueueOptions
 from .errors import SkiplockError
 from .leader import LeaderElector
+from .periodic import PeriodicTask
 from .presence import GONE_AFTER
 
 log = logging.getLogger("skiplock.maintenance")
@@ -61,7 +63,10 @@ class Maintenance:
         reclaim_interval: float = 5.0,
         prune_interval: float = 60.0,
         on_work: Callable[[], None] = lambda: None,
+        queues: Collection[str] | None = None,
     ) -> None:
+        """``queues``: those the worker serves (None: every one), whose periodic tasks it
+        enqueues."""
         self.app = app
         self.store = store
         self.pool = pool
@@ -75,6 +80,12 @@ class Maintenance:
         self._next_prune = 0.0
         self._waiting_after = 0  # where the next read of waiting jobs starts (release_waiting)
         self._jobs_waiting = False  # whether the last read found any
+        self.periodic = [
+            p
+            for p in app.periodic_tasks.values()
+            if queues is None or app.get_task(p.task).queue in queues
+        ]
+        self._ticks_handled: dict[str, datetime] = {}  # the latest tick of each, once recorded
 
     async def run(self) -> None:
         while True:
@@ -82,6 +93,8 @@ class Maintenance:
                 await self.run_once()
             else:
                 await self.reclaim_if_due()
+                if self._periodic_due():
+                    await self._run_step("periodic", self._enqueue_periodic)
             await self._until_next_round()
 
     async def _until_next_round(self) -> None:
@@ -184,19 +197,26 @@ class Maintenance:
             log.warning("reclaimed %d jobs whose lease expired: %s", len(reclaimed), reclaimed)
             self.on_work()
 
-    async def _enqueue_periodic(self, conn: AsyncConnection[Any]) -> None:
-        if not self.app.periodic_tasks:
-            return
+    def _periodic_due(self) -> list[tuple[PeriodicTask, datetime]]:
+        """The ticks of this worker's periodic tasks to enqueue now, but those it has already
+        recorded (or found recorded by another worker)."""
         now = datetime.now(UTC)
-        for periodic in self.app.periodic_tasks.values():
+        due = []
+        for periodic in self.periodic:
+            handled = self._ticks_handled.get(periodic.name)
             for tick in periodic.schedule.ticks_due(now):
-                job = self.app.build_jobs(periodic.task, [periodic.payload], EnqueueOptions())
-                job_id = await self.store.periodic_enqueue_tick(conn, periodic.name, tick, job)
-                if job_id is not None:
-                    self.stats.periodic_enqueued += 1
-                    log.info(
-                        "periodic %s: enqueued job %s for tick %s", periodic.name, job_id, tick
-                    )
+                if handled is None or tick > handled:
+                    due.append((periodic, tick))
+        return due
+
+    async def _enqueue_periodic(self, conn: AsyncConnection[Any]) -> None:
+        for periodic, tick in self._periodic_due():
+            job = self.app.build_jobs(periodic.task, [periodic.payload], EnqueueOptions())
+            job_id = await self.store.periodic_enqueue_tick(conn, periodic.name, tick, job)
+            self._ticks_handled[periodic.name] = tick
+            if job_id is not None:
+                self.stats.periodic_enqueued += 1
+                log.info("periodic %s: enqueued job %s for tick %s", periodic.name, job_id, tick)
 
     async def _prune(self, conn: AsyncConnection[Any]) -> None:
         pruned = await self.store.job_prune_by_retention(conn, self.app.retention)

@@ -7,7 +7,7 @@ recorded in the schema's ``migrations`` table; ``skiplock migrate --sql`` prints
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from importlib import resources
 
@@ -51,15 +51,18 @@ def check_migrated(schema: str, missing: Sequence[int]) -> None:
         raise SchemaNotMigrated(schema, [] if list(missing) == every else missing)
 
 
-def render_sql(schema: str) -> str:
-    """Every migration as one SQL script a DBA can review and run by hand."""
+def render_sql(schema: str, versions: Collection[int] | None = None) -> str:
+    """The migrations numbered ``versions`` (default: every one) as one SQL script a DBA can
+    review and run by hand."""
     queries = Queries(schema)
+    chosen = [m for m in all_migrations() if versions is None or m.version in versions]
+    numbers = ", ".join(f"{m.version:04d}" for m in chosen)
     parts = [
-        "-- skiplock schema migrations; run in one transaction.",
+        f"-- skiplock schema migrations {numbers} for schema {schema}; run in one transaction.",
         "BEGIN;",
         queries["migration_prepare"].as_string().rstrip().rstrip(";") + ";",
     ]
-    for m in all_migrations():
+    for m in chosen:
         parts.append(f"\n-- migration {m.version:04d}_{m.name}")
         parts.append(m.statement(schema).as_string())
         record = sql.SQL(

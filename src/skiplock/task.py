@@ -15,7 +15,7 @@ from psycopg import AsyncConnection
 
 from .caller_connection import AsyncCallerConnection, CallerConnection
 from .enqueue import EnqueueOptions, build_job
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InvalidArguments
 from .job import Enqueued, Job
 from .payload import check_queue_name
 from .retry import ExponentialBackoff, RetryPolicy
@@ -131,10 +131,72 @@ def checked_settings(
     )
 
 
-class Task(Generic[P, R]):
-    """A registered task.  Calling it runs the function directly; ``enqueue`` makes a job."""
+class ArgumentCheck:
+    """Whether a payload binds to a task function's parameters the way the worker calls it:
+    ``fn(**payload)``, or ``fn(ctx, **payload)`` for a task that takes its context."""
 
-    def __init__(self, app: App, fn: Callable[P, R], settings: TaskSettings) -> None:
+    def __init__(self, name: str, fn: Callable[..., Any], pass_context: bool) -> None:
+        self.name = name
+        self.signature = inspect.signature(fn)
+        self.context_args: tuple[Any, ...] = (None,) if pass_context else ()
+        params = list(self.signature.parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        # Sets for a quick yes on each enqueue; a no is confirmed (and worded) by bind().
+        self.impossible = False
+        if pass_context and positional:
+            params.remove(positional[0])
+        elif pass_context and not any(p.kind == p.VAR_POSITIONAL for p in params):
+            self.impossible = True  # no parameter for the context
+        self.taken = {p.name for p in positional[:1] if pass_context}
+        self.var_keyword = any(p.kind == p.VAR_KEYWORD for p in params)
+        named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        self.accepted = {p.name for p in named}
+        self.required = {p.name for p in named if p.default is p.empty}
+        self.impossible |= any(p.kind == p.POSITIONAL_ONLY and p.default is p.empty for p in params)
+
+    def check(self, payload: Mapping[str, Any]) -> None:
+        """Raise :class:`InvalidArguments` unless the worker's call would bind ``payload``
+        (one set comparison or two per payload: this runs for every job of a bulk enqueue)."""
+        if type(payload) is not dict and not isinstance(payload, Mapping):
+            return  # encode_payload refuses it, saying why
+        keys = payload.keys()
+        fits = keys.isdisjoint(self.taken) if self.var_keyword else keys <= self.accepted
+        if fits and self.required <= keys and not self.impossible:
+            return
+        self._refuse(payload)
+
+    def _refuse(self, payload: Mapping[str, Any]) -> None:
+        """bind() has the last word (it raises for what the sets only suspect) and the words."""
+        keys = payload.keys()
+        unexpected = keys & self.taken if self.var_keyword else keys - self.accepted
+        problems = [
+            f"{what} {', '.join(map(repr, sorted(names)))}"
+            for what, names in (
+                ("unexpected argument" + "s" * (len(unexpected) > 1), unexpected),
+                ("missing argument" + "s" * (len(self.required - keys) > 1), self.required - keys),
+            )
+            if names
+        ]
+        try:
+            self.signature.bind(*self.context_args, **payload)
+            return
+        except TypeError as exc:
+            problem = "; ".join(problems) or str(exc)
+        params = ", ".join(
+            str(p.replace(annotation=p.empty)) for p in self.signature.parameters.values()
+        )
+        raise InvalidArguments(
+            f"task {self.name!r} cannot take these arguments: {problem} (it takes {params})"
+        )
+
+
+class Task(Generic[P, R]):
+    """A registered task.  Calling it runs the function directly; ``enqueue`` makes a job.
+
+    ``enqueue`` takes the function's own arguments (typed from its signature, checked at once
+    against it) and ``conn``; :meth:`with_options` the other options of the enqueue."""
+
+    def __init__(self, app: App, fn: Callable[..., R], settings: TaskSettings) -> None:
         self.app = app
         self.fn = fn
         self.settings = settings
@@ -145,6 +207,7 @@ class Task(Generic[P, R]):
                 f"task {settings.name!r} has a parameter named {sorted(clash)[0]!r}, which "
                 "enqueue() reserves for the caller's connection; rename it"
             )
+        self.arguments = ArgumentCheck(settings.name, fn, settings.pass_context)
 
     @property
     def name(self) -> str:
@@ -180,7 +243,7 @@ class Task(Generic[P, R]):
         meta: Mapping[str, Any] | None = None,
         depends_on: Sequence[int | Enqueued] | None = None,
         expires: float | timedelta | datetime | None = None,
-    ) -> TaskCall:
+    ) -> TaskCall[P]:
         """A handle that enqueues this task with these options instead of the task's defaults.
         ``meta`` (a small JSON object) travels with the job without being passed to the task:
         ``job.meta`` in :meth:`App.around_job` hooks and ``ctx.job.meta``.  ``depends_on``
@@ -201,17 +264,31 @@ class Task(Generic[P, R]):
         )
         return TaskCall(self, self.settings.options.merged(options))
 
-    def _call(self) -> TaskCall:
+    def _call(self) -> TaskCall[P]:
         return TaskCall(self, self.settings.options)
 
-    def enqueue(self, *, conn: CallerConnection | None = None, **payload: Any) -> Enqueued:
-        """Enqueue one job; with ``conn``, inside that connection's current transaction."""
-        return self._call().enqueue(conn=conn, **payload)
+    # A ParamSpec admits no keyword-only parameter beside it: type checkers see ``conn`` as a
+    # parameter before the task's own, which still lets it be given by name.  At run time it
+    # is keyword-only, and the task's arguments are taken by name only (a payload is a JSON
+    # object).
+    if TYPE_CHECKING:
 
-    async def enqueue_async(
-        self, *, conn: AsyncCallerConnection | None = None, **payload: Any
-    ) -> Enqueued:
-        return await self._call().enqueue_async(conn=conn, **payload)
+        def enqueue(
+            self, conn: CallerConnection | None = None, *args: P.args, **payload: P.kwargs
+        ) -> Enqueued: ...
+
+        async def enqueue_async(
+            self, conn: AsyncCallerConnection | None = None, *args: P.args, **payload: P.kwargs
+        ) -> Enqueued: ...
+
+    else:
+
+        def enqueue(self, *args, conn=None, **payload):
+            """Enqueue one job; with ``conn``, inside that connection's current transaction."""
+            return self._call().enqueue(*args, conn=conn, **payload)
+
+        async def enqueue_async(self, *args, conn=None, **payload):
+            return await self._call().enqueue_async(*args, conn=conn, **payload)
 
     def enqueue_many(
         self, payloads: Iterable[Mapping[str, Any]], *, conn: CallerConnection | None = None
@@ -228,23 +305,53 @@ class Task(Generic[P, R]):
         return await self._call().enqueue_many_async(payloads, conn=conn)
 
 
+class ContextTask(Task[P, R]):
+    """A task declared with ``pass_context=True``: its function takes the :class:`JobContext`
+    first, which the worker passes; ``enqueue`` takes the other arguments."""
+
+    def __call__(  # type: ignore[override]  # the context comes first
+        self, ctx: JobContext, /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        return self.fn(ctx, *args, **kwargs)
+
+
+def _by_name(task: Task[Any, Any], args: tuple[Any, ...]) -> None:
+    if args:
+        raise InvalidArguments(
+            f"task {task.name!r}: give enqueue() the task's arguments by name (a job's payload "
+            f"is a JSON object), got {len(args)} positional"
+        )
+
+
 @dataclass(frozen=True)
-class TaskCall:
+class TaskCall(Generic[P]):
     """A task with enqueue options bound (see :meth:`Task.with_options`)."""
 
-    task: Task[Any, Any]
+    task: Task[P, Any]
     options: EnqueueOptions
 
-    def with_options(self, **options: Any) -> TaskCall:
+    def with_options(self, **options: Any) -> TaskCall[P]:
         return replace(self, options=self.options.merged(EnqueueOptions(**options)))
 
-    def enqueue(self, *, conn: CallerConnection | None = None, **payload: Any) -> Enqueued:
-        return self.enqueue_many([payload], conn=conn)[0]
+    if TYPE_CHECKING:
 
-    async def enqueue_async(
-        self, *, conn: AsyncCallerConnection | None = None, **payload: Any
-    ) -> Enqueued:
-        return (await self.enqueue_many_async([payload], conn=conn))[0]
+        def enqueue(
+            self, conn: CallerConnection | None = None, *args: P.args, **payload: P.kwargs
+        ) -> Enqueued: ...
+
+        async def enqueue_async(
+            self, conn: AsyncCallerConnection | None = None, *args: P.args, **payload: P.kwargs
+        ) -> Enqueued: ...
+
+    else:
+
+        def enqueue(self, *args, conn=None, **payload):
+            _by_name(self.task, args)
+            return self.enqueue_many([payload], conn=conn)[0]
+
+        async def enqueue_async(self, *args, conn=None, **payload):
+            _by_name(self.task, args)
+            return (await self.enqueue_many_async([payload], conn=conn))[0]
 
     def enqueue_many(
         self, payloads: Iterable[Mapping[str, Any]], *, conn: CallerConnection | None = None

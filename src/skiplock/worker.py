@@ -197,6 +197,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
             interval=self.poll_interval,
             reclaim_interval=min(self.lease_seconds / 2, 5.0),
             on_work=self._work_behind_cursor,
+            queues=queues,
         )
         log.info(
             "worker %s started: queues=%s concurrency=%d model=%s",

@@ -35,11 +35,15 @@ GC_YOUNG_THRESHOLD = 10_000
 @click.argument("app_spec", metavar="APP")
 @dsn_option
 @click.option(
-    "--queues", envvar="SKIPLOCK_QUEUES", help="Comma-separated (default: all the app's)."
+    "--queues",
+    envvar="SKIPLOCK_QUEUES",
+    show_envvar=True,
+    help="Comma-separated (default: all the app's).",
 )
 @click.option(
     "--concurrency",
     envvar="SKIPLOCK_CONCURRENCY",
+    show_envvar=True,
     type=click.IntRange(1),
     default=10,
     show_default=True,
@@ -48,6 +52,7 @@ GC_YOUNG_THRESHOLD = 10_000
 @click.option(
     "--prefetch",
     envvar="SKIPLOCK_PREFETCH",
+    show_envvar=True,
     type=click.IntRange(0),
     default=500,
     show_default=True,
@@ -57,6 +62,7 @@ GC_YOUNG_THRESHOLD = 10_000
 @click.option(
     "--max-in-flight",
     envvar="SKIPLOCK_MAX_IN_FLIGHT",
+    show_envvar=True,
     type=click.IntRange(1),
     default=None,
     help="Most claimed jobs not yet recorded, per process: a kill -9 runs at most this many "
@@ -66,6 +72,7 @@ GC_YOUNG_THRESHOLD = 10_000
 @click.option(
     "--processes",
     envvar="SKIPLOCK_PROCESSES",
+    show_envvar=True,
     type=click.IntRange(1),
     default=1,
     show_default=True,
@@ -74,6 +81,7 @@ GC_YOUNG_THRESHOLD = 10_000
 @click.option(
     "--max-jobs",
     envvar="SKIPLOCK_MAX_JOBS",
+    show_envvar=True,
     type=click.IntRange(1),
     default=None,
     help="Replace each worker process with a fresh one after it has run this many jobs "
@@ -82,6 +90,7 @@ GC_YOUNG_THRESHOLD = 10_000
 @click.option(
     "--max-memory",
     envvar="SKIPLOCK_MAX_MEMORY",
+    show_envvar=True,
     type=click.IntRange(1),
     default=None,
     metavar="MIB",
@@ -91,6 +100,7 @@ GC_YOUNG_THRESHOLD = 10_000
 @click.option(
     "--model",
     envvar="SKIPLOCK_MODEL",
+    show_envvar=True,
     type=click.Choice(["lease", "held"]),
     help="Run every task with this worker model (default: each task's own, else lease).",
 )
@@ -98,6 +108,7 @@ GC_YOUNG_THRESHOLD = 10_000
     "--lease",
     "lease_seconds",
     envvar="SKIPLOCK_LEASE",
+    show_envvar=True,
     type=click.FloatRange(min=0.1),
     default=30.0,
     show_default=True,
@@ -106,6 +117,7 @@ GC_YOUNG_THRESHOLD = 10_000
 @click.option(
     "--poll-interval",
     envvar="SKIPLOCK_POLL_INTERVAL",
+    show_envvar=True,
     type=click.FloatRange(min=0.01),
     default=1.0,
     show_default=True,
@@ -114,12 +126,14 @@ GC_YOUNG_THRESHOLD = 10_000
 @click.option(
     "--poll-only",
     envvar="SKIPLOCK_POLL_ONLY",
+    show_envvar=True,
     is_flag=True,
     help="Do not LISTEN (for transaction-mode poolers such as PgBouncer).",
 )
 @click.option(
     "--shutdown-grace",
     envvar="SKIPLOCK_SHUTDOWN_GRACE",
+    show_envvar=True,
     type=click.FloatRange(min=0),
     default=30.0,
     show_default=True,
@@ -129,11 +143,13 @@ GC_YOUNG_THRESHOLD = 10_000
     "--burst",
     is_flag=True,
     envvar="SKIPLOCK_BURST",
+    show_envvar=True,
     help="Run what is due, then exit: 0, or 1 when its last claims failed.",
 )
 @click.option(
     "--log-level",
     envvar="SKIPLOCK_LOG_LEVEL",
+    show_envvar=True,
     default="INFO",
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
@@ -141,6 +157,7 @@ GC_YOUNG_THRESHOLD = 10_000
 @click.option(
     "--metrics-port",
     envvar="SKIPLOCK_METRICS_PORT",
+    show_envvar=True,
     type=click.IntRange(1, 65535),
     default=None,
     help="Serve Prometheus metrics at http://ADDR:PORT/metrics (needs skiplock[metrics]); "
@@ -149,6 +166,7 @@ GC_YOUNG_THRESHOLD = 10_000
 @click.option(
     "--metrics-addr",
     envvar="SKIPLOCK_METRICS_ADDR",
+    show_envvar=True,
     default="127.0.0.1",
     show_default=True,
     help="Address the metrics endpoint listens on (0.0.0.0: every interface).",

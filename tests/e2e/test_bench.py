@@ -42,7 +42,7 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     for module in ("pgqueuer", "procrastinate", "asyncpg", "matplotlib"):
         # Not a skip: the README's test command installs the bench extra.
         assert importlib.util.find_spec(module), (
-            f"install the bench extra: pip install .[bench] ({module})"
+            f"install the benchmarks' peers: pip install -r bench/requirements.txt ({module})"
         )
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(REPO)}

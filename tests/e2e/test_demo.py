@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -209,3 +210,16 @@ def test_ctrl_c_in_the_middle_of_part_two_still_drops_the_schema(
             log.close()
         assert proc.returncode != 0, sent + output[-3000:]
         assert schema not in demo_schemas(conn), output[-3000:]
+
+
+def test_part_two_numbers_its_jobs_from_one_and_a_pipe_gets_whole_sentences(
+    demo: dict[str, Any],
+) -> None:
+    """Part 2's jobs are the first of its table (part 1's are gone): the story reads "order 1
+    ... its jobs 1, 2".  Without a terminal, no sentence is wrapped at 80 columns."""
+    err = demo["_stderr"]
+    assert "order 1 committed in one transaction with its jobs 1, 2\n" in err, err
+    assert re.search(r"^Each run: .* while holding it\.", err, re.M), err
+    assert re.search(
+        r"^.*held-lock worker killed: job recovered .*counted the dead attempt\)", err, re.M
+    ), err

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -38,9 +39,9 @@ class Result:
         )
 
 
-def run_all(app: App, *commands: list[str]) -> list[Result]:
-    """Run ``python -m skiplock <command> --dsn .. --schema ..`` for each command, in parallel.
-    Output is what a pipe sees: rich falls back to 80 columns without a terminal."""
+def run_all(app: App, *commands: list[str], cwd: Path | None = None) -> list[Result]:
+    """Run ``python -m skiplock <command> --dsn .. --schema ..`` for each command, in parallel
+    (in ``cwd``, where an APP's module may be).  Output is what a pipe sees."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
     env["COLUMNS"] = "80"
     procs = []
@@ -57,6 +58,7 @@ def run_all(app: App, *commands: list[str]) -> list[Result]:
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
+                    cwd=cwd,
                 ),
             )
         )
@@ -67,8 +69,8 @@ def run_all(app: App, *commands: list[str]) -> list[Result]:
     return results
 
 
-def run(app: App, *command: str) -> Result:
-    return run_all(app, list(command))[0]
+def run(app: App, *command: str, cwd: Path | None = None) -> Result:
+    return run_all(app, list(command), cwd=cwd)[0]
 
 
 def jobs_table(app: App) -> str:
@@ -487,21 +489,116 @@ def test_retry_of_a_job_whose_key_is_taken_says_which_job_holds_it(tasks: App, d
     )
 
 
-def test_enqueue_from_the_command_line(tasks: App, db: Any) -> None:
+SHOP = """
+SHOP = "not an app"
+from skiplock import App
+
+app = App(schema={schema!r})
+
+
+@app.task(name="mail.send", queue="emails")
+def send(to: str) -> None: ...
+
+
+@app.task(name="video.thumb", queue="video_transcoding_low")
+def thumb(n: int) -> None: ...
+
+
+@app.task(name="shop.send_receipt", queue="mail", max_attempts=2, priority=3)
+def send_receipt(order_id: int) -> None: ...
+"""
+
+
+@pytest.fixture
+def shop(tasks: App, tmp_path: Path) -> Path:
+    """A directory holding ``shop.py``, whose ``app`` has the tasks (and schema) of ``tasks``
+    plus ``shop.send_receipt`` on queue ``mail`` with 2 attempts."""
+    (tmp_path / "shop.py").write_text(SHOP.format(schema=tasks.schema))
+
+    @tasks.task(name="shop.send_receipt", queue="mail", max_attempts=2, priority=3)
+    def send_receipt(order_id: int) -> None: ...
+
+    return tmp_path
+
+
+def test_enqueue_puts_the_job_on_the_tasks_queue_with_its_options(
+    tasks: App, shop: Path, db: Any
+) -> None:
+    app = tasks
+    plain, unknown, as_json, raw, raw_without_queue, other_schema = run_all(
+        app,
+        ["enqueue", "shop:app", "shop.send_receipt", "--payload", '{"order_id": 7}'],
+        ["enqueue", "shop:app", "no.such.task"],
+        ["enqueue", "shop:app", "shop.send_receipt", "--payload", '{"order_id": 8}', "--json",
+         "--priority", "9", "--idempotency-key", "receipt:8"],
+        ["enqueue", "--raw", "billing.charge", "--queue", "billing", "--payload", '{"x": 1}',
+         "--max-attempts", "3", "--entity-key", "customer:1"],
+        ["enqueue", "--raw", "billing.charge"],
+        ["enqueue", "shop:app", "shop.send_receipt", "--schema", "elsewhere"],
+        cwd=shop,
+    )  # fmt: skip
+    assert plain.code == 0, plain
+    assert plain.out.strip() == "enqueued 1 job of shop.send_receipt on queue mail", plain
+    assert unknown.code == 2, unknown
+    assert "no task 'no.such.task' in shop:app" in unknown.err, unknown
+    assert "shop.send_receipt" in unknown.err and "--raw" in unknown.err, unknown
+    assert as_json.code == 0, as_json
+    shown = json.loads(as_json.out)
+    assert raw.code == 0, raw
+    assert raw_without_queue.code == 2 and "--queue" in raw_without_queue.err, raw_without_queue
+    assert other_schema.code == 2 and "schema" in other_schema.err, other_schema
+    rows = db.execute(
+        f"SELECT id, task, queue, max_attempts, priority, payload, idempotency_key, entity_key "
+        f"FROM {jobs_table(app)} ORDER BY task, priority"
+    ).fetchall()
+    assert [row[1:] for row in rows] == [
+        ("billing.charge", "billing", 3, 0, {"x": 1}, None, "customer:1"),
+        ("shop.send_receipt", "mail", 2, 3, {"order_id": 7}, None, None),
+        ("shop.send_receipt", "mail", 2, 9, {"order_id": 8}, "receipt:8", None),
+    ], rows
+    (made,) = [row[0] for row in rows if row[6] == "receipt:8"]
+    assert shown == {
+        "task": "shop.send_receipt",
+        "queue": "mail",
+        "jobs": [{"id": made, "deduplicated": False}],
+    }
+    again = run(app, "enqueue", "shop:app", "shop.send_receipt", "--payload", '{"order_id": 8}',
+                "--idempotency-key", "receipt:8", "--json", cwd=shop)  # fmt: skip
+    assert json.loads(again.out)["jobs"] == [{"id": made, "deduplicated": True}], again
+
+
+def test_enqueue_refuses_a_payload_the_task_cannot_take(tasks: App, shop: Path, db: Any) -> None:
+    misspelt, missing = run_all(
+        tasks,
+        ["enqueue", "shop:app", "shop.send_receipt", "--payload", '{"order_idd": 7}'],
+        ["enqueue", "shop:app", "shop.send_receipt"],
+        cwd=shop,
+    )
+    assert misspelt.code == 2 and "unexpected argument 'order_idd'" in misspelt.err, misspelt
+    assert missing.code == 2 and "missing argument 'order_id'" in missing.err, missing
+    assert "--payload" in missing.err and "Traceback" not in missing.err, missing
+    assert db.execute(f"SELECT count(*) FROM {jobs_table(tasks)}").fetchone() == (0,)
+
+
+def test_enqueue_from_the_command_line(tasks: App, shop: Path, db: Any) -> None:
     app = tasks
     bulk, bad, later = run_all(
         app,
-        ["enqueue", "mail.send", "--payload", '{"a":1}', "--count", "1000", "--queue", "bulk"],
-        ["enqueue", "mail.send", "--payload", '{"a":', "--queue", "bad"],
-        ["enqueue", "video.thumb", "--payload", '{"n": 7}', "--queue", "later", "--delay",
-         "3600", "--priority", "5", "--max-attempts", "2", "--meta", '{"source": "ops"}'],
+        ["enqueue", "shop:app", "mail.send", "--payload", '{"to": "a"}', "--count", "1000",
+         "--queue", "bulk"],
+        ["enqueue", "shop:app", "mail.send", "--payload", '{"to":', "--queue", "bad"],
+        ["enqueue", "shop:app", "video.thumb", "--payload", '{"n": 7}', "--queue", "later",
+         "--delay", "3600", "--priority", "5", "--max-attempts", "2", "--meta",
+         '{"source": "ops"}'],
+        cwd=shop,
     )  # fmt: skip
     assert bulk.code == 0, bulk
+    assert bulk.out.strip() == "enqueued 1,000 jobs of mail.send on queue bulk", bulk
     rows = db.execute(
         f"SELECT task, payload, status, count(*) FROM {jobs_table(app)} WHERE queue = 'bulk' "
         "GROUP BY task, payload, status"
     ).fetchall()
-    assert rows == [("mail.send", {"a": 1}, "pending", 1000)]
+    assert rows == [("mail.send", {"to": "a"}, "pending", 1000)]
 
     assert bad.code == 2, bad
     assert "--payload" in bad.err and "JSON" in bad.err
@@ -516,8 +613,68 @@ def test_enqueue_from_the_command_line(tasks: App, db: Any) -> None:
         f"meta FROM {jobs_table(app)} WHERE queue = 'later'"
     ).fetchall()
     assert row == [("scheduled", 5, 2, {"n": 7}, True, {"source": "ops"})]
-    bad_meta = run(app, "enqueue", "video.thumb", "--meta", "[1]")
+    bad_meta = run(app, "enqueue", "shop:app", "video.thumb", "--payload", '{"n": 1}', "--meta",
+                   "[1]", cwd=shop)  # fmt: skip
     assert bad_meta.code != 0 and "meta of a job of task 'video.thumb'" in bad_meta.err, bad_meta
+
+
+def test_retry_and_cancel_of_a_job_that_does_not_exist_say_so(tasks: App, shop: Path) -> None:
+    retried, cancelled, shown, no_attribute, not_an_app = run_all(
+        tasks,
+        ["retry", "999999999"],
+        ["cancel", "999999999"],
+        ["jobs", "show", "999999999"],
+        ["enqueue", "shop:nope", "mail.send"],
+        ["enqueue", "shop:SHOP", "mail.send"],
+        cwd=shop,
+    )
+    for result in (retried, cancelled, shown):
+        assert result.code == 3 and result.err.strip() == "no job 999999999", result
+    assert no_attribute.code == 2 and "no attribute nope in shop" in no_attribute.err, no_attribute
+    assert not_an_app.code == 2 and "'shop:SHOP' is not a skiplock.App" in not_an_app.err
+
+
+def test_counts_and_limits_read_as_english(tasks: App, db: Any) -> None:
+    (job,) = tasks.enqueue_many("mail.send", [{"to": "a"}])
+    set_status(db, tasks, [job.id], "failed")
+    listed, unlimited, one = run_all(
+        tasks, ["jobs", "list"], ["limit", "q1", "none"], ["limit", "q2", "1"]
+    )
+    assert listed.out.split("\n")[0].strip() == "1 job", listed
+    assert unlimited.out.strip() == "queue q1: no limit on running jobs", unlimited
+    assert one.out.strip() == "queue q2: at most 1 running job", one
+    retried = run(tasks, "retry", "--all", "--yes")
+    assert retried.out.strip() == "retried 1 job", retried
+    cancelled = run(tasks, "cancel", "--all", "--yes")
+    assert cancelled.out.strip() == "cancelled 1 job that had not started", cancelled
+
+
+def test_help_options_environment_variables_and_error_prefix(tasks: App) -> None:
+    from skiplock.worker_cli import command as worker_command
+
+    def cli(*args: str) -> Result:
+        argv = [sys.executable, "-m", "skiplock", *args]
+        env = {**os.environ, "COLUMNS": "80"}
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+        return Result(list(args), done.returncode, done.stdout, done.stderr)
+
+    short, worker_short, worker_help, rate_help = (
+        cli(*args) for args in (["-h"], ["worker", "-h"], ["worker", "--help"], ["rate", "-h"])
+    )
+    for result in (short, worker_short):
+        assert result.code == 0 and result.out.startswith("Usage:"), result
+    assert worker_short.out == worker_help.out
+    help_text = "".join(worker_help.out.split())  # click wraps anywhere, even in a name
+    for param in worker_command.params:
+        envvar = getattr(param, "envvar", None)
+        if envvar:
+            assert f"env var: {envvar}".replace(" ", "") in help_text, (envvar, worker_help.out)
+    assert "N/d" in rate_help.out, rate_help
+    usage, ours = run_all(
+        tasks, ["limit", "q", "abc"], ["status", "--schema", "no_such_schema_here"]
+    )
+    assert usage.code == 2 and "error: " in usage.err and "Error" not in usage.err, usage
+    assert ours.code == 1 and ours.err.startswith("error: "), ours
 
 
 def test_pause_resume_and_limit_update_the_queues_table(tasks: App, db: Any) -> None:
@@ -594,11 +751,11 @@ def test_prune_older_than_zero_deletes_every_finished_job(tasks: App, db: Any) -
     assert left == set(ids[4:])
 
 
-def test_enqueue_depends_on_and_show_what_a_waiting_job_waits_for(tasks: App) -> None:
+def test_enqueue_depends_on_and_show_what_a_waiting_job_waits_for(tasks: App, shop: Path) -> None:
     first = tasks.enqueue("mail.send", {"to": "a@example.com"}, delay=3600).id
     made = run(
-        tasks, "enqueue", "mail.send", "--queue", "emails", "--depends-on", str(first),
-        "--expires", "600",
+        tasks, "enqueue", "shop:app", "mail.send", "--payload", '{"to": "b"}', "--depends-on",
+        str(first), "--expires", "600", cwd=shop,
     )  # fmt: skip
     assert made.code == 0, made
     waiting = tasks.sync_client.list_jobs(status="waiting")
@@ -607,8 +764,10 @@ def test_enqueue_depends_on_and_show_what_a_waiting_job_waits_for(tasks: App) ->
         tasks,
         ["jobs", "show", str(waiting[0].id)],
         ["jobs", "show", str(waiting[0].id), "--json"],
-        ["enqueue", "mail.send", "--depends-on", "999999999"],
-    )
+        ["enqueue", "shop:app", "mail.send", "--payload", '{"to": "c"}', "--depends-on",
+         "999999999"],
+        cwd=shop,
+    )  # fmt: skip
     assert f'waits_for: {{"{first}": "scheduled"}}' in shown.out, shown
     assert json.loads(as_json.out)["waits_for"] == {str(first): "scheduled"}
     assert bad.code == 2 and "no job was ever enqueued with id 999999999" in bad.err, bad

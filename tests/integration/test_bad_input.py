@@ -225,7 +225,7 @@ def test_sql_injection_in_queue_and_task_names_is_rejected(
     app: App, db: Any, canary: str, name: str
 ) -> None:
     @app.task(name="safe")
-    def safe() -> None: ...
+    def safe(x: str = "") -> None: ...
 
     before = count_all_rows(db, app.schema)
     with pytest.raises(InvalidName):

@@ -268,8 +268,8 @@ def test_read_only_has_no_actions_at_all(shop: App, db: Any) -> None:
 
 
 def test_a_waiting_job_shows_what_it_waits_for_and_can_be_cancelled(shop: App, db: Any) -> None:
-    first = shop.enqueue("mail.send", {"to": "a"}, delay=3600).id
-    waiting = shop.enqueue("mail.send", {"to": "b"}, depends_on=[first]).id
+    first = shop.enqueue("mail.send", {"to": "a", "password": "p"}, delay=3600).id
+    waiting = shop.enqueue("mail.send", {"to": "b", "password": "p"}, depends_on=[first]).id
     with serving(shop) as base:
         browser = Browser(base)
         browser.log_in()

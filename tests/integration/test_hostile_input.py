@@ -126,7 +126,7 @@ def test_a_schema_name_with_a_quote_is_refused_before_any_sql(
         ["status", "--schema", bad],
         ["doctor", "--schema", bad],
         ["roles", "--schema", bad],
-        ["enqueue", "t", "--schema", bad],
+        ["enqueue", "--raw", "t", "--queue", "q", "--schema", bad],
         ["worker", "hostile_app:app", "--queues", bad],
     ):
         result = subprocess.run(

@@ -19,6 +19,7 @@ from psycopg import sql
 from psycopg.pq import ExecStatus
 
 from skiplock import App
+from skiplock._store_sync import SyncStore
 from skiplock.migrations import all_migrations, render_sql
 from skiplock.sql import Queries, statements
 
@@ -241,7 +242,17 @@ def test_render_sql_script_builds_the_same_schema_as_migrate(
         k: v for k, v in os.environ.items() if k not in ("SKIPLOCK_DATABASE_URL", "DATABASE_URL")
     }
     printed = subprocess.run(
-        [sys.executable, "-m", "skiplock", "migrate", "--sql", "--schema", scripted],
+        [
+            sys.executable,
+            "-m",
+            "skiplock",
+            "migrate",
+            "--sql",
+            "--dsn",
+            pg_dsn,
+            "--schema",
+            scripted,
+        ],  # a schema that does not exist yet lacks every migration
         env=env,
         capture_output=True,
         text=True,
@@ -267,6 +278,56 @@ def test_render_sql_script_builds_the_same_schema_as_migrate(
         assert after.migrate() == []
     finally:
         after.close()
+
+
+def test_migrate_sql_prints_only_what_the_schema_lacks(
+    pg_dsn: str, db: Any, fresh_schemas: list[str]
+) -> None:
+    """A DBA's upgrade script: only the migrations the schema has not applied, or with
+    ``--from N`` those from N on, without asking the database."""
+    migrated, old = new_schema_name("mig"), new_schema_name("old")
+    fresh_schemas += [migrated, old]
+    app = App(pg_dsn, migrated)
+    try:
+        app.migrate()
+    finally:
+        app.close()
+    migrations = all_migrations()
+    have = len(migrations) - 3  # the schema of a release three migrations ago
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        SyncStore(Queries(old)).migration_apply(
+            conn, [(m.version, m.name, m.statement(old)) for m in migrations[:have]]
+        )
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("SKIPLOCK_DATABASE_URL", "DATABASE_URL")
+    }
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "skiplock", "migrate", "--sql", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+    def printed(script: str) -> list[int]:
+        return [int(v) for v in re.findall(r"^-- migration (\d{4})_", script, re.M)]
+
+    upgrade = cli("--dsn", pg_dsn, "--schema", old)
+    assert upgrade.returncode == 0, upgrade.stderr
+    assert printed(upgrade.stdout) == VERSIONS[have:], upgrade.stdout
+    nothing = cli("--dsn", pg_dsn, "--schema", migrated)
+    assert nothing.returncode == 0, nothing.stderr
+    assert printed(nothing.stdout) == [] and "up to date" in nothing.stdout, nothing.stdout
+    assert "BEGIN" not in nothing.stdout
+    offline = cli("--from", str(VERSIONS[-2]), "--dsn", "postgresql://nobody@127.0.0.1:1/none",
+                  "--schema", old)  # fmt: skip
+    assert offline.returncode == 0, offline.stderr
+    assert printed(offline.stdout) == VERSIONS[-2:]
+    beyond = cli("--from", str(VERSIONS[-1] + 1), "--schema", old)
+    assert beyond.returncode == 2 and "--from" in beyond.stderr, beyond
+
+    # The upgrade script brings the old schema level with the migrated one.
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(upgrade.stdout.encode())
+    assert shape(db, old) == shape(db, migrated)
+    assert [v for v, _, _ in migration_rows(db, old)] == VERSIONS
 
 
 def test_render_sql_script_is_all_or_nothing(

@@ -149,6 +149,35 @@ def test_concurrent_enqueues_of_one_tick_make_one_job(app: App, db: Any) -> None
     assert ticks_of(db, app, "race") == [(tick, made[0])]
 
 
+def test_only_workers_serving_a_periodic_tasks_queue_enqueue_its_ticks(app: App, db: Any) -> None:
+    """The leader serves only ``mail``: it enqueues no ``cron`` tick, which nobody would run.
+    A worker that serves ``cron`` enqueues them although it does not lead."""
+
+    @app.periodic(every=0.5, name="sweep", queue="cron")
+    def sweep() -> None: ...
+
+    @app.task(name="send", queue="mail")
+    def send() -> None: ...
+
+    mail = Worker(app, queues=["mail"], **FAST)
+    cron = Worker(app, queues=["cron"], **FAST)
+
+    async def main() -> None:
+        tasks = start([mail])
+        try:
+            assert await wait_for(lambda: leaders([mail]) == [mail], 5.0), "mail never leads"
+            await asyncio.sleep(1.6)  # three ticks or more, while only the mail worker runs
+            assert ticks_of(db, app, "sweep") == [], "the mail worker enqueued cron ticks"
+            tasks += start([cron])
+            assert await wait_for(lambda: len(jobs_of(db, app, "sweep")) >= 2, 10.0)
+            assert leaders([mail, cron]) == [mail]
+        finally:
+            await stop([mail, cron], tasks)
+
+    asyncio.run(main())
+    assert mail.maintenance is not None and mail.maintenance.stats.periodic_enqueued == 0
+
+
 def test_three_burst_workers_racing_on_maintenance_enqueue_the_tick_once(app: App, db: Any) -> None:
     """Burst workers run maintenance themselves (no leader): the database still dedups."""
     runs: list[int] = []

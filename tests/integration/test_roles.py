@@ -100,7 +100,7 @@ def register(app: App, state: dict[str, int]) -> None:
     """The same tasks for the producer's and the workers' apps."""
 
     @app.task(name="quick")
-    def quick(n: int) -> None:
+    def quick(n: int, card: str = "") -> None:
         state["quick"] = state.get("quick", 0) + 1
 
     @app.task(name="flaky", retry=FixedDelay(0.2))

@@ -70,6 +70,10 @@ SELECT count(*) FROM pg_stat_activity
 WHERE pid = ANY(%(pids)s::int[]) AND wait_event_type = 'Lock'
   AND wait_event IN ('transactionid', 'tuple');
 
+-- name: demo_jobs_reset
+-- Between the parts: part 1's jobs go, and part 2's are numbered from 1.
+TRUNCATE {jobs} RESTART IDENTITY;
+
 -- name: demo_tables_create
 -- Part 2: the demo's business table (orders) and its record of task side effects.
 CREATE TABLE IF NOT EXISTS {schema}.demo_orders (

@@ -1,0 +1,73 @@
+"""``Task.enqueue`` is typed from the task's own signature: mypy (strict) flags a misspelt or
+mistyped argument and a missing one, and accepts the enqueue options (``conn=``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import skiplock
+
+pytestmark = pytest.mark.slow
+
+SOURCE = """
+from __future__ import annotations
+
+import psycopg
+
+from skiplock import App, JobContext
+
+app = App()
+
+
+@app.task(queue="mail", max_attempts=2)
+def send_receipt(order_id: int, copy: bool = False) -> None: ...
+
+
+@app.task(pass_context=True)
+def audit(ctx: JobContext, order_id: int) -> str:
+    return ctx.worker_id
+
+
+def fine(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    send_receipt.enqueue(order_id=7)
+    send_receipt.enqueue(order_id=7, copy=True, conn=conn)
+    send_receipt.with_options(priority=3).enqueue(order_id=7)
+    audit.enqueue(order_id=1)
+    send_receipt(7)
+
+
+async def fine_async() -> None:
+    await send_receipt.enqueue_async(order_id=7)
+    await audit.with_options(delay=5).enqueue_async(order_id=1)
+
+
+def wrong() -> None:
+    send_receipt.enqueue(order_idd=7)  # wrong
+    send_receipt.enqueue(order_id="7")  # wrong
+    send_receipt.enqueue(copy=True)  # wrong
+    send_receipt.with_options(priority=3).enqueue(order_idd=7)  # wrong
+    audit.enqueue(order_idd=1)  # wrong
+"""
+
+
+def test_mypy_checks_enqueue_against_the_tasks_signature(tmp_path: Path) -> None:
+    source = textwrap.dedent(SOURCE).lstrip()
+    (tmp_path / "shop.py").write_text(source)
+    src = Path(skiplock.__file__).parent.parent
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", os.devnull,
+         "--config-file", os.devnull, "--follow-imports", "silent", "shop.py"],
+        cwd=tmp_path, env={**os.environ, "MYPYPATH": str(src)}, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    lines = source.splitlines()
+    flagged = {int(line.split(":")[1]) for line in result.stdout.splitlines() if ": error:" in line}
+    wrong = {n for n, text in enumerate(lines, 1) if text.endswith("# wrong")}
+    assert len(wrong) == 5, wrong
+    assert flagged == wrong, result.stdout + result.stderr
