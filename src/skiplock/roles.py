@@ -2,9 +2,10 @@
 
 Four roles without login, to be granted to the login users of each kind of process:
 
-- **enqueuer**: inserts jobs (only the columns enqueue writes) and reads back the few columns
-  the insert returns and the idempotency-key lookup needs; it cannot read payloads or change
-  or delete any job;
+- **enqueuer**: inserts jobs (only the columns enqueue writes, and only claimable ones:
+  waiting, scheduled or pending, by a row-level security policy) and reads back the few
+  columns the insert returns and the idempotency-key lookup needs; it cannot read payloads or
+  change or delete any job, and gives dependencies only to the jobs it inserts;
 - **worker**: claims, runs and finishes jobs, reclaims expired leases, prunes, enqueues
   periodic ticks, holds the maintenance leadership and records held-lock starts; no DDL, no
   CREATE on the schema, and queue settings are read-only;
@@ -39,6 +40,7 @@ from .sql import parse_blocks
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 GRANTS = ("role_grant_enqueuer", "role_grant_worker", "role_grant_admin", "role_grant_viewer")
 TABLE_COUNT = 9  # the tables role_check_owner looks for (grants.sql)
+LOCK_TIMEOUT_MS = 5000  # longest wait for the jobs table's lock (role_lock_timeout)
 
 
 def check_role_name(name: str) -> str:
@@ -155,6 +157,7 @@ def apply(
     """Create the missing roles and grant, in one transaction; returns the roles created."""
     try:
         with conn.transaction():
+            conn.execute(statement("role_lock_timeout", schema, roles), {"ms": LOCK_TIMEOUT_MS})
             may_grant, tables = conn.execute(
                 statement("role_check_owner", schema, roles), {"schema": schema}
             ).fetchone() or (False, 0)
@@ -175,6 +178,13 @@ def apply(
                 conn.execute(statement("role_create", schema, roles, role))
             for grants in grant_statements(schema, roles, monitor=monitor):
                 conn.execute(grants, prepare=False)
+    except psycopg.errors.LockNotAvailable:
+        raise SkiplockError(
+            f"the jobs table of schema {schema!r} stayed locked for {LOCK_TIMEOUT_MS} ms "
+            "(a long held-lock job's transaction, or a migration): nothing was changed; run "
+            "`skiplock roles` again when it is free (it locks the table as briefly as a "
+            "migration)"
+        ) from None
     except psycopg.errors.InsufficientPrivilege as exc:
         raise SkiplockError(
             f"not allowed to create the roles or grant on schema {schema!r} "

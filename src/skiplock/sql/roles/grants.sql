@@ -8,6 +8,12 @@
 -- Which of the given role names exist already in this cluster.
 SELECT rolname::text FROM pg_roles WHERE rolname = ANY(%(names)s::text[]);
 
+-- name: role_lock_timeout
+-- Give up on a table lock after %(ms)s ms: turning row-level security on and replacing the
+-- policies lock the jobs table exclusively, and a queue of statements waits behind a lock
+-- waiting for a long (held-lock) job's transaction.
+SELECT set_config('lock_timeout', %(ms)s::text, true);
+
 -- name: role_check_owner
 -- Whether the current user may grant on every skiplock table of the schema (a superuser or a
 -- member of each table's owner), and how many of those tables exist.
@@ -34,7 +40,12 @@ REVOKE ALL ON SCHEMA {schema} FROM {enqueuer}, {worker}, {admin}, {viewer};
 -- name: role_grant_enqueuer
 -- Enqueuer: insert jobs, only the columns enqueue writes, and read back only what the insert
 -- returns and the idempotency-key lookup needs: never payloads, errors or other jobs' state
--- (but the status of the jobs a new job depends on, and the last id given out).
+-- (but the status of the jobs a new job depends on, and the last id given out).  Its rows
+-- must be claimable: waiting, scheduled or pending, unclaimed (a row-level security policy,
+-- restrictive, so it narrows what the grants allow and only for the enqueuer: every other role
+-- passes the permissive policy that lets any row through, as without row-level security; the
+-- table's owner skips both).  Its dependencies go only to the jobs it inserts (the trigger of
+-- migration 0015 checks every insert into job_dependencies).
 GRANT USAGE ON SCHEMA {schema} TO {enqueuer};
 GRANT INSERT (queue, task, payload, priority, run_at, max_attempts, entity_key,
               idempotency_key, meta, expires_at, status) ON {jobs} TO {enqueuer};
@@ -42,6 +53,14 @@ GRANT SELECT (id, queue, status, idempotency_key) ON {jobs} TO {enqueuer};
 GRANT SELECT (id, status) ON {archive} TO {enqueuer};
 GRANT INSERT ON {dependencies} TO {enqueuer};
 GRANT SELECT ON SEQUENCE {jobs_id_seq} TO {enqueuer};
+ALTER TABLE {jobs} ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS skiplock_any_row ON {jobs};
+CREATE POLICY skiplock_any_row ON {jobs} USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS skiplock_enqueuer_claimable ON {jobs};
+CREATE POLICY skiplock_enqueuer_claimable ON {jobs} AS RESTRICTIVE FOR INSERT TO {enqueuer}
+    WITH CHECK (status IN ('waiting', 'scheduled', 'pending') AND attempts = 0
+                AND locked_by IS NULL AND locked_at IS NULL AND locked_until IS NULL
+                AND finished_at IS NULL AND last_error IS NULL AND NOT cancel_requested);
 
 -- name: role_grant_worker
 -- Worker: claim, heartbeat, finish, fail, reclaim, promote, prune and periodic ticks on jobs;

@@ -1,0 +1,44 @@
+-- A running job always has a lease.  Every claim sets locked_until (a held-lock claim too, in
+-- its uncommitted version of the row), and the reclaim finds running jobs by it: a running row
+-- without one was never reclaimed and held its entity key, and a slot of its queue's
+-- concurrency limit, forever.  Such rows left from before get a lease that ends now, so the
+-- maintenance leader reclaims them like any expired one.
+UPDATE {schema}.jobs
+SET locked_until = now(), locked_by = coalesce(locked_by, 'no lease'),
+    locked_at = coalesce(locked_at, now())
+WHERE status = 'running' AND locked_until IS NULL;
+ALTER TABLE {schema}.jobs ADD CONSTRAINT jobs_running_has_lease
+    CHECK (status <> 'running' OR locked_until IS NOT NULL) NOT VALID;
+ALTER TABLE {schema}.jobs VALIDATE CONSTRAINT jobs_running_has_lease;
+
+-- A dependency can only be given to a waiting job inserted by the same transaction: enqueue
+-- with depends_on inserts the job and its dependencies in one statement.  Anyone allowed to
+-- insert dependencies (the enqueuer role) could otherwise make another user's waiting job wait
+-- for a failed one, and the maintenance leader would cancel it.  A row is the current
+-- transaction's when it is visible and its xmin is still in progress (another transaction's
+-- rows are visible only once committed).  The xmin has 32 bits; the transaction's ids (its
+-- savepoints' too) are its own top id or later, within 2^31 of it, which widens them to full
+-- ids; an xmin that cannot be one of them is another transaction's.  SECURITY DEFINER: the
+-- check reads xmin, which the enqueuer role may not.  The check sees rows inserted earlier in
+-- the same statement (a trigger's queries do).
+CREATE FUNCTION {schema}.job_dependency_check() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    top bigint := pg_current_xact_id_if_assigned()::text::bigint;
+    ahead bigint;
+BEGIN
+    SELECT (j.xmin::text::bigint - top) & 4294967295 INTO ahead
+    FROM {schema}.jobs AS j WHERE j.id = NEW.job_id AND j.status = 'waiting';
+    IF ahead < 2147483648
+       AND pg_xact_status((top + ahead)::text::xid8) = 'in progress' THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'job % is not a waiting job inserted by this transaction', NEW.job_id
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'dependencies are given with enqueue(..., depends_on=...) only';
+END
+$$;
+CREATE TRIGGER job_dependencies_own_jobs_only BEFORE INSERT OR UPDATE
+    ON {schema}.job_dependencies
+    FOR EACH ROW EXECUTE FUNCTION {schema}.job_dependency_check();
