@@ -8,6 +8,36 @@
 -- Which of the given role names exist already in this cluster.
 SELECT rolname::text FROM pg_roles WHERE rolname = ANY(%(names)s::text[]);
 
+-- name: role_find_other_databases
+-- Of the given roles, those that hold a privilege in, own or are named by an object of
+-- another database of this cluster, with that database (the shared catalog pg_shdepend
+-- records each such reference).
+SELECT r.rolname::text AS role, d.datname::text AS database
+FROM pg_shdepend AS s
+JOIN pg_roles AS r ON r.oid = s.refobjid
+JOIN pg_database AS d ON d.oid = s.dbid
+WHERE s.refclassid = 'pg_authid'::regclass AND r.rolname::text = ANY(%(names)s::text[])
+  AND d.datname <> current_database()
+GROUP BY 1, 2
+ORDER BY 1, 2;
+
+-- name: role_refuse_other_databases
+-- The printed script's guard: an error, which aborts its transaction, when one of the roles
+-- has privileges in another database (as role_find_other_databases).  Role names are
+-- cluster-wide: the members of another database's roles would reach this database's jobs.
+-- Plain SQL: the message is the text of a failed cast.
+SELECT ('role ' || u.role || ' already has privileges in database ' || u.db
+        || ': roles are cluster-wide, give this database''s roles names of their own')::int
+FROM (SELECT r.rolname::text AS role, d.datname::text AS db
+      FROM pg_shdepend AS s
+      JOIN pg_roles AS r ON r.oid = s.refobjid
+      JOIN pg_database AS d ON d.oid = s.dbid
+      WHERE s.refclassid = 'pg_authid'::regclass
+        AND r.rolname::text = ANY({names}::text[])
+        AND d.datname <> current_database()
+      ORDER BY 1, 2
+      LIMIT 1) AS u;
+
 -- name: role_lock_timeout
 -- Give up on a table lock after %(ms)s ms: turning row-level security on and replacing the
 -- policies lock the jobs table exclusively, and a queue of statements waits behind a lock
