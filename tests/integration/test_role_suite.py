@@ -156,8 +156,8 @@ def test_enqueuer_cannot_link_another_users_job_to_a_failed_one(
         tried["worker, direct"] = attempt(roles.dsn["worker"], insert, [waiting, broken])
         tried["update"] = attempt(
             roles.dsn["worker"],
-            sql.SQL("UPDATE {} SET job_id = %s WHERE job_id = %s").format(deps),
-            [waiting, earlier],
+            sql.SQL("UPDATE {} SET depends_on = %s WHERE job_id = %s").format(deps),
+            [broken, waiting],
         )
         run_worker_until(
             worker_app,
@@ -445,6 +445,13 @@ def test_each_role_tries_what_a_hostile_login_would(
             ),
             [waiting, broken],
             {"enqueuer": NO, "worker": NO, "admin": NO, "viewer": NO},
+        ),
+        "make another user's waiting job wait for a cancelled one instead": (
+            sql.SQL("UPDATE {} SET depends_on = %s WHERE job_id = %s").format(
+                t["job_dependencies"]
+            ),
+            [broken, waiting],
+            dict.fromkeys(KINDS, NO),
         ),
         "read what jobs wait for": (
             sql.SQL("SELECT * FROM {}").format(t["job_dependencies"]),

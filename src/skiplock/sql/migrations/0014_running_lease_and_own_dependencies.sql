@@ -19,26 +19,36 @@ ALTER TABLE {schema}.jobs VALIDATE CONSTRAINT jobs_running_has_lease;
 -- rows are visible only once committed).  The xmin has 32 bits; the transaction's ids (its
 -- savepoints' too) are its own top id or later, within 2^31 of it, which widens them to full
 -- ids; an xmin that cannot be one of them is another transaction's.  SECURITY DEFINER: the
--- check reads xmin, which the enqueuer role may not.  The check sees rows inserted earlier in
--- the same statement (a trigger's queries do).
+-- check reads xmin, which the enqueuer role may not.  Once per statement, over the rows it
+-- wrote (one join, not a call per row); after the statement, so it sees the jobs inserted
+-- earlier in it.
 CREATE FUNCTION {schema}.job_dependency_check() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     top bigint := pg_current_xact_id_if_assigned()::text::bigint;
-    ahead bigint;
+    refused bigint;
 BEGIN
-    SELECT (j.xmin::text::bigint - top) & 4294967295 INTO ahead
-    FROM {schema}.jobs AS j WHERE j.id = NEW.job_id AND j.status = 'waiting';
-    IF ahead < 2147483648
-       AND pg_xact_status((top + ahead)::text::xid8) = 'in progress' THEN
-        RETURN NEW;
+    SELECT n.job_id INTO refused
+    FROM linked AS n
+    LEFT JOIN {schema}.jobs AS j ON j.id = n.job_id AND j.status = 'waiting'
+    WHERE NOT CASE WHEN ((j.xmin::text::bigint - top) & 4294967295) < 2147483648
+                   THEN pg_xact_status((top + ((j.xmin::text::bigint - top) & 4294967295))
+                                       ::text::xid8) = 'in progress'
+                   ELSE false END
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'job % is not a waiting job inserted by this transaction', refused
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'dependencies are given with enqueue(..., depends_on=...) only';
     END IF;
-    RAISE EXCEPTION 'job % is not a waiting job inserted by this transaction', NEW.job_id
-        USING ERRCODE = 'insufficient_privilege',
-              HINT = 'dependencies are given with enqueue(..., depends_on=...) only';
+    RETURN NULL;
 END
 $$;
-CREATE TRIGGER job_dependencies_own_jobs_only BEFORE INSERT OR UPDATE
+CREATE TRIGGER job_dependencies_own_jobs_only AFTER INSERT ON {schema}.job_dependencies
+    REFERENCING NEW TABLE AS linked
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.job_dependency_check();
+CREATE TRIGGER job_dependencies_own_jobs_only_on_update AFTER UPDATE
     ON {schema}.job_dependencies
-    FOR EACH ROW EXECUTE FUNCTION {schema}.job_dependency_check();
+    REFERENCING NEW TABLE AS linked
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.job_dependency_check();
