@@ -422,7 +422,7 @@ def test_each_role_tries_what_a_hostile_login_would(
             dict.fromkeys(KINDS, NO),
         ),
         "drop the enqueuer's policy": (
-            sql.SQL("DROP POLICY skiplock_enqueuer_claimable ON {}"),
+            sql.SQL("DROP POLICY {policy} ON {}"),
             None,
             dict.fromkeys(KINDS, NO),
         ),
@@ -435,7 +435,7 @@ def test_each_role_tries_what_a_hostile_login_would(
     outcomes: dict[str, dict[str, str]] = {}
     expected: dict[str, dict[str, str]] = {}
     for move, (statement, params, allowed) in moves.items():
-        composed = statement.format(t["jobs"])
+        composed = statement.format(t["jobs"], policy=sql.Identifier(roles.names.enqueuer))
         outcomes[move] = {k: attempt_and_undo(roles.dsn[k], composed, params) for k in KINDS}
         expected[move] = allowed
     other_moves: dict[str, tuple[sql.Composable, Any, dict[str, str]]] = {
@@ -568,3 +568,26 @@ def test_roles_gives_up_on_a_busy_jobs_table_without_changing_anything(
         busy.rollback()
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert "stayed locked" in result.stderr and "nothing was changed" in result.stderr
+
+
+def test_a_second_apps_enqueuer_role_leaves_the_first_one_restricted(
+    roles: Roles, pg_dsn: str, schema: str, db: psycopg.Connection[Any]
+) -> None:
+    suffix = secrets.token_hex(3)
+    second = RoleNames(*(f"app2_{kind}_{suffix}" for kind in KINDS))
+    running = sql.SQL(
+        "INSERT INTO {} (queue, task, payload, status) VALUES ('d', 't', '{{}}', 'running')"
+    ).format(table(schema))
+    users: list[str] = []
+    try:
+        result = run_cli(
+            "roles", "--dsn", pg_dsn, "--schema", schema, "--enqueuer", second.enqueuer,
+            "--worker", second.worker, "--admin", second.admin, "--viewer", second.viewer,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        dsns, users = login_users(db, pg_dsn, second)
+        outcome = [attempt(dsn, running) for dsn in (roles.dsn["enqueuer"], dsns["enqueuer"])]
+    finally:
+        drop_roles(db, users + second.all())
+    assert outcome == ["InsufficientPrivilege", "InsufficientPrivilege"]
+    assert statuses(db, schema) == {}

@@ -74,8 +74,9 @@ REVOKE ALL ON SCHEMA {schema} FROM {enqueuer}, {worker}, {admin}, {viewer};
 -- must be claimable: waiting, scheduled or pending, unclaimed (a row-level security policy,
 -- restrictive, so it narrows what the grants allow and only for the enqueuer: every other role
 -- passes the permissive policy that lets any row through, as without row-level security; the
--- table's owner skips both).  Its dependencies go only to the jobs it inserts (the trigger of
--- migration 0015 checks every insert into job_dependencies).
+-- table's owner skips both).  The restrictive policy is named after the role: the enqueuer
+-- roles of several apps on one schema keep one each.  Its dependencies go only to the jobs it
+-- inserts (the trigger of migration 0015 checks every write to job_dependencies).
 GRANT USAGE ON SCHEMA {schema} TO {enqueuer};
 GRANT INSERT (queue, task, payload, priority, run_at, max_attempts, entity_key,
               idempotency_key, meta, expires_at, status) ON {jobs} TO {enqueuer};
@@ -86,8 +87,8 @@ GRANT SELECT ON SEQUENCE {jobs_id_seq} TO {enqueuer};
 ALTER TABLE {jobs} ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS skiplock_any_row ON {jobs};
 CREATE POLICY skiplock_any_row ON {jobs} USING (true) WITH CHECK (true);
-DROP POLICY IF EXISTS skiplock_enqueuer_claimable ON {jobs};
-CREATE POLICY skiplock_enqueuer_claimable ON {jobs} AS RESTRICTIVE FOR INSERT TO {enqueuer}
+DROP POLICY IF EXISTS {enqueuer} ON {jobs};
+CREATE POLICY {enqueuer} ON {jobs} AS RESTRICTIVE FOR INSERT TO {enqueuer}
     WITH CHECK (status IN ('waiting', 'scheduled', 'pending') AND attempts = 0
                 AND locked_by IS NULL AND locked_at IS NULL AND locked_until IS NULL
                 AND finished_at IS NULL AND last_error IS NULL AND NOT cancel_requested);
