@@ -591,3 +591,33 @@ def test_a_second_apps_enqueuer_role_leaves_the_first_one_restricted(
         drop_roles(db, users + second.all())
     assert outcome == ["InsufficientPrivilege", "InsufficientPrivilege"]
     assert statuses(db, schema) == {}
+
+
+def test_a_login_granted_by_hand_sees_every_row_as_before(
+    roles: Roles, pg_dsn: str, schema: str, db: psycopg.Connection[Any]
+) -> None:
+    """Row-level security, turned on by `skiplock roles`, hides nothing from logins that are
+    not the enqueuer: a reporting user given SELECT and UPDATE by hand reads and changes
+    every row."""
+    owner = App(pg_dsn, schema)
+    register(owner, [])
+    try:
+        ids = [owner.enqueue("quick", {"n": n}).id for n in range(3)]
+    finally:
+        owner.close()
+    user = f"report_{secrets.token_hex(4)}"
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(user)))
+    try:
+        db.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+            sql.Identifier(schema), sql.Identifier(user)))  # fmt: skip
+        db.execute(sql.SQL("GRANT SELECT, UPDATE ON {} TO {}").format(
+            table(schema), sql.Identifier(user)))  # fmt: skip
+        with psycopg.connect(conninfo.make_conninfo(pg_dsn, user=user), autocommit=True) as c:
+            seen = [r[0] for r in c.execute(sql.SQL("SELECT id FROM {} ORDER BY id").format(
+                table(schema)))]  # fmt: skip
+            changed = c.execute(
+                sql.SQL("UPDATE {} SET priority = 5").format(table(schema))
+            ).rowcount
+    finally:
+        drop_roles(db, [user])
+    assert seen == ids and changed == 3
