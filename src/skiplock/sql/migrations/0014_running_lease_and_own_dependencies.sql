@@ -10,6 +10,7 @@ WHERE status = 'running' AND locked_until IS NULL;
 ALTER TABLE {schema}.jobs ADD CONSTRAINT jobs_running_has_lease
     CHECK (status <> 'running' OR locked_until IS NOT NULL) NOT VALID;
 ALTER TABLE {schema}.jobs VALIDATE CONSTRAINT jobs_running_has_lease;
+COMMENT ON COLUMN {schema}.jobs.locked_until IS 'lease expiry of a running job: every running job has one (a held-lock claim too), and the reclaim requeues it once past';
 
 -- A dependency can only be given to a waiting job inserted by the same transaction: enqueue
 -- with depends_on inserts the job and its dependencies in one statement.  Anyone allowed to
