@@ -416,6 +416,16 @@ def test_each_role_tries_what_a_hostile_login_would(
             [victim],
             {"enqueuer": NO, "worker": OK, "admin": OK, "viewer": NO},
         ),
+        "hold row locks on pending jobs, which claims skip": (
+            sql.SQL("SELECT id FROM {} FOR KEY SHARE"),
+            None,
+            {"enqueuer": NO, "worker": OK, "admin": OK, "viewer": NO},
+        ),
+        "lock the jobs table against claims": (
+            sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE"),
+            None,
+            {"enqueuer": NO, "worker": OK, "admin": OK, "viewer": NO},
+        ),
         "switch row-level security off": (
             sql.SQL("ALTER TABLE {} DISABLE ROW LEVEL SECURITY"),
             None,
@@ -467,6 +477,11 @@ def test_each_role_tries_what_a_hostile_login_would(
             sql.SQL("INSERT INTO {} (name, paused) VALUES ('default', true)").format(t["queues"]),
             None,
             {"enqueuer": NO, "worker": NO, "admin": OK, "viewer": NO},
+        ),
+        "burn job ids": (
+            sql.SQL("SELECT nextval('{}')").format(sql.Identifier(schema, "jobs_id_seq")),
+            None,
+            dict.fromkeys(KINDS, NO),
         ),
         "read archived payloads": (
             sql.SQL("SELECT payload FROM {}").format(archive),
