@@ -18,6 +18,8 @@ finding is at or above ``--fail-on`` (default ``warn``), else 0; it cannot conne
   running under its name;
 - ``expired_leases``: running jobs whose lease ran out more than ``lease_grace`` seconds ago:
   nobody reclaims them (the maintenance leader does, every few seconds);
+- ``impossible_states``: jobs in states no statement of skiplock writes (``fail``): running
+  without a lease (never reclaimed) or finished without a finish time (never pruned);
 - ``claim_index``: ``jobs_claim_idx`` exists, is valid, and is not bloated: bloated means at
   least ``index_min_bytes`` and over ``index_factor`` times the size its pending entries need
   (``INDEX_ENTRY_BYTES`` each); any other invalid index on the jobs table (a failed

@@ -52,6 +52,9 @@ class Doctor:
                 findings += self._guard("dead_tuples", lambda: self.check_dead_tuples(conn))
                 findings += self._guard("workers", lambda: [self.check_workers(conn)])
                 findings += self._guard("expired_leases", lambda: [self.check_expired_leases(conn)])
+                findings += self._guard(
+                    "impossible_states", lambda: [self.check_impossible_states(conn)]
+                )
                 findings += self._guard("claim_index", lambda: self.check_claim_index(conn))
                 findings += self._guard("retention", lambda: [self.check_retention(conn)])
             findings += self._guard("listen", lambda: [self.check_listen()])
@@ -88,6 +91,9 @@ class Doctor:
 
     def check_expired_leases(self, conn: Connection[Any]) -> Finding:
         return doctor_upkeep.check_expired_leases(self, conn)
+
+    def check_impossible_states(self, conn: Connection[Any]) -> Finding:
+        return doctor_upkeep.check_impossible_states(self, conn)
 
     def check_claim_index(self, conn: Connection[Any]) -> list[Finding]:
         return doctor_vacuum.check_claim_index(self, conn)

@@ -1,6 +1,7 @@
 """``skiplock doctor``'s checks of what skiplock's own upkeep keeps in order: ``schema`` (the
 migrations), ``workers`` (a live worker for every queue with due jobs), ``expired_leases``
-(the maintenance leader's reclaims) and ``retention`` (its pruning).  Each takes the
+(the maintenance leader's reclaims), ``impossible_states`` (rows no statement of skiplock
+writes) and ``retention`` (its pruning).  Each takes the
 :class:`~skiplock.doctor_runner.Doctor` that runs it."""
 
 from __future__ import annotations
@@ -112,6 +113,43 @@ def check_expired_leases(doctor: Doctor, conn: Connection[Any]) -> Finding:
         "run at least one worker (not --burst) on this schema: its maintenance leader "
         "requeues expired jobs within seconds; if workers run, check their logs for "
         "'maintenance failed' (e.g. missing privileges; see `skiplock roles`)",
+        details,
+    )
+
+
+def check_impossible_states(doctor: Doctor, conn: Connection[Any]) -> Finding:
+    row = doctor.rows(conn, "doctor_impossible_states", cap=COUNT_CAP)[0]
+    details = {
+        "running_without_lease": row["running_ids"],
+        "finished_without_time": row["finished_ids"],
+    }
+    problems = []
+    if row["running_without_lease"]:
+        problems.append(
+            f"{row['running_without_lease']} running job(s) without a lease (e.g. ids "
+            f"{', '.join(map(str, row['running_ids']))}): never reclaimed, each holds its "
+            "entity key and a slot of its queue's concurrency limit"
+        )
+    if row["finished_without_time"]:
+        problems.append(
+            f"{row['finished_without_time']} finished job(s) without a finish time (e.g. ids "
+            f"{', '.join(map(str, row['finished_ids']))}): never pruned"
+        )
+    if not problems:
+        return Finding(
+            "impossible_states", "ok", "no job is in a state skiplock never writes", "", details
+        )
+    jobs = f"{doctor.schema}.jobs"
+    return Finding(
+        "impossible_states",
+        "fail",
+        "; ".join(problems),
+        "only the schema's owner can write these (migration 0015 refuses running jobs without "
+        "a lease; the enqueuer role may insert only claimable jobs): find who did. Then "
+        f"`UPDATE {jobs} SET locked_until = now() WHERE status = 'running' AND locked_until "
+        "IS NULL` has the maintenance leader requeue them, and `UPDATE "
+        f"{jobs} SET finished_at = now() WHERE status IN ('done', 'failed', 'cancelled') AND "
+        "finished_at IS NULL` lets pruning take them",
         details,
     )
 

@@ -2,9 +2,10 @@
 
 Four roles without login, to be granted to the login users of each kind of process:
 
-- **enqueuer**: inserts jobs (only the columns enqueue writes) and reads back the few columns
-  the insert returns and the idempotency-key lookup needs; it cannot read payloads or change
-  or delete any job;
+- **enqueuer**: inserts jobs (only the columns enqueue writes, and only claimable ones:
+  waiting, scheduled or pending, by a row-level security policy) and reads back the few
+  columns the insert returns and the idempotency-key lookup needs; it cannot read payloads or
+  change or delete any job, and gives dependencies only to the jobs it inserts;
 - **worker**: claims, runs and finishes jobs, reclaims expired leases, prunes, enqueues
   periodic ticks, holds the maintenance leadership and records held-lock starts; no DDL, no
   CREATE on the schema, and queue settings are read-only;
@@ -16,6 +17,8 @@ Four roles without login, to be granted to the login users of each kind of proce
 ``skiplock roles --sql`` prints the script for a DBA; without ``--sql`` it is applied at once
 (creating the roles that do not exist yet), which needs a superuser or a role that owns the
 schema's tables and may create roles.  The statements are in ``sql/roles/grants.sql``.
+Role names are cluster-wide: roles that already have privileges in another database are
+refused (the printed script stops too), so that one database's logins never reach another's.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from .sql import parse_blocks
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 GRANTS = ("role_grant_enqueuer", "role_grant_worker", "role_grant_admin", "role_grant_viewer")
 TABLE_COUNT = 9  # the tables role_check_owner looks for (grants.sql)
+LOCK_TIMEOUT_MS = 5000  # longest wait for the jobs table's lock (role_lock_timeout)
 
 
 def check_role_name(name: str) -> str:
@@ -111,6 +115,7 @@ def statement(name: str, schema: str, roles: RoleNames, role: str | None = None)
         "admin": sql.Identifier(roles.admin),
         "viewer": sql.Identifier(roles.viewer),
         "role": sql.Identifier(role or roles.admin),
+        "names": sql.Literal(roles.all()),
     }
     return sql.SQL(_statements()[name]).format(**names)
 
@@ -133,9 +138,11 @@ def render_sql(schema: str, roles: RoleNames, *, monitor: bool = True) -> str:
         "",
         "-- 2. The grants, as the owner of the schema's tables (a superuser for pg_monitor).",
         "--    Safe to re-run, e.g. after `skiplock migrate`: each role is left with exactly",
-        "--    these privileges.",
+        "--    these privileges.  The first statement stops the script if one of the roles",
+        "--    has privileges in another database (role names are cluster-wide).",
         "BEGIN;",
     ]
+    lines.append(statement("role_refuse_other_databases", schema, roles).as_string())
     lines += [s.as_string() for s in grant_statements(schema, roles, monitor=monitor)]
     lines += [
         "COMMIT;",
@@ -149,12 +156,27 @@ def render_sql(schema: str, roles: RoleNames, *, monitor: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
+def refusal(schema: str, database: str, elsewhere: list[tuple[str, str]]) -> str:
+    """Why `skiplock roles` will not grant roles that another database uses already."""
+    used = "; ".join(f"{role} in database {other!r}" for role, other in elsewhere)
+    prefix = re.sub(r"[^a-z0-9_]+", "_", database.lower()).strip("_")[:15] or "db"
+    return (
+        f"role names are cluster-wide and these roles already have privileges in another "
+        f"database: {used}. Granting them here too would let that database's logins reach "
+        f"the jobs of schema {schema!r} in database {database!r}: name this database's roles "
+        f"with --enqueuer, --worker, --admin and --viewer (e.g. --worker "
+        f"{prefix}_{schema}_worker), or take the other database's grants away first "
+        "(DROP OWNED BY <role>, connected to it)"
+    )
+
+
 def apply(
     conn: Connection[Any], schema: str, roles: RoleNames, *, monitor: bool = True
 ) -> list[str]:
     """Create the missing roles and grant, in one transaction; returns the roles created."""
     try:
         with conn.transaction():
+            conn.execute(statement("role_lock_timeout", schema, roles), {"ms": LOCK_TIMEOUT_MS})
             may_grant, tables = conn.execute(
                 statement("role_check_owner", schema, roles), {"schema": schema}
             ).fetchone() or (False, 0)
@@ -166,6 +188,11 @@ def apply(
                     "its grants would change nothing: connect as a superuser or the owner, or "
                     "print the script with --sql for a DBA"
                 )
+            elsewhere = conn.execute(
+                statement("role_find_other_databases", schema, roles), {"names": roles.all()}
+            ).fetchall()
+            if elsewhere:
+                raise SkiplockError(refusal(schema, conn.info.dbname, elsewhere))
             found = conn.execute(
                 statement("role_find_existing", schema, roles), {"names": roles.all()}
             ).fetchall()
@@ -175,6 +202,13 @@ def apply(
                 conn.execute(statement("role_create", schema, roles, role))
             for grants in grant_statements(schema, roles, monitor=monitor):
                 conn.execute(grants, prepare=False)
+    except psycopg.errors.LockNotAvailable:
+        raise SkiplockError(
+            f"the jobs table of schema {schema!r} stayed locked for {LOCK_TIMEOUT_MS} ms "
+            "(a long held-lock job's transaction, or a migration): nothing was changed; run "
+            "`skiplock roles` again when it is free (it locks the table as briefly as a "
+            "migration)"
+        ) from None
     except psycopg.errors.InsufficientPrivilege as exc:
         raise SkiplockError(
             f"not allowed to create the roles or grant on schema {schema!r} "

@@ -78,7 +78,10 @@ def claim_racy(conn: psycopg.Connection) -> list[int]:
     select = sql.SQL(
         "SELECT id FROM {} WHERE status = 'pending' AND queue = 'racy' ORDER BY id LIMIT 1"
     ).format(jobs)
-    update = sql.SQL("UPDATE {} SET status = 'running', locked_by = %s WHERE id = %s").format(jobs)
+    update = sql.SQL(
+        "UPDATE {} SET status = 'running', locked_by = %s, "
+        "locked_until = now() + interval '5 minutes' WHERE id = %s"
+    ).format(jobs)
     claimed: list[int] = []
     while True:
         row = conn.execute(select).fetchone()

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -26,74 +23,16 @@ import pytest
 from psycopg import conninfo, sql
 
 from dashboard_client import Browser, serving
+from role_logins import KINDS, Roles, drop_roles, role_logins, run_cli
 from skiplock import App, CancelledJobs, FixedDelay, RetriedJobs, Retry, SkiplockError, Worker
 from skiplock.doctor import Doctor, Thresholds
 from skiplock.roles import RoleNames
 
-KINDS = ("enqueuer", "worker", "admin", "viewer")
-
-
-def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "skiplock", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        input=stdin,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-
-
-@dataclass
-class Roles:
-    names: RoleNames
-    dsn: dict[str, str]  # kind -> DSN of a LOGIN user that is a member of that role
-
-
-def drop_roles(db: psycopg.Connection[Any], names: list[str]) -> None:
-    for name in names:
-        exists = db.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [name]).fetchone()
-        if exists:
-            db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-            db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
-
-
-def login_users(
-    db: psycopg.Connection[Any], pg_dsn: str, names: RoleNames
-) -> tuple[dict[str, str], list[str]]:
-    dsns, users = {}, []
-    for kind in KINDS:
-        role = getattr(names, kind)
-        user = f"{role}_login"
-        db.execute(
-            sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(
-                sql.Identifier(user), sql.Identifier(role)
-            )
-        )
-        users.append(user)
-        dsns[kind] = conninfo.make_conninfo(pg_dsn, user=user)
-    return dsns, users
-
 
 @pytest.fixture
 def roles(pg_dsn: str, schema: str, db: psycopg.Connection[Any]) -> Iterator[Roles]:
-    names = RoleNames.for_schema(schema)
-    users: list[str] = []
-    # A hardened server, where functions are not everyone's to execute: the roles get what
-    # they need explicitly (the worker's claims call the entity-key check).
-    db.execute(
-        sql.SQL("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {} FROM PUBLIC").format(
-            sql.Identifier(schema)
-        )
-    )
-    try:
-        result = run_cli("roles", "--dsn", pg_dsn, "--schema", schema)
-        assert result.returncode == 0, result.stderr
-        assert "created " + ", ".join(names.all()) in result.stdout
-        dsns, users = login_users(db, pg_dsn, names)
-        yield Roles(names, dsns)
-    finally:
-        drop_roles(db, users + names.all())
+    with role_logins(db, pg_dsn, schema) as made:
+        yield made
 
 
 def register(app: App, state: dict[str, int]) -> None:

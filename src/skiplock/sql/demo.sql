@@ -23,13 +23,15 @@ LIMIT 1;
 -- name: demo_naive_claim
 -- Naive dequeue, step 2: mark the job read in step 1 running, whoever else took it meanwhile.
 UPDATE {jobs}
-SET status = 'running', attempts = attempts + 1, locked_by = %(worker)s, locked_at = now()
+SET status = 'running', attempts = attempts + 1, locked_by = %(worker)s, locked_at = now(),
+    locked_until = now() + interval '5 minutes'
 WHERE id = %(id)s;
 
 -- name: demo_claim_wait
 -- Plain FOR UPDATE dequeue: lock the head row, waiting for whoever holds it to commit.
 UPDATE {jobs}
-SET status = 'running', attempts = attempts + 1, locked_by = %(worker)s, locked_at = now()
+SET status = 'running', attempts = attempts + 1, locked_by = %(worker)s, locked_at = now(),
+    locked_until = now() + interval '5 minutes'
 WHERE id = (
     SELECT id FROM {jobs}
     WHERE status = 'pending' AND queue = %(queue)s
@@ -42,7 +44,8 @@ RETURNING id;
 -- name: demo_claim_skip
 -- FOR UPDATE SKIP LOCKED dequeue: lock the first row nobody holds, never wait.
 UPDATE {jobs}
-SET status = 'running', attempts = attempts + 1, locked_by = %(worker)s, locked_at = now()
+SET status = 'running', attempts = attempts + 1, locked_by = %(worker)s, locked_at = now(),
+    locked_until = now() + interval '5 minutes'
 WHERE id = (
     SELECT id FROM {jobs}
     WHERE status = 'pending' AND queue = %(queue)s

@@ -51,6 +51,24 @@ FROM {jobs}
 WHERE status = 'running'
   AND locked_until < now() - make_interval(secs => %(grace)s);
 
+-- name: doctor_impossible_states
+-- Jobs in states no skiplock statement writes, each counted up to %(cap)s with a few ids:
+-- running without a lease (never reclaimed, holding its entity key and a slot of its queue's
+-- concurrency limit) and finished without a finish time (never pruned).  Index lookups of
+-- NULLs in the partial indexes of running and finished jobs.
+SELECT (SELECT count(*) FROM (SELECT 1 FROM {jobs}
+                              WHERE status = 'running' AND locked_until IS NULL
+                              LIMIT %(cap)s) AS r) AS running_without_lease,
+       ARRAY(SELECT id FROM {jobs} WHERE status = 'running' AND locked_until IS NULL
+             ORDER BY id LIMIT 5) AS running_ids,
+       (SELECT count(*) FROM (SELECT 1 FROM {jobs}
+                              WHERE status IN ('done', 'failed', 'cancelled')
+                                AND finished_at IS NULL
+                              LIMIT %(cap)s) AS f) AS finished_without_time,
+       ARRAY(SELECT id FROM {jobs}
+             WHERE status IN ('done', 'failed', 'cancelled') AND finished_at IS NULL
+             ORDER BY id LIMIT 5) AS finished_ids;
+
 -- name: doctor_queues_without_workers
 -- Queues with due jobs that no live worker (one that reported within %(silent)s seconds)
 -- claims from: how many due jobs (counted up to %(cap)s in all) and the oldest one's age.
