@@ -144,7 +144,7 @@ def check_impossible_states(doctor: Doctor, conn: Connection[Any]) -> Finding:
         "impossible_states",
         "fail",
         "; ".join(problems),
-        "only the schema's owner can write these (migration 0015 refuses running jobs without "
+        "only the schema's owner can write these (migration 0014 refuses running jobs without "
         "a lease; the enqueuer role may insert only claimable jobs): find who did. Then "
         f"`UPDATE {jobs} SET locked_until = now() WHERE status = 'running' AND locked_until "
         "IS NULL` has the maintenance leader requeue them, and `UPDATE "

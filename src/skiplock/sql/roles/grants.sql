@@ -76,7 +76,7 @@ REVOKE ALL ON SCHEMA {schema} FROM {enqueuer}, {worker}, {admin}, {viewer};
 -- passes the permissive policy that lets any row through, as without row-level security; the
 -- table's owner skips both).  The restrictive policy is named after the role: the enqueuer
 -- roles of several apps on one schema keep one each.  Its dependencies go only to the jobs it
--- inserts (the trigger of migration 0015 checks every write to job_dependencies).
+-- inserts (the trigger of migration 0014 checks every write to job_dependencies).
 GRANT USAGE ON SCHEMA {schema} TO {enqueuer};
 GRANT INSERT (queue, task, payload, priority, run_at, max_attempts, entity_key,
               idempotency_key, meta, expires_at, status) ON {jobs} TO {enqueuer};
