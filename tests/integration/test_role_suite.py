@@ -47,7 +47,7 @@ def statuses(db: psycopg.Connection[Any], schema: str) -> dict[int, str]:
 
 def register(app: App, ran: list[str]) -> None:
     @app.task(name="quick")
-    def quick(n: int = 0) -> None:
+    def quick(n: int = 0, **fields: object) -> None:
         ran.append("quick")
 
     @app.task(name="limited", queue="limited")
