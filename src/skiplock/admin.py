@@ -23,7 +23,7 @@ from .app import DEFAULT_RETENTION, App
 from .enqueue import EnqueueOptions, NewJobs, build_job
 from .errors import ConfigurationError
 from .job import Job, JobStatus
-from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name
+from .payload import BIGINT_MAX, DEFAULT_MAX_PAYLOAD_BYTES, INT_MAX, check_queue_name
 from .rate_limit import describe, parse_rate
 
 NOT_CHANGED = 3
@@ -92,7 +92,11 @@ def jobs() -> None:
 @click.option("--status", "job_status", type=click.Choice([s.value for s in JobStatus]))
 @click.option("--task")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
-@click.option("--before", type=click.IntRange(1), help="Only jobs with a smaller id (next page).")
+@click.option(
+    "--before",
+    type=click.IntRange(1, BIGINT_MAX),
+    help="Only jobs with a smaller id (next page).",
+)
 def jobs_list(
     dsn: str | None,
     schema: str,
@@ -124,7 +128,7 @@ def jobs_list(
 
 
 @jobs.command("show")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=click.IntRange(1, BIGINT_MAX))
 @dsn_option
 @schema_option
 @json_option
@@ -256,8 +260,10 @@ def limit(queue: str, max_running: str, dsn: str | None, schema: str) -> None:
         value = None if max_running.lower() == "none" else int(max_running)
     except ValueError:
         value = 0
-    if value is not None and value < 1:
-        raise click.BadParameter("must be an integer >= 1 or 'none'", param_hint="MAX_RUNNING")
+    if value is not None and not 1 <= value <= INT_MAX:
+        raise click.BadParameter(
+            f"must be an integer from 1 to {INT_MAX} or 'none'", param_hint="MAX_RUNNING"
+        )
     with open_app(dsn, schema) as app:
         app.sync_client.set_concurrency_limit(queue, value)
     click.echo(f"queue {queue}: at most {value if value else 'unlimited'} running jobs")

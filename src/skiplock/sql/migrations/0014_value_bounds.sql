@@ -1,0 +1,52 @@
+-- The bounds of what enqueue accepts (skiplock/payload.py), as CHECK constraints on jobs, so
+-- that no producer, skiplock or not, inserts a row a worker or an admin surface cannot handle:
+-- names as enqueue spells them; keys of 1-512 characters (a claim indexes a running job's
+-- entity key); run_at and expires_at within 0001-01-02 .. 9999-12-30 UTC (Python's datetime,
+-- in any time zone); payload and meta nested at most 64 levels, integers of at most 4300
+-- digits (what json.loads decodes).  docs/security.md has the table of limits.
+--
+-- Added NOT VALID: the migration never fails on rows already there, and new rows are checked.
+-- PostgreSQL checks every new row version, updates too, so an unfinished row that breaks a
+-- bound is failed first (naming the bound): a claim or an outcome written to it would fail.
+-- jobs_archive gets none: its rows come from jobs, and a row from before the bounds must
+-- still be archivable.
+DO $migration$
+DECLARE
+    bound record;
+BEGIN
+    FOR bound IN
+        SELECT * FROM (VALUES
+            ('jobs_bound_queue', $b$queue ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{{0,62}}$'$b$),
+            ('jobs_bound_task', $b$task ~ '^[A-Za-z_][A-Za-z0-9_.:-]{{0,199}}$'$b$),
+            ('jobs_bound_entity_key', $b$char_length(entity_key) BETWEEN 1 AND 512$b$),
+            ('jobs_bound_idempotency_key', $b$char_length(idempotency_key) BETWEEN 1 AND 512$b$),
+            ('jobs_bound_run_at',
+             $b$run_at BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'$b$),
+            ('jobs_bound_expires_at',
+             $b$expires_at BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'$b$),
+            ('jobs_bound_payload', $b$NOT jsonb_path_exists(payload,
+                'strict $.**{{64 to last}} ? (@.type() == "object" || @.type() == "array")')
+                AND NOT jsonb_path_exists(payload,
+                'strict $.** ? (@.type() == "number" && (@ >= 1e4300 || @ <= -1e4300))')$b$),
+            ('jobs_bound_meta', $b$NOT jsonb_path_exists(meta,
+                'strict $.**{{64 to last}} ? (@.type() == "object" || @.type() == "array")')
+                AND NOT jsonb_path_exists(meta,
+                'strict $.** ? (@.type() == "number" && (@ >= 1e4300 || @ <= -1e4300))')$b$)
+        ) AS bounds (name, expression)
+    LOOP
+        EXECUTE format(
+            'UPDATE {schema}.jobs SET status = ''failed'', finished_at = now(), '
+            'locked_by = NULL, locked_at = NULL, locked_until = NULL, last_error = %L '
+            'WHERE status IN (''waiting'', ''scheduled'', ''pending'', ''running'') '
+            'AND NOT (%s)',
+            'InvalidPayload: this job breaks the bound ' || bound.name || ', added by '
+                || 'migration 14: no worker could run it (see docs/security.md)',
+            bound.expression
+        );
+        EXECUTE format(
+            'ALTER TABLE {schema}.jobs ADD CONSTRAINT %I CHECK (%s) NOT VALID',
+            bound.name, bound.expression
+        );
+    END LOOP;
+END
+$migration$;
