@@ -27,6 +27,7 @@ from .enqueue import NewJobs, shared_key_results
 from .errors import IdempotencyConflict, SchemaNotMigrated
 from .job import Enqueued, Job
 from .presence import SILENT_AFTER
+from .shown_rows import show_any_row
 from .sql import Queries
 
 TUPLES_OK = ExecStatus.TUPLES_OK
@@ -46,10 +47,14 @@ class AsyncStatements:
         params: dict[str, Any],
         row_factory: Any = tuple_row,
         binary: bool = False,
+        shown: bool = False,
     ) -> list[Any]:
-        """Run one named statement; its rows (none for a statement without result)."""
+        """Run one named statement; its rows (none for a statement without result).  ``shown``:
+        rows for an admin surface, whose values Python cannot hold come back as text."""
         try:
             cur = conn.cursor(row_factory=row_factory, binary=binary)
+            if shown:
+                show_any_row(cur)
             await cur.execute(self.queries[name], params)
             result = cur.pgresult
             # Read the result's status, not cur.description: that builds a Column per column.
@@ -77,8 +82,10 @@ class AsyncStatements:
     async def _jobs(
         self, conn: AsyncConnection[Any], name: str, params: dict[str, Any]
     ) -> list[Job]:
-        """Rows whose columns are :class:`Job`'s fields, in its order."""
-        return [Job.from_tuple(row) for row in await self._fetch(conn, name, params)]
+        """Rows whose columns are :class:`Job`'s fields, in its order; a timestamp or JSON
+        that Python cannot hold (a row from before the table's bounds) as its text."""
+        rows = await self._fetch(conn, name, params, shown=True)
+        return [Job.from_tuple(row) for row in rows]
 
     async def session_watch_client(
         self, conn: AsyncConnection[Any], settings: dict[str, str]

@@ -65,6 +65,12 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _when(value: datetime | str) -> str:
+    """A time to the second; one Python cannot hold (a row from before the table's bounds)
+    comes as PostgreSQL's text, shown as it is."""
+    return value.isoformat(timespec="seconds") if isinstance(value, datetime) else value
+
+
 def job_dict(job: Job) -> dict[str, Any]:
     return {k: _jsonable(v) for k, v in dataclasses.asdict(job).items()}
 
@@ -122,7 +128,7 @@ def jobs_list(
         error = (j.last_error or "").splitlines()[0][:60] if j.last_error else ""
         table.add_row(
             str(j.id), j.queue, j.task, j.status.value, f"{j.attempts}/{j.max_attempts}",
-            j.run_at.isoformat(timespec="seconds"), error,
+            _when(j.run_at), error,
         )  # fmt: skip
     console().print(table)
 
