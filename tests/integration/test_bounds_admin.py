@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from psycopg import sql
 
 from dashboard_client import Browser, serving
-from skiplock import App
+from skiplock import App, InvalidPayload
 from skiplock.cli import main as cli_main
 from skiplock.job import JobStatus
 from skiplock.migrations import all_migrations
@@ -83,6 +83,9 @@ def test_rows_from_before_the_bounds_show_on_every_admin_surface(
     errors = {job_id: error for job_id, _, error in rows}
     assert "jobs_bound_run_at" in errors[far] and "jobs_bound_payload" in errors[huge]
     assert app.sync_client.cancel_or_request(fine) == "cancelled"
+    # A failed job that breaks a bound cannot be made claimable again.
+    with pytest.raises(InvalidPayload, match="jobs_bound_payload"):
+        app.sync_client.retry_job(huge)
     odd = [far, endless, deep, huge, gone]
 
     runner = CliRunner()
