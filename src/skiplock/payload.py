@@ -7,6 +7,7 @@ import json
 import json.scanner
 import math
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -55,8 +56,11 @@ _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 # A JSON string in the encoder's output (every quote inside one is escaped), and what is left
 # of the text's structure once strings are gone.
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_EMPTY_CONTAINER = re.compile(r"\{\}|\[\]")
+# Outside strings, JSON text is ASCII: keep its brackets, all as [ and ].
+_BRACKETS_ONLY = {i: None for i in range(128) if chr(i) not in "[]{}"} | {
+    ord("{"): "[",
+    ord("}"): "]",
+}
 _LONG_INT = re.compile(rf"\d{{{MAX_JSON_INT_DIGITS + 1}}}")
 
 # What json.dumps(..., allow_nan=False, separators=(",", ":"), ensure_ascii=False) would build
@@ -178,24 +182,35 @@ _INT_DIGITS_ERROR = "integer string conversion"  # in Python's error past its di
 
 def json_shape_error(text: str, levels: int = MAX_JSON_DEPTH) -> str | None:
     """What puts JSON text out of bounds (the text of a value of at most ``levels`` levels):
-    deeper nesting, or an integer of more than MAX_JSON_INT_DIGITS digits; None if nothing.
-    Text with few brackets and short text need no closer look: that is almost every payload."""
-    deep = text.count("{") + text.count("[") > levels
-    if not deep and len(text) <= MAX_JSON_INT_DIGITS:
-        return None
-    bare = _JSON_STRING.sub('""', text)
-    if deep:
-        brackets = _NOT_BRACKET.sub("", bare)
-        # Each pass removes the innermost level: the number of passes is the depth.
-        for _ in range(levels):
-            brackets = _EMPTY_CONTAINER.sub("", brackets)
-            if not brackets:
-                break
-        else:
-            return _TOO_DEEP
-    if _LONG_INT.search(bare):
+    deeper nesting, or an integer of more than MAX_JSON_INT_DIGITS digits; None if nothing."""
+    if text.count("{") + text.count("[") > levels and _depth_over(text, levels):
+        return _TOO_DEEP
+    # Python writes no integer that long unless its limit was raised (sys.set_int_max_str_digits).
+    if (
+        len(text) > MAX_JSON_INT_DIGITS
+        and not 0 < sys.get_int_max_str_digits() <= MAX_JSON_INT_DIGITS
+        and _LONG_INT.search(_outside_strings(text))
+    ):
         return _TOO_LONG_INT
     return None
+
+
+def _depth_over(text: str, levels: int) -> bool:
+    """Whether the JSON text nests objects and arrays deeper than ``levels``."""
+    brackets = _outside_strings(text).translate(_BRACKETS_ONLY)
+    # Each pass removes the innermost pairs (valid JSON: they match): passes are the depth.
+    for _ in range(levels):
+        brackets = brackets.replace("[]", "")
+        if not brackets:
+            return False
+    return True
+
+
+def _outside_strings(text: str) -> str:
+    """The JSON text without the contents of its strings."""
+    if '\\"' in text:  # an escaped quote: find the strings the slow way
+        return _JSON_STRING.sub('""', text)
+    return '""'.join(text.split('"')[::2])
 
 
 def encode_payloads(payloads: Sequence[Mapping[str, Any]], *, max_bytes: int, task: str) -> str:
