@@ -16,6 +16,7 @@ from psycopg import sql
 
 from dashboard_client import Browser, serving
 from skiplock import App, InvalidPayload
+from skiplock.bulk import JobFilter
 from skiplock.cli import main as cli_main
 from skiplock.job import JobStatus
 from skiplock.migrations import all_migrations
@@ -83,9 +84,16 @@ def test_rows_from_before_the_bounds_show_on_every_admin_surface(
     errors = {job_id: error for job_id, _, error in rows}
     assert "jobs_bound_run_at" in errors[far] and "jobs_bound_payload" in errors[huge]
     assert app.sync_client.cancel_or_request(fine) == "cancelled"
-    # A failed job that breaks a bound cannot be made claimable again.
+    # A failed job that breaks a bound cannot be made claimable again; a bulk retry passes
+    # over the ones the migration marked (failed and cancelled alike) and retries the rest.
     with pytest.raises(InvalidPayload, match="jobs_bound_payload"):
         app.sync_client.retry_job(huge)
+    marked = app.get_job(gone)
+    assert marked is not None and marked.status == JobStatus.CANCELLED
+    assert (marked.last_error or "").startswith("InvalidPayload: this job breaks the bound")
+    retried = app.sync_client.retry_jobs(JobFilter(), ["failed", "cancelled"])
+    assert (retried.retried, retried.skipped) == (1, 5)
+    assert app.sync_client.cancel_or_request(fine) == "cancelled"
     odd = [far, endless, deep, huge, gone]
 
     runner = CliRunner()
@@ -124,6 +132,9 @@ def test_rows_from_before_the_bounds_show_on_every_admin_surface(
             assert one.status == 200, one
             api = browser.get(f"/api/jobs/{job_id}")
             assert api.status == 200 and json.loads(api.text)["id"] == job_id
+        page = browser.get(f"/jobs/{huge}")
+        refused = browser.post(f"/jobs/{huge}/retry", {"csrf": page.csrf()})
+        assert refused.status == 200 and "breaks a bound" in refused.text, refused
         api_list = browser.get("/api/jobs")
         assert api_list.status == 200
         assert {j["id"] for j in json.loads(api_list.text)["jobs"]} == {*odd, fine}

@@ -10,7 +10,9 @@
 -- is not checked again, which keeps the jsonpath walks off the hot path.
 --
 -- Added NOT VALID: the migration never fails on rows already there, and new rows are checked.
--- The claimable rows that break a bound are failed first, naming it: no worker could run them.
+-- The claimable rows that break a bound are failed first, and the failed or cancelled ones are
+-- marked, their last_error starting with 'InvalidPayload: this job breaks the bound <name>'
+-- (no worker could run them; a bulk retry passes them over, see job_retry_many).
 -- jobs_archive gets none: its rows come from jobs, finished.
 DO $migration$
 DECLARE
@@ -41,9 +43,15 @@ BEGIN
         ) AS bounds (name, expression)
     LOOP
         EXECUTE format(
-            'UPDATE {schema}.jobs SET status = ''failed'', finished_at = now(), '
-            'locked_by = NULL, locked_at = NULL, locked_until = NULL, last_error = %L '
-            'WHERE status IN (''waiting'', ''scheduled'', ''pending'') AND NOT (%s)',
+            'UPDATE {schema}.jobs SET '
+            'finished_at = CASE WHEN status = ''failed'' OR status = ''cancelled'' '
+            '    THEN finished_at ELSE now() END, '
+            'status = CASE WHEN status = ''cancelled'' THEN status ELSE ''failed'' END, '
+            'locked_by = NULL, locked_at = NULL, locked_until = NULL, '
+            'last_error = %L || coalesce(E''\n\n'' || last_error, '''') '
+            'WHERE status IN (''waiting'', ''scheduled'', ''pending'', ''failed'', ''cancelled'') '
+            'AND coalesce(last_error, '''') NOT LIKE ''InvalidPayload: this job breaks the bound %%'' '
+            'AND NOT (%s)',
             'InvalidPayload: this job breaks the bound ' || bound.name || ', added by '
                 || 'migration 14: no worker could run it (see docs/security.md)',
             bound.expression
