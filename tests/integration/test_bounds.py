@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from skiplock import App, InvalidPayload, Worker
+from skiplock import App, InvalidName, InvalidPayload, Worker
 from skiplock.cli import main as cli_main
 from skiplock.database import translate
 from skiplock.payload import (
@@ -249,6 +249,9 @@ def test_the_table_and_the_client_agree_on_every_bound(
         ):
             refused_by(db, s, f"jobs_bound_{column}", **{column: bad})
 
+    t.with_options(queue="q" * 63).enqueue()
+    with pytest.raises(InvalidName, match="1-63"):
+        t.with_options(queue="q" * 64).enqueue()
     refused_by(db, s, "jobs_bound_queue", queue="q" * 64)
     refused_by(db, s, "jobs_bound_queue", queue="bad queue")
     insert_sql(db, s, queue="q" * 63)
