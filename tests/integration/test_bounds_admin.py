@@ -72,6 +72,8 @@ def test_rows_from_before_the_bounds_show_on_every_admin_surface(
     huge = insert_sql(db, s, payload=huge_text)
     gone = insert_sql(db, s, run_at="33715-01-01 00:00+00", status="cancelled")
     fine = insert_sql(db, s, payload='{"n": 1}')
+    running = insert_sql(db, s, status="running", entity_key="k" * 600, locked_by="w",
+                         locked_at="now", locked_until="infinity")  # fmt: skip
     assert app.migrate() == [BOUNDS_MIGRATION]  # never fails on rows it would refuse
 
     # The unfinished rows no worker could run failed, naming the bound; the others stay.
@@ -80,9 +82,10 @@ def test_rows_from_before_the_bounds_show_on_every_admin_surface(
     ).fetchall()
     statuses = {job_id: status for job_id, status, _ in rows}
     assert statuses == {far: "failed", endless: "failed", deep: "failed", huge: "failed",
-                        gone: "cancelled", fine: "pending"}  # fmt: skip
+                        gone: "cancelled", fine: "pending", running: "failed"}  # fmt: skip
     errors = {job_id: error for job_id, _, error in rows}
     assert "jobs_bound_run_at" in errors[far] and "jobs_bound_payload" in errors[huge]
+    assert "jobs_bound_entity_key" in errors[running]
     assert app.sync_client.cancel_or_request(fine) == "cancelled"
     # A failed job that breaks a bound cannot be made claimable again; a bulk retry passes
     # over the ones the migration marked (failed and cancelled alike) and retries the rest.
@@ -92,9 +95,9 @@ def test_rows_from_before_the_bounds_show_on_every_admin_surface(
     assert marked is not None and marked.status == JobStatus.CANCELLED
     assert (marked.last_error or "").startswith("InvalidPayload: this job breaks the bound")
     retried = app.sync_client.retry_jobs(JobFilter(), ["failed", "cancelled"])
-    assert (retried.retried, retried.skipped) == (1, 5)
+    assert (retried.retried, retried.skipped) == (1, 6)
     assert app.sync_client.cancel_or_request(fine) == "cancelled"
-    odd = [far, endless, deep, huge, gone]
+    odd = [far, endless, deep, huge, gone, running]
 
     runner = CliRunner()
     where = ["--dsn", app.dsn, "--schema", s]

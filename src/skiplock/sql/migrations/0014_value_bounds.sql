@@ -10,9 +10,10 @@
 -- is not checked again, which keeps the jsonpath walks off the hot path.
 --
 -- Added NOT VALID: the migration never fails on rows already there, and new rows are checked.
--- The claimable rows that break a bound are failed first, and the failed or cancelled ones are
--- marked, their last_error starting with 'InvalidPayload: this job breaks the bound <name>'
--- (no worker could run them; a bulk retry passes them over, see job_retry_many).
+-- The unfinished rows that break a bound are failed first (running ones too: a retry or a
+-- lease reclaim would make them claimable, and the constraint would refuse that write), and the
+-- failed or cancelled ones are marked, their last_error starting with 'InvalidPayload: this job
+-- breaks the bound <name>' (a bulk retry passes them over, see job_retry_many).
 -- jobs_archive gets none: its rows come from jobs, finished.
 DO $migration$
 DECLARE
@@ -49,7 +50,8 @@ BEGIN
             'status = CASE WHEN status = ''cancelled'' THEN status ELSE ''failed'' END, '
             'locked_by = NULL, locked_at = NULL, locked_until = NULL, '
             'last_error = %L || coalesce(E''\n\n'' || last_error, '''') '
-            'WHERE status IN (''waiting'', ''scheduled'', ''pending'', ''failed'', ''cancelled'') '
+            'WHERE status IN (''waiting'', ''scheduled'', ''pending'', ''running'', ''failed'', '
+            '''cancelled'') '
             'AND coalesce(last_error, '''') NOT LIKE ''InvalidPayload: this job breaks the bound %%'' '
             'AND NOT (%s)',
             'InvalidPayload: this job breaks the bound ' || bound.name || ', added by '
