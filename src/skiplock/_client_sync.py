@@ -29,7 +29,7 @@ from .enqueue import NewJob, NewJobs
 from .job import Enqueued, Job
 from .listener import cancel_payload
 from .migrations import all_migrations
-from .payload import load_json
+from .payload import BIGINT_MAX, INT_MAX, load_json
 from .presence import is_silent
 from .rate_limit import check_rate_limit
 
@@ -315,6 +315,10 @@ class SyncClient:
     ) -> list[Job]:
         """The newest jobs matching the filters (None: any); ``before``: only jobs with a
         smaller id, so the last id of one page gives the next."""
+        if before is not None and (isinstance(before, bool) or not 1 <= before <= BIGINT_MAX):
+            raise ValueError(f"before must be a job id from 1 to {BIGINT_MAX}, got {before!r}")
+        if isinstance(limit, bool) or not 1 <= limit <= INT_MAX:
+            raise ValueError(f"limit must be from 1 to {INT_MAX}, got {limit!r}")
         with self.connection(conn) as c:
             return self.store.job_list(
                 c, queue=queue, status=status, task=task, limit=limit, before=before
@@ -327,6 +331,8 @@ class SyncClient:
     def set_concurrency_limit(
         self, queue: str, limit: int | None, conn: Connection[Any] | None = None
     ) -> None:
+        if limit is not None and (isinstance(limit, bool) or not 1 <= limit <= INT_MAX):
+            raise ValueError(f"a concurrency limit is from 1 to {INT_MAX} (or None), got {limit!r}")
         with self.connection(conn) as c:
             self.store.queue_set_concurrency_limit(c, queue, limit)
 

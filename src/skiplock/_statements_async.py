@@ -28,6 +28,7 @@ from .enqueue import NewJobs, shared_key_results
 from .errors import IdempotencyConflict, SchemaNotMigrated
 from .job import Enqueued, Job
 from .presence import SILENT_AFTER
+from .shown_rows import show_any_row
 from .sql import Queries
 
 TUPLES_OK = ExecStatus.TUPLES_OK
@@ -47,14 +48,18 @@ class AsyncStatements:
         params: dict[str, Any],
         row_factory: Any = tuple_row,
         claim: bool = False,
+        shown: bool = False,
     ) -> list[Any]:
         """Run one named statement; its rows (none for a statement without result).  For a
         ``claim``, its jobs: read in binary (ids, counts and timestamps decode faster), the
-        payload as JSON text (4.0 us per job, decoded and made a Job, became 3.3); a row with a
-        value Python cannot hold is an :class:`~skiplock.job.UnrunnableJob`, not an error that
-        loses every job of the claim (see :mod:`skiplock.claimed_rows`)."""
+        payload as JSON text; a row with a value Python cannot hold is an
+        :class:`~skiplock.job.UnrunnableJob`, not an error that loses every job of the claim
+        (see :mod:`skiplock.claimed_rows`).  ``shown``: rows for an admin surface, whose values
+        Python cannot hold come back as text."""
         try:
             cur = conn.cursor(row_factory=row_factory, binary=claim)
+            if shown:
+                show_any_row(cur)
             await cur.execute(self.queries[name], params)
             result = cur.pgresult
             # Read the result's status, not cur.description: that builds a Column per column.
@@ -87,8 +92,10 @@ class AsyncStatements:
     async def _jobs(
         self, conn: AsyncConnection[Any], name: str, params: dict[str, Any]
     ) -> list[Job]:
-        """Rows whose columns are :class:`Job`'s fields, in its order."""
-        return [Job.from_tuple(row) for row in await self._fetch(conn, name, params)]
+        """Rows whose columns are :class:`Job`'s fields, in its order; a timestamp or JSON
+        that Python cannot hold (a row from before the table's bounds) as its text."""
+        rows = await self._fetch(conn, name, params, shown=True)
+        return [Job.from_tuple(row) for row in rows]
 
     async def session_watch_client(
         self, conn: AsyncConnection[Any], settings: dict[str, str]

@@ -24,7 +24,12 @@ from .app import DEFAULT_RETENTION, App
 from .enqueue import EnqueueOptions, NewJob, NewJobs, build_job
 from .errors import ConfigurationError, InvalidArguments
 from .job import Enqueued, Job, JobStatus
-from .payload import check_queue_name, check_schema_name
+from .payload import (
+    BIGINT_MAX,
+    INT_MAX,
+    check_queue_name,
+    check_schema_name,
+)
 from .rate_limit import describe, parse_rate
 
 NOT_CHANGED = 3
@@ -72,6 +77,12 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _when(value: datetime | str) -> str:
+    """A time to the second; one Python cannot hold (a row from before the table's bounds)
+    comes as PostgreSQL's text, shown as it is."""
+    return value.isoformat(timespec="seconds") if isinstance(value, datetime) else value
+
+
 def job_dict(job: Job) -> dict[str, Any]:
     return {k: _jsonable(v) for k, v in dataclasses.asdict(job).items()}
 
@@ -99,7 +110,11 @@ def jobs() -> None:
 @click.option("--status", "job_status", type=click.Choice([s.value for s in JobStatus]))
 @click.option("--task")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
-@click.option("--before", type=click.IntRange(1), help="Only jobs with a smaller id (next page).")
+@click.option(
+    "--before",
+    type=click.IntRange(1, BIGINT_MAX),
+    help="Only jobs with a smaller id (next page).",
+)
 def jobs_list(
     dsn: str | None,
     schema: str,
@@ -125,13 +140,13 @@ def jobs_list(
         error = (j.last_error or "").splitlines()[0][:60] if j.last_error else ""
         table.add_row(
             str(j.id), j.queue, j.task, j.status.value, f"{j.attempts}/{j.max_attempts}",
-            j.run_at.isoformat(timespec="seconds"), error,
+            _when(j.run_at), error,
         )  # fmt: skip
     console().print(table)
 
 
 @jobs.command("show")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=click.IntRange(1, BIGINT_MAX))
 @dsn_option
 @schema_option
 @json_option
@@ -338,8 +353,10 @@ def limit(queue: str, max_running: str, dsn: str | None, schema: str) -> None:
         value = None if max_running.lower() == "none" else int(max_running)
     except ValueError:
         value = 0
-    if value is not None and value < 1:
-        raise click.BadParameter("must be an integer >= 1 or 'none'", param_hint="MAX_RUNNING")
+    if value is not None and not 1 <= value <= INT_MAX:
+        raise click.BadParameter(
+            f"must be an integer from 1 to {INT_MAX} or 'none'", param_hint="MAX_RUNNING"
+        )
     with open_app(dsn, schema) as app:
         app.sync_client.set_concurrency_limit(queue, value)
     if value is None:

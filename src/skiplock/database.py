@@ -32,7 +32,8 @@ import psycopg
 from psycopg import conninfo
 
 from . import embedded
-from .errors import ConfigurationError, DatabaseUnavailable, SchemaNotMigrated
+from .errors import ConfigurationError, DatabaseUnavailable, InvalidPayload, SchemaNotMigrated
+from .payload import TABLE_BOUNDS
 
 ENV_VARS = ("SKIPLOCK_DATABASE_URL", "DATABASE_URL")
 PREPARED_STATEMENTS_VAR = "SKIPLOCK_PREPARED_STATEMENTS"
@@ -152,6 +153,9 @@ def translate(exc: psycopg.Error, schema: str) -> Exception:
     if isinstance(exc, psycopg.errors.UndefinedFunction | psycopg.errors.UndefinedColumn):
         # skiplock's statements name only what its migrations create: the schema is older.
         return SchemaNotMigrated(schema, detail=_first_line(exc))
+    bound = _broken_bound(exc)
+    if bound is not None:
+        return bound
     if _prepared_statement_mixup(exc):
         return ConfigurationError(
             f"{_first_line(exc)}: a transaction-mode connection pooler (PgBouncer before 1.21, "
@@ -177,6 +181,17 @@ def connection_lost(exc: psycopg.Error) -> bool:
     if state is None:  # raised by the client: the connection closed, or its socket failed
         return isinstance(exc, psycopg.OperationalError)
     return state.startswith("08") or state in SESSION_ENDED
+
+
+def _broken_bound(exc: psycopg.Error) -> InvalidPayload | None:
+    """A row the jobs table refused for breaking one of enqueue's bounds (a jobs_bound_*
+    constraint), as the error enqueue would have raised."""
+    if not isinstance(exc, psycopg.errors.CheckViolation):
+        return None
+    name = exc.diag.constraint_name or ""
+    if name not in TABLE_BOUNDS:
+        return None
+    return InvalidPayload(f"the jobs table refused the job ({name}): it needs {TABLE_BOUNDS[name]}")
 
 
 def _prepared_statement_mixup(exc: psycopg.Error) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -11,10 +10,13 @@ from typing import Any
 from .job import Enqueued
 from .payload import (
     check_delay,
+    check_key,
     check_max_attempts,
     check_priority,
     check_queue_name,
+    check_seconds_ahead,
     check_task_name,
+    check_time,
     encode_meta,
     encode_payload,
     encode_payloads,
@@ -111,8 +113,7 @@ def check_expiry(
     if expires is None:
         return None, None
     if isinstance(expires, datetime):
-        if expires.tzinfo is None:
-            raise ValueError("expires must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        check_time(expires, "expires")
         due = run_at
         if due is None and delay is not None:
             due = datetime.now(UTC) + timedelta(seconds=delay)
@@ -122,8 +123,7 @@ def check_expiry(
     seconds = expires.total_seconds() if isinstance(expires, timedelta) else expires
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise ValueError(f"expires must be seconds, a timedelta or a datetime, got {expires!r}")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"expires must be a positive number of seconds, got {expires!r}")
+    seconds = check_seconds_ahead(seconds, "expires", positive=True)
     if delay is not None and seconds <= delay:
         raise ValueError(f"expires ({seconds} s) must be longer than the delay ({delay} s)")
     if run_at is not None and run_at >= datetime.now(UTC) + timedelta(seconds=seconds):
@@ -144,8 +144,8 @@ def check_dependencies(depends_on: Sequence[int | Enqueued] | None) -> tuple[int
     ids: dict[int, None] = {}
     for item in depends_on:
         job_id = item.id if isinstance(item, Enqueued) else item
-        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
-            raise ValueError(f"depends_on: {item!r} is not a job id (a positive integer)")
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id < 2**63:
+            raise ValueError(f"depends_on: {item!r} is not a job id (a positive 64-bit integer)")
         ids[job_id] = None
     if len(ids) > MAX_DEPENDENCIES:
         raise ValueError(f"depends_on: {len(ids)} jobs, at most {MAX_DEPENDENCIES}")
@@ -157,19 +157,13 @@ def check_options(task: str, options: EnqueueOptions) -> dict[str, Any]:
     and max_attempts set)."""
     if options.run_at is not None and options.delay is not None:
         raise ValueError("give either run_at or delay, not both")
-    if options.run_at is not None and options.run_at.tzinfo is None:
-        raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    if options.run_at is not None:
+        check_time(options.run_at, "run_at")
     delay = options.delay
     if isinstance(delay, timedelta):
         delay = delay.total_seconds()
     delay = check_delay(delay)
     expires_at, expires_in = check_expiry(options.expires, delay, options.run_at)
-    for key, label in (
-        (options.entity_key, "entity_key"),
-        (options.idempotency_key, "idempotency_key"),
-    ):
-        if key is not None and (not isinstance(key, str) or not key):
-            raise ValueError(f"{label} must be a non-empty string, got {key!r}")
     assert options.queue is not None and options.priority is not None
     assert options.max_attempts is not None
     return {
@@ -179,8 +173,8 @@ def check_options(task: str, options: EnqueueOptions) -> dict[str, Any]:
         "run_at": options.run_at,
         "delay": delay,
         "max_attempts": check_max_attempts(options.max_attempts),
-        "entity_key": options.entity_key,
-        "idempotency_key": options.idempotency_key,
+        "entity_key": check_key(options.entity_key, "entity_key"),
+        "idempotency_key": check_key(options.idempotency_key, "idempotency_key"),
         "meta": encode_meta(options.meta, task=task),
         "depends_on": check_dependencies(options.depends_on),
         "expires_at": expires_at,

@@ -42,7 +42,10 @@ ClaimKey = tuple[int, datetime, int]
 class Job:
     """A row of the jobs table.  For a claimed job, ``locked_by`` + ``attempts`` + ``locked_at``
     is the claim.  Its times are timezone-aware datetimes, in UTC when read on skiplock's own
-    connections (in the session's zone on a caller's, or behind a transaction-mode pooler)."""
+    connections (in the session's zone on a caller's, or behind a transaction-mode pooler).
+    Read for display (``get_job``, ``list_jobs``), a row that breaks the table's bounds (one
+    from before migration 0015) has the text PostgreSQL sent for a time past year 9999 and
+    for JSON Python cannot decode (see docs/security.md)."""
 
     id: int
     queue: str

@@ -157,7 +157,8 @@ def retry(
         if result.skipped:
             click.echo(
                 f"{result.skipped:,} left as they were: an unfinished job holds their "
-                "idempotency key (or a newer job with the same key was retried)"
+                "idempotency key (or a newer job with the same key was retried), or they break "
+                "a bound of the jobs table (their last error says which)"
             )
     if not result.retried:
         raise SystemExit(NOT_CHANGED)

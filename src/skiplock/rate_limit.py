@@ -18,6 +18,7 @@ import math
 import re
 
 from .errors import ConfigurationError
+from .payload import INT_MAX
 
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _WRITTEN = re.compile(r"\s*(\d+)\s*/\s*([smhd]|\d+(?:\.\d+)?)\s*")
@@ -42,8 +43,10 @@ def check_rate_limit(limit: int | None, period: float) -> None:
     """A limit of at least one start per a finite, positive period (None: no limit)."""
     if limit is None:
         return
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ConfigurationError(f"a rate limit is a whole number of starts >= 1, got {limit!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= INT_MAX:
+        raise ConfigurationError(
+            f"a rate limit is a whole number of starts >= 1 (at most {INT_MAX}), got {limit!r}"
+        )
     if (
         isinstance(period, bool)
         or not isinstance(period, int | float)

@@ -20,7 +20,7 @@ from starlette.templating import Jinja2Templates
 from ..admin import job_dict
 from ..app import App
 from ..bulk import JobFilter
-from ..errors import IdempotencyConflict, InvalidName
+from ..errors import IdempotencyConflict, InvalidName, InvalidPayload
 from ..job import Job, JobStatus
 from ..payload import check_queue_name, check_task_name
 from .access import checked_form
@@ -39,7 +39,9 @@ NOTICES = {
     "paused": "Queue {queue} is paused: no worker claims its jobs until it is resumed.",
     "resumed": "Queue {queue} runs again.",
     "bulk-retried": "{n} jobs will run again; {skipped} skipped (an unfinished job holds their "
-    "idempotency key).",
+    "idempotency key, or they break a bound of the jobs table).",
+    "refused": "Job {job} was not retried: it breaks a bound of the jobs table (see its last "
+    "error and docs/security.md).",
 }
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -188,6 +190,8 @@ class Views:
         except IdempotencyConflict as exc:
             return _back(request, f"/jobs/{job_id}", notice="conflict", job=job_id,
                          holder=exc.holder_id)  # fmt: skip
+        except InvalidPayload:
+            notice = "refused"
         return _back(request, f"/jobs/{job_id}", notice=notice, job=job_id)
 
     async def cancel_job(self, request: Request) -> Response:

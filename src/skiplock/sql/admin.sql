@@ -82,10 +82,13 @@ FROM target;
 -- name: job_retry_many
 -- Admin: give the jobs in %(statuses)s (failed, cancelled) matching the filters one more attempt,
 -- now; one batch.  Of the jobs of a batch sharing an idempotency key only the newest is retried,
--- and none while an unfinished job holds the key: those stay as they are (skipped).  Returns
+-- and none while an unfinished job holds the key: those stay as they are (skipped), like the jobs
+-- migration 0015 found breaking a bound of the table (a retry would be refused).  Returns
 -- the jobs looked at, the last id looked at and the jobs retried; one NOTIFY per queue.
 WITH candidates AS (
-    SELECT id, idempotency_key FROM {jobs}
+    SELECT id, idempotency_key,
+           coalesce(last_error, '') LIKE 'InvalidPayload: this job breaks the bound %%' AS broken
+    FROM {jobs}
     WHERE id > %(after_id)s
       AND status = ANY(%(statuses)s::text[])
       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -97,10 +100,10 @@ WITH candidates AS (
     FOR UPDATE SKIP LOCKED
 ), newest_per_key AS (
     SELECT DISTINCT ON (idempotency_key) id, idempotency_key
-    FROM candidates WHERE idempotency_key IS NOT NULL
+    FROM candidates WHERE idempotency_key IS NOT NULL AND NOT broken
     ORDER BY idempotency_key, id DESC
 ), chosen AS (
-    SELECT id FROM candidates WHERE idempotency_key IS NULL
+    SELECT id FROM candidates WHERE idempotency_key IS NULL AND NOT broken
     UNION ALL
     SELECT k.id FROM newest_per_key AS k
     WHERE NOT EXISTS (
