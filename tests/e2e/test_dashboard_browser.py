@@ -706,3 +706,43 @@ def test_another_origin_cannot_frame_the_dashboard(shop: App, page: Any) -> None
             assert "is blocked" in frame.locator("h1").inner_text()
             assert page.frames[1].url.startswith("chrome-error://")
             assert "Queues" not in page.frames[1].content()
+
+
+# -- long values ----------------------------------------------------------------------------
+
+
+def test_long_names_keys_and_errors_wrap_inside_the_page(shop: App, db: Any, page: Any) -> None:
+    """The longest names skiplock accepts and errors or payloads holding a long URL: every page
+    fits the window (no sideways scrolling), the whole error and payload are in sight (no box
+    scrolling them), and times and buttons stay on one line."""
+    url = "https://" + "a" * 40 + ".example.com/" + "b" * 150
+    task = "t." + "long_task_name." * 13
+    queue = "q" * 63
+
+    @shop.task(name=task, queue=queue)
+    def long_task(url: str) -> None: ...
+
+    job = shop.enqueue(task, {"url": url}, entity_key="e" * 120).id
+    db.execute(
+        f"UPDATE \"{shop.schema}\".jobs SET status = 'failed', finished_at = now(), "
+        "last_error = %s WHERE id = %s",
+        (f"ConnectionError: {url}\n\nTraceback (most recent call last):\n  {url}", job),
+    )
+    with serving(shop) as base:
+        log_in(page, base)
+        for path in ("/", "/jobs", f"/jobs?queue={queue}&status=failed", f"/jobs/{job}"):
+            page.goto(base + path)
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= page.viewport_size["width"], (path, wide)
+            clipped = page.locator("pre").evaluate_all(
+                "ps => ps.filter(p => p.scrollWidth > p.clientWidth).map(p => p.innerText)"
+            )
+            assert clipped == [], path
+            lines = page.locator("td[title], button").evaluate_all(
+                """tds => tds.filter(td => td.innerText).map(td => {
+                    const range = document.createRange();
+                    range.selectNodeContents(td);
+                    return new Set([...range.getClientRects()].map(r => r.top)).size;
+                })"""
+            )
+            assert set(lines) <= {1}, (path, lines)
