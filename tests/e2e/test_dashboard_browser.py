@@ -39,6 +39,7 @@ from starlette.routing import Route
 
 from dashboard_client import TOKEN, serving, serving_asgi
 from skiplock import App
+from skiplock.dashboard import create_dashboard
 from skiplock.dashboard.views import PAGE_SIZE
 from skiplock.testing import drain
 from skiplock.worker import Worker
@@ -309,6 +310,7 @@ def test_every_page_shows_the_tables_and_every_link_leads_where_it_says(
     shop: App, db: Any, page: Any
 ) -> None:
     jobs = seed(shop)
+    shop.sync_client.set_concurrency_limit("reports", 2)
     with serving(shop) as base, working(shop, ["media"]):
         running = shop.enqueue("video.encode", {"seconds": 60}).id
         eventually(lambda: statuses(db, shop)[running] == "running", "the video job runs")
@@ -329,6 +331,7 @@ def test_every_page_shows_the_tables_and_every_link_leads_where_it_says(
         assert queues["media"]["workers"] == "1" and queues["emails"]["workers"] == "0"
         assert queues["emails"]["oldest due"].endswith("s")
         assert queues["reports"]["oldest due"] == "-"
+        assert queues["reports"]["settings"] == "at most 2 running"
         assert {row[""] for row in queues.values()} == {"Pause"}
         (worker,) = table(page, 1)
         assert worker["queues"] == "media" and worker["running"] == "1"
@@ -356,6 +359,10 @@ def test_every_page_shows_the_tables_and_every_link_leads_where_it_says(
         assert "Refreshing every 5s" in page.inner_text("main")
         follow(page, page.get_by_role("link", name="stop"), f"{base}/")
         assert page.locator('meta[http-equiv="refresh"]').count() == 0
+        page.goto(f"{base}/?refresh=1")  # (at least every 2s)
+        with page.expect_navigation(url=f"{base}/?refresh=1", timeout=10_000):
+            pass  # the browser reloads the page by itself, its scripts being forbidden
+        assert "Refreshing every 2s" in page.inner_text("main")
 
         # The header's links.
         everything = sorted(statuses(db, shop), reverse=True)
@@ -376,6 +383,7 @@ def test_every_page_shows_the_tables_and_every_link_leads_where_it_says(
         assert rows[jobs.failed]["last error"] == "ValueError: no data for week 53"
         assert rows[jobs.done]["status"] == "done" and rows[jobs.done]["attempts"] == "1/1"
         assert f"{len(everything)} shown" in page.inner_text("main")
+        screenshot(page, "dashboard-jobs")
         by_status = {**vars(jobs), "running": running}
         for status, expected_id in by_status.items():
             page.select_option('select[name="status"]', status)
@@ -560,7 +568,6 @@ def test_every_button_changes_what_it_says_and_the_page_says_so(
         failed_now = sorted(i for i, s in before.items() if s == "failed")
         assert other_failed in failed_now
         page.goto(f"{base}/jobs?status=failed&task=report.build")
-        screenshot(page, "dashboard-jobs")
         click(page, "Retry every failed job of task report.build", "**/jobs?notice=bulk-retried*")
         assert notice(page) == (
             f"{len([i for i in failed_now if before[i] == 'failed'])} jobs will run again; "
@@ -577,6 +584,40 @@ def test_every_button_changes_what_it_says_and_the_page_says_so(
         assert "Retry every failed job" not in " ".join(buttons(page))
 
 
+def test_mounted_under_a_prefix_every_link_and_button_stays_under_it(
+    shop: App, db: Any, context: Any, page: Any
+) -> None:
+    from starlette.routing import Mount
+
+    jobs = seed(shop)
+    dashboard = create_dashboard(shop, token=TOKEN)
+    with serving_asgi(Starlette(routes=[Mount("/ops/jobs", dashboard)])) as host:
+        base = f"{host}/ops/jobs"
+        page.goto(f"{base}/jobs?status=failed&token={TOKEN}")
+        assert page.url == f"{base}/jobs?status=failed"
+        assert {c["name"]: c["path"] for c in context.cookies()} == {
+            "skiplock_token": "/ops/jobs", "skiplock_csrf": "/ops/jobs"
+        }  # fmt: skip
+        assert listed_ids(page) == [jobs.failed]
+        hrefs = page.locator("a").evaluate_all("as => as.map(a => a.getAttribute('href'))")
+        assert all(h.startswith("/ops/jobs/") for h in hrefs), hrefs
+        for name, lands_on in (("Queues", f"{base}/"), ("Jobs", f"{base}/jobs")):
+            follow(page, page.locator("header").get_by_role("link", name=name), lands_on)
+        follow(page, page.get_by_role("link", name=str(jobs.failed)), f"{base}/jobs/{jobs.failed}")
+        click(page, "Retry", f"{base}/jobs/{jobs.failed}?notice=retried*")
+        click(page, "Cancel", f"{base}/jobs/{jobs.failed}?notice=cancelled*")
+        page.goto(f"{base}/")
+        row = page.locator("tr", has=page.get_by_role("link", name="emails", exact=True))
+        with page.expect_navigation():
+            row.get_by_role("button", name="Pause").click()
+        page.wait_for_url(f"{base}/?notice=paused&queue=emails")
+        assert paused(shop, "emails")
+        click(page, "Resume", f"{base}/?notice=resumed&queue=emails")
+        page.goto(f"{base}/jobs?status=cancelled")
+        assert jobs.failed in listed_ids(page)
+    assert statuses(db, shop)[jobs.failed] == "cancelled" and not paused(shop, "emails")
+
+
 # -- read-only ----------------------------------------------------------------------------
 
 
@@ -590,10 +631,10 @@ def test_a_read_only_dashboard_shows_no_button_and_refuses_a_form_posted_from_it
         assert "read-only" in page.inner_text("header")
         assert buttons(page) == []
         assert "" not in table(page)[0]  # no action column
+        screenshot(page, "dashboard-read-only")
         page.goto(f"{base}/jobs?status=failed")
         assert listed_ids(page) == [jobs.failed]
         assert buttons(page) == ["Show"]  # the filter only
-        screenshot(page, "dashboard-read-only")
         for job_id in (jobs.failed, jobs.cancelled, jobs.pending):
             page.goto(f"{base}/jobs/{job_id}")
             assert buttons(page) == [] and page.locator("form").count() == 0
