@@ -40,6 +40,7 @@ from starlette.routing import Route
 from dashboard_client import TOKEN, serving, serving_asgi
 from skiplock import App
 from skiplock.dashboard import create_dashboard
+from skiplock.dashboard.access import token_cookie
 from skiplock.dashboard.views import PAGE_SIZE
 from skiplock.testing import drain
 from skiplock.worker import Worker
@@ -284,11 +285,11 @@ def test_the_token_login_refuses_a_wrong_token_and_keeps_the_right_one_in_a_stri
         assert page.url == f"{base}/jobs?status=pending"
         assert page.request.get(page.url).ok  # the cookie alone lets the browser in
         cookies = {c["name"]: c for c in context.cookies()}
-        assert set(cookies) == {"skiplock_token", "skiplock_csrf"}
+        assert set(cookies) == {token_cookie(TOKEN), "skiplock_csrf"}
         for cookie in cookies.values():
             assert cookie["httpOnly"] and cookie["sameSite"] == "Strict", cookie
             assert cookie["path"] == "/" and cookie["domain"] == "127.0.0.1"
-        assert cookies["skiplock_token"]["value"] == TOKEN
+        assert cookies[token_cookie(TOKEN)]["value"] == TOKEN
         assert page.evaluate("document.cookie") == ""  # no script of the page can read them
         # The token is in no link or form of the pages (the header's links included).
         for path in ("/", "/jobs", "/jobs?status=pending"):
@@ -301,6 +302,35 @@ def test_the_token_login_refuses_a_wrong_token_and_keeps_the_right_one_in_a_stri
         # Forgetting the cookie is logging out: the dashboard asks for the token again.
         context.clear_cookies()
         assert page.goto(f"{base}/jobs").status == 401
+
+
+def test_two_dashboards_on_one_host_keep_their_logins_apart(
+    shop: App, pg_dsn: str, db: Any, context: Any, page: Any
+) -> None:
+    """Cookies do not tell ports apart: two dashboards on one host (of two schemas, say) each
+    keep their own login, and neither is logged out by logging in to the other."""
+    job = shop.enqueue("mail.send", {"to": "a@example.com"}).id
+    other_token = "other-token-" + "y" * 16
+    same = App(pg_dsn, shop.schema)
+    try:
+        with (
+            serving(shop) as first,
+            serving_asgi(create_dashboard(same, token=other_token)) as second,
+        ):
+            log_in(page, first)
+            page.goto(f"{second}/?token={other_token}")
+            assert page.url == f"{second}/"
+            for base in (first, second, first):
+                response = page.goto(f"{base}/jobs")
+                assert response.status == 200, (base, page.inner_text("body"))
+            # The buttons of both work.
+            page.goto(f"{first}/jobs/{job}")
+            click(page, "Cancel", f"{first}/jobs/{job}?notice=cancelled*")
+            page.goto(f"{second}/jobs/{job}")
+            click(page, "Retry", f"{second}/jobs/{job}?notice=retried*")
+    finally:
+        same.close()
+    assert statuses(db, shop) == {job: "pending"}
 
 
 # -- every page, every link ---------------------------------------------------------------
@@ -596,7 +626,7 @@ def test_mounted_under_a_prefix_every_link_and_button_stays_under_it(
         page.goto(f"{base}/jobs?status=failed&token={TOKEN}")
         assert page.url == f"{base}/jobs?status=failed"
         assert {c["name"]: c["path"] for c in context.cookies()} == {
-            "skiplock_token": "/ops/jobs", "skiplock_csrf": "/ops/jobs"
+            token_cookie(TOKEN): "/ops/jobs", "skiplock_csrf": "/ops/jobs"
         }  # fmt: skip
         assert listed_ids(page) == [jobs.failed]
         hrefs = page.locator("a").evaluate_all("as => as.map(a => a.getAttribute('href'))")

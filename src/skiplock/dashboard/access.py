@@ -3,7 +3,9 @@
 - **Access.** With a token, every request must carry it: once as ``?token=`` (the dashboard
   then sets an HttpOnly, SameSite=Strict cookie and redirects to the same page without the
   token in its address), then by that cookie, or as ``Authorization: Bearer <token>`` (scripts
-  reading ``/api``).  Anything else gets 401.  ``token=None`` turns this off, for an
+  reading ``/api``).  The cookie's name holds a hash of the token (:func:`token_cookie`):
+  cookies do not tell ports apart, and two dashboards on one host must not overwrite each
+  other's.  Anything else gets 401.  ``token=None`` turns this off, for an
   application that mounts the dashboard behind its own authentication.
 - **Changes.** Only POST requests change anything, and only from a form the dashboard
   rendered: its ``csrf`` field must equal the ``skiplock_csrf`` cookie (a value another site
@@ -18,6 +20,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from typing import Any
@@ -66,6 +69,13 @@ def check_token(token: str) -> str:
     return token
 
 
+def token_cookie(token: str) -> str:
+    """The name of the cookie that holds ``token``: its own for each token, since a browser
+    sends a host's cookies to all its ports, and two dashboards on one host (of two schemas)
+    would otherwise each log the operator out of the other."""
+    return f"{TOKEN_COOKIE}_{hashlib.sha256(token.encode()).hexdigest()[:16]}"
+
+
 def _same(given: str | None, expected: str) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), expected.encode())
 
@@ -80,6 +90,7 @@ class AccessMiddleware(BaseHTTPMiddleware):
     def __init__(self, app: ASGIApp, token: str | None) -> None:
         super().__init__(app)
         self.token = token
+        self.token_cookie = token_cookie(token) if token is not None else TOKEN_COOKIE
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         if self.token is not None:
@@ -115,7 +126,7 @@ class AccessMiddleware(BaseHTTPMiddleware):
             target = "/" + request.url.path.lstrip("/\\") + (f"?{query}" if query else "")
             response = RedirectResponse(target, status_code=303)
             response.set_cookie(
-                TOKEN_COOKIE,
+                self.token_cookie,
                 self.token,
                 httponly=True,
                 samesite="strict",
@@ -124,7 +135,7 @@ class AccessMiddleware(BaseHTTPMiddleware):
             return response
         header = request.headers.get("authorization", "")
         bearer = header[7:] if header.lower().startswith("bearer ") else None
-        if _same(request.cookies.get(TOKEN_COOKIE), self.token) or _same(bearer, self.token):
+        if _same(request.cookies.get(self.token_cookie), self.token) or _same(bearer, self.token):
             return None
         return _unauthorized(request)
 
