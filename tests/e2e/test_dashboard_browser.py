@@ -50,6 +50,7 @@ pytestmark = pytest.mark.slow
 REQUIRE_VAR = "SKIPLOCK_REQUIRE_BROWSER"
 SCREENSHOTS_VAR = "SKIPLOCK_SCREENSHOTS"
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+SITE = "example.test"  # resolved to 127.0.0.1 by the browser: ops.example.test, evil.example.test
 T = TypeVar("T")
 
 
@@ -77,7 +78,9 @@ def chromium() -> Iterator[Any]:
     executable = chromium_path()
     with sync_playwright() as playwright:
         # --no-sandbox: the tests may run as root, where Chromium's sandbox refuses to start.
-        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        # The example.test names are sites of their own on this host (sibling subdomains).
+        args = ["--no-sandbox", f"--host-resolver-rules=MAP *.{SITE} 127.0.0.1"]
+        browser = playwright.chromium.launch(executable_path=executable, args=args)
         try:
             yield browser
         finally:
@@ -702,9 +705,12 @@ def test_a_read_only_dashboard_shows_no_button_and_refuses_a_form_posted_from_it
 # -- other origins --------------------------------------------------------------------------
 
 
-def foreign_site(actions: list[str], csrf: str, *, referrer_policy: str) -> Starlette:
+def foreign_site(
+    actions: list[str], csrf: str, *, referrer_policy: str, cookie_domain: str | None = None
+) -> Starlette:
     """Another origin's page with one form for each action, posting to the dashboard, and a
-    page that frames the dashboard."""
+    page that frames the dashboard.  With ``cookie_domain``, the page also sets the dashboard's
+    CSRF cookie to ``csrf`` (for that domain; "": its own host)."""
 
     async def forms(request: Request) -> HTMLResponse:
         field = f'<input type="hidden" name="csrf" value="{csrf}">' if csrf else ""
@@ -714,7 +720,10 @@ def foreign_site(actions: list[str], csrf: str, *, referrer_policy: str) -> Star
             f"<button>Go {n}</button></form>"
             for n, action in enumerate(actions)
         )
-        return HTMLResponse(html, headers={"Referrer-Policy": referrer_policy})
+        response = HTMLResponse(html, headers={"Referrer-Policy": referrer_policy})
+        if cookie_domain is not None:
+            response.set_cookie("skiplock_csrf", csrf, domain=cookie_domain or None)
+        return response
 
     async def frame(request: Request) -> HTMLResponse:
         target = request.query_params["src"]
@@ -730,9 +739,11 @@ def foreign_site(actions: list[str], csrf: str, *, referrer_policy: str) -> Star
         # the Origin check alone refuses it.
         ("strict-origin-when-cross-origin", "ours", "403: cross-origin request refused"),
         ("unsafe-url", "ours", "403: cross-origin request refused"),
-        # Origin: null, without a CSRF value or with one that is not the cookie's.
-        ("no-referrer", "", "403: missing or wrong CSRF token"),
-        ("no-referrer", "forged", "403: missing or wrong CSRF token"),
+        # Origin: null, with the leaked CSRF value, a forged one or none: the browser's
+        # Sec-Fetch-Site (same-site, not same-origin) refuses it.
+        ("no-referrer", "ours", "403: cross-origin request refused"),
+        ("no-referrer", "", "403: cross-origin request refused"),
+        ("no-referrer", "forged", "403: cross-origin request refused"),
     ],
 )
 def test_a_post_from_another_origin_is_refused_for_every_action(
@@ -762,6 +773,87 @@ def test_a_post_from_another_origin_is_refused_for_every_action(
                 assert page.inner_text("body").startswith(refusal), page.inner_text("body")
     assert not paused(shop, "emails")
     assert statuses(db, shop) == before
+
+
+@pytest.mark.parametrize(
+    ("dashboard_host", "other_host", "cookie_domain"),
+    [
+        ("127.0.0.1", "127.0.0.1", ""),  # another port of the host: cookies know no ports
+        (f"ops.{SITE}", f"evil.{SITE}", SITE),  # a sibling subdomain, for the whole site
+    ],
+)
+def test_a_csrf_cookie_set_by_another_origin_of_the_site_opens_no_action(
+    shop: App, db: Any, context: Any, page: Any, dashboard_host: str, other_host: str,
+    cookie_domain: str,
+) -> None:  # fmt: skip
+    """Cookie tossing: a page of the same site (which the browser sends the dashboard's
+    SameSite cookies from) sets the CSRF cookie to a value of its choosing, then posts that
+    value from a page that hides its origin (``Origin: null``)."""
+    jobs = seed(shop)
+    before = statuses(db, shop)
+    chosen = "c" * 43
+    with serving(shop) as served:
+        base = served.replace("127.0.0.1", dashboard_host)
+        log_in(page, base)
+        page.goto(f"{base}/jobs/{jobs.pending}")
+        actions = [
+            f"{base}/jobs/{jobs.failed}/retry",
+            f"{base}/jobs/{jobs.pending}/cancel",
+            f"{base}/jobs/retry-failed",
+            f"{base}/queues/emails/pause",
+        ]
+        evil = foreign_site(
+            actions, chosen, referrer_policy="no-referrer", cookie_domain=cookie_domain
+        )
+        with serving_asgi(evil) as other:
+            other = other.replace("127.0.0.1", other_host)
+            for n in range(len(actions)):
+                page.goto(f"{other}/")
+                sent = [c["value"] for c in context.cookies(base) if c["name"] == "skiplock_csrf"]
+                assert chosen in sent  # the browser would send the chosen value
+                with page.expect_navigation() as navigation:
+                    page.get_by_role("button", name=f"Go {n}").click()
+                assert navigation.value.status == 403, (actions[n], page.inner_text("body"))
+                assert page.inner_text("body") == "403: cross-origin request refused"
+    assert not paused(shop, "emails")
+    assert statuses(db, shop) == before
+
+
+def forcing_no_referrer(asgi: Any) -> Any:
+    """``asgi`` behind a proxy that sets ``Referrer-Policy: no-referrer`` on every response."""
+
+    async def proxied(scope: Any, receive: Any, send: Any) -> None:
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message["headers"] if k != b"referrer-policy"]
+                message = {**message, "headers": [*headers, (b"referrer-policy", b"no-referrer")]}
+            await send(message)
+
+        await asgi(scope, receive, sending)
+
+    return proxied
+
+
+def test_the_buttons_work_behind_a_proxy_that_hides_the_origin(
+    shop: App, db: Any, page: Any
+) -> None:
+    """Under ``no-referrer`` the browser sends ``Origin: null`` on the dashboard's own form
+    POSTs (every button answered 403 when the dashboard itself sent that policy); it also
+    sends ``Sec-Fetch-Site: same-origin``, and the CSRF value decides."""
+    jobs = seed(shop)
+    with serving_asgi(forcing_no_referrer(create_dashboard(shop, token=TOKEN))) as base:
+        log_in(page, base)
+        page.goto(f"{base}/jobs/{jobs.failed}")
+        with page.expect_request(f"{base}/jobs/{jobs.failed}/retry") as posted:
+            click(page, "Retry", f"**/jobs/{jobs.failed}?notice=retried*")
+        headers = posted.value.all_headers()
+        assert (headers["origin"], headers["sec-fetch-site"]) == ("null", "same-origin")
+        page.goto(f"{base}/")
+        row = page.locator("tr", has=page.get_by_role("link", name="emails", exact=True))
+        with page.expect_navigation():
+            row.get_by_role("button", name="Pause").click()
+        assert notice(page).startswith("Queue emails is paused")
+    assert statuses(db, shop)[jobs.failed] == "pending" and paused(shop, "emails")
 
 
 def test_another_origin_cannot_frame_the_dashboard(shop: App, page: Any) -> None:

@@ -9,9 +9,13 @@
   application that mounts the dashboard behind its own authentication.
 - **Changes.** Only POST requests change anything, and only from a form the dashboard
   rendered: its ``csrf`` field must equal the ``skiplock_csrf`` cookie (a value another site
-  can neither read nor set), and an ``Origin`` header, when the browser sends one, must name
-  this host (or, behind a proxy, its ``X-Forwarded-Host``).  ``Origin: null`` (what a browser
-  sends when told to hide origins) names no host: the CSRF value alone decides then.
+  can neither read nor set), an ``Origin`` header, when the browser sends one, must name this
+  host (or, behind a proxy, its ``X-Forwarded-Host``), and ``Sec-Fetch-Site``, when the
+  browser sends it, must be ``same-origin``.  ``Origin: null`` (what a browser sends when told
+  to hide origins) names no host, and a page of the same site (another port of the host, a
+  sibling subdomain) can set the CSRF cookie to a value of its choosing and post that value:
+  it is accepted only with ``Sec-Fetch-Site: same-origin`` (which browsers send over HTTPS
+  and to localhost).
   :func:`checked_form` is the one way a POST handler reads its form.
 - **Every response** is not cached, cannot be framed, and may run no script.  Its referrer
   policy is ``same-origin``: the dashboard's own form POSTs carry its real ``Origin`` (under
@@ -172,6 +176,14 @@ async def checked_form(request: Request) -> FormData:
         request.headers.get("x-forwarded-host", "").split(",")[0].strip(),
     }
     if origin not in (None, "null") and urlsplit(origin).netloc not in hosts - {None, ""}:
+        raise HTTPException(403, "cross-origin request refused")
+    # Where the browser says the request comes from (no page can set this header): a POST
+    # from a page of the same site but another origin may carry Origin: null and a CSRF
+    # cookie that page set itself (cookie tossing).  The dashboard's own pages are
+    # "same-origin" whatever referrer policy a proxy imposes on them; browsers send the
+    # header to HTTPS and localhost only, and without it Origin: null proves nothing.
+    site = request.headers.get("sec-fetch-site")
+    if (site is not None or origin == "null") and site != "same-origin":
         raise HTTPException(403, "cross-origin request refused")
     form = await request.form()
     given: Any = form.get("csrf")
