@@ -1,14 +1,17 @@
 """The dashboard in a real browser: headless Chromium (Debian's ``chromium`` package) driven
 by Playwright, against the dashboard served by uvicorn (``dashboard_client.serving``).
 
-A browser does what an HTTP client in a test does not: it sets ``Origin`` and ``Referer`` from
-the page's referrer policy, keeps SameSite cookies from other sites, follows the dashboard's
-303s, obeys its frame and content policies.  The tests log in with the token, open every page
-(the queues with their workers, the job list under each filter, a job of every status, the JSON
-API), follow every link, click every button and check the tables after each; a read-only
-dashboard shows no button and refuses a form its own page posts; a page of another origin
-(another port of the same host: same site, so the browser sends the dashboard's cookies) posts
-to every action and is refused, and cannot frame the dashboard.
+A browser does what an HTTP client in a test does not: it sets ``Origin``, ``Referer`` and
+``Sec-Fetch-Site`` from the page and its referrer policy, sends SameSite cookies from the
+other origins of the same site (and a host's cookies to all its ports), follows the
+dashboard's 303s, obeys its frame and content policies, lays the pages out.  The tests log in
+with the token, open every page (the queues with their workers, the job list under each
+filter, a job of every status, the JSON API), follow every link, click every button and check
+the tables after each, mounted under a prefix too; a read-only dashboard shows no button and
+refuses a form its own page posts; a page of another origin of the same site (another port of
+the host, or a sibling subdomain of ``example.test``, which the browser resolves to
+127.0.0.1) posts to every action, with or without a CSRF cookie it set itself, and is
+refused, and cannot frame the dashboard; long values and a phone's screen stay readable.
 
 Without chromium or the ``playwright`` package the tests are skipped, unless
 ``SKIPLOCK_REQUIRE_BROWSER`` is set (``.ci/run`` sets it), which makes their absence a failure.
