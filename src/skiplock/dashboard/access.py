@@ -3,13 +3,19 @@
 - **Access.** With a token, every request must carry it: once as ``?token=`` (the dashboard
   then sets an HttpOnly, SameSite=Strict cookie and redirects to the same page without the
   token in its address), then by that cookie, or as ``Authorization: Bearer <token>`` (scripts
-  reading ``/api``).  Anything else gets 401.  ``token=None`` turns this off, for an
+  reading ``/api``).  The cookie's name holds a hash of the token (:func:`token_cookie`):
+  cookies do not tell ports apart, and two dashboards on one host must not overwrite each
+  other's.  Anything else gets 401.  ``token=None`` turns this off, for an
   application that mounts the dashboard behind its own authentication.
 - **Changes.** Only POST requests change anything, and only from a form the dashboard
   rendered: its ``csrf`` field must equal the ``skiplock_csrf`` cookie (a value another site
-  can neither read nor set), and an ``Origin`` header, when the browser sends one, must name
-  this host (or, behind a proxy, its ``X-Forwarded-Host``).  ``Origin: null`` (what a browser
-  sends when told to hide origins) names no host: the CSRF value alone decides then.
+  can neither read nor set), an ``Origin`` header, when the browser sends one, must name this
+  host (or, behind a proxy, its ``X-Forwarded-Host``), and ``Sec-Fetch-Site``, when the
+  browser sends it, must be ``same-origin``.  ``Origin: null`` (what a browser sends when told
+  to hide origins) names no host, and a page of the same site (another port of the host, a
+  sibling subdomain) can set the CSRF cookie to a value of its choosing and post that value:
+  it is accepted only with ``Sec-Fetch-Site: same-origin`` (which browsers send over HTTPS
+  and to localhost).
   :func:`checked_form` is the one way a POST handler reads its form.
 - **Every response** is not cached, cannot be framed, and may run no script.  Its referrer
   policy is ``same-origin``: the dashboard's own form POSTs carry its real ``Origin`` (under
@@ -18,6 +24,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from typing import Any
@@ -66,6 +73,13 @@ def check_token(token: str) -> str:
     return token
 
 
+def token_cookie(token: str) -> str:
+    """The name of the cookie that holds ``token``: its own for each token, since a browser
+    sends a host's cookies to all its ports, and two dashboards on one host (of two schemas)
+    would otherwise each log the operator out of the other."""
+    return f"{TOKEN_COOKIE}_{hashlib.sha256(token.encode()).hexdigest()[:16]}"
+
+
 def _same(given: str | None, expected: str) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), expected.encode())
 
@@ -80,6 +94,7 @@ class AccessMiddleware(BaseHTTPMiddleware):
     def __init__(self, app: ASGIApp, token: str | None) -> None:
         super().__init__(app)
         self.token = token
+        self.token_cookie = token_cookie(token) if token is not None else TOKEN_COOKIE
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         if self.token is not None:
@@ -115,7 +130,7 @@ class AccessMiddleware(BaseHTTPMiddleware):
             target = "/" + request.url.path.lstrip("/\\") + (f"?{query}" if query else "")
             response = RedirectResponse(target, status_code=303)
             response.set_cookie(
-                TOKEN_COOKIE,
+                self.token_cookie,
                 self.token,
                 httponly=True,
                 samesite="strict",
@@ -124,7 +139,7 @@ class AccessMiddleware(BaseHTTPMiddleware):
             return response
         header = request.headers.get("authorization", "")
         bearer = header[7:] if header.lower().startswith("bearer ") else None
-        if _same(request.cookies.get(TOKEN_COOKIE), self.token) or _same(bearer, self.token):
+        if _same(request.cookies.get(self.token_cookie), self.token) or _same(bearer, self.token):
             return None
         return _unauthorized(request)
 
@@ -161,6 +176,14 @@ async def checked_form(request: Request) -> FormData:
         request.headers.get("x-forwarded-host", "").split(",")[0].strip(),
     }
     if origin not in (None, "null") and urlsplit(origin).netloc not in hosts - {None, ""}:
+        raise HTTPException(403, "cross-origin request refused")
+    # Where the browser says the request comes from (no page can set this header): a POST
+    # from a page of the same site but another origin may carry Origin: null and a CSRF
+    # cookie that page set itself (cookie tossing).  The dashboard's own pages are
+    # "same-origin" whatever referrer policy a proxy imposes on them; browsers send the
+    # header to HTTPS and localhost only, and without it Origin: null proves nothing.
+    site = request.headers.get("sec-fetch-site")
+    if (site is not None or origin == "null") and site != "same-origin":
         raise HTTPException(403, "cross-origin request refused")
     form = await request.form()
     given: Any = form.get("csrf")
