@@ -164,7 +164,7 @@ def test_actions_change_the_tables_and_say_what_happened(shop: App, db: Any) -> 
 
         bulk = browser.post("/jobs/retry-failed", {"csrf": csrf, "queue": "reports", "task": ""})
         assert bulk.notice() == (
-            "1 jobs will run again; 0 skipped (an unfinished job holds their idempotency key, "
+            "1 job will run again; 0 skipped (an unfinished job holds their idempotency key, "
             "or they break a bound of the jobs table)."
         )
         assert statuses(db, shop) == {

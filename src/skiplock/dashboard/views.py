@@ -38,7 +38,7 @@ NOTICES = {
     "unchanged": "Job {job} has finished: nothing changed.",
     "paused": "Queue {queue} is paused: no worker claims its jobs until it is resumed.",
     "resumed": "Queue {queue} runs again.",
-    "bulk-retried": "{n} jobs will run again; {skipped} skipped (an unfinished job holds their "
+    "bulk-retried": "{jobs} will run again; {skipped} skipped (an unfinished job holds their "
     "idempotency key, or they break a bound of the jobs table).",
     "refused": "Job {job} was not retried: it breaks a bound of the jobs table (see its last "
     "error and docs/security.md).",
@@ -109,6 +109,7 @@ class Views:
                 k: _int_param(request, k) for k in ("job", "holder", "n", "skipped")
             }
             params["queue"] = _queue_param(request.query_params.get("queue"))
+            params["jobs"] = f"{params['n']} job" + ("" if params["n"] == 1 else "s")
             text = NOTICES[notice].format(**params)
         return self.templates.TemplateResponse(
             request,
