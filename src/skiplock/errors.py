@@ -21,6 +21,20 @@ class DatabaseUnavailable(SkiplockError):
     """PostgreSQL could not be reached or refused the connection."""
 
 
+class QueueLockBusy(SkiplockError):
+    """A claim of a queue with a concurrency or rate limit could not take the queue's claim
+    lock (a lock on its row of the ``queues`` table) within its lock timeout: a session that
+    may write queue settings holds it.  Only that queue's claim is skipped."""
+
+    def __init__(self, queue: str, detail: str = "") -> None:
+        super().__init__(
+            f"queue {queue!r}: its claim lock (its row in the queues table) is held by another "
+            f"session; its jobs are claimed once that session's transaction ends "
+            f"(`skiplock doctor` names it){f': {detail}' if detail else ''}"
+        )
+        self.queue = queue
+
+
 class SchemaNotMigrated(SkiplockError):
     """The skiplock tables do not exist in this schema yet, or lack migrations that this
     version of skiplock needs (``missing``, or what the server said was missing)."""

@@ -60,19 +60,38 @@ FROM {queues} WHERE name = %(queue)s AND rate_limit IS NOT NULL;
 UPDATE {queues} SET rate_tokens = %(left)s, rate_refilled_at = now() WHERE name = %(queue)s;
 
 -- name: queue_lock_for_claim
--- Serialise claims of one limited queue until the transaction ends, so limits hold exactly.
-SELECT pg_advisory_xact_lock(hashtext('skiplock.queue'), hashtext(%(schema)s || '/' || %(queue)s));
+-- Serialise claims of one limited queue until the transaction ends, so limits hold exactly: a
+-- lock on the queue's row of the queues table, which only roles that may write queue settings
+-- can take (an advisory lock, which any login can take, let a stranger stop the queue's claims
+-- and the worker's with them).  It waits at most %(lock_timeout)s (a setting local to the
+-- transaction) for a session holding the row: then the claim of this queue fails with
+-- lock_not_available and the worker claims from its other queues.  No row (the queue's
+-- settings were deleted meanwhile): no limit to keep.
+WITH wait AS MATERIALIZED (
+    SELECT set_config('lock_timeout', %(lock_timeout)s, true) AS setting
+)
+SELECT q.name FROM wait, {queues} AS q WHERE q.name = %(queue)s FOR NO KEY UPDATE OF q;
 
 -- name: queue_running_count
 -- Running jobs of one queue, across all workers: leased ones by their status, held-lock ones
 -- by the marker each one's transaction holds (held_marker in job_claim: every other session sees
--- a running held-lock job's row as pending).
+-- a running held-lock job's row as pending), counted only for sessions that may write the jobs
+-- table (a login that may not cannot fake a running job).  Also whether a session that may not
+-- holds the marker's key exclusively: held-lock claims cannot mark their jobs meanwhile, so
+-- the count would miss them, and the caller claims nothing from the queue.
 SELECT (SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue)s)
-     + (SELECT count(*) FROM pg_locks
-        WHERE locktype = 'advisory' AND granted AND objsubid = 2
-          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-          AND classid = hashtext('skiplock_held_job')::oid
-          AND objid = hashtext(%(schema)s || '/' || %(queue)s)::oid);
+     + count(*) FILTER (WHERE m.trusted AND m.mode = 'ShareLock'),
+       coalesce(bool_or(NOT m.trusted AND m.mode = 'ExclusiveLock'), false)
+FROM (
+    SELECT l.mode, has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs', 'UPDATE')
+               AS trusted
+    FROM pg_locks AS l
+    JOIN pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = hashtext('skiplock_held_job')::oid
+      AND l.objid = hashtext(%(schema)s || '/' || %(queue)s)::oid
+) AS m;
 
 -- name: leader_acquire
 -- Take or renew a maintenance role; returns the holder, which is us only if we have it.
@@ -153,22 +172,28 @@ RETURNING j.id;
 -- %(silent)s seconds); a queue with settings or workers but no jobs is listed with zero counts.
 -- Running held-lock jobs, whose rows look pending, are counted running by their transactions'
 -- queue markers (held_marker in job_claim), and their job markers (the low 32 bits of their
--- ids) keep them out of the oldest due job's age: while any run, the due jobs are read a
+-- ids; both only those of sessions that may write the jobs table) keep them out of the oldest due job's age: while any run, the due jobs are read a
 -- second time for it (in the claim index), each checked against the few running ones; a check
 -- of every row in the one pass took this statement from 0.31 to 0.59 s on a million jobs.
-WITH held AS (
+WITH markers AS MATERIALIZED (
+    -- Held-lock markers of sessions that may write the jobs table (no other is counted).
+    SELECT l.classid, l.objid
+    FROM pg_locks AS l
+    JOIN pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid IN (hashtext('skiplock_held_job')::oid,
+                        hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
+      AND has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs', 'UPDATE')
+), held AS (
     SELECT objid, count(*) AS running
-    FROM pg_locks
-    WHERE locktype = 'advisory' AND granted AND objsubid = 2
-      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND classid = hashtext('skiplock_held_job')::oid
+    FROM markers
+    WHERE classid = hashtext('skiplock_held_job')::oid
     GROUP BY objid
 ), held_jobs AS MATERIALIZED (
     SELECT array_agg(objid::int8) AS ids  -- NULL when none runs
-    FROM pg_locks
-    WHERE locktype = 'advisory' AND granted AND objsubid = 2
-      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+    FROM markers
+    WHERE classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
 ), counts AS (
     SELECT queue,
            count(*) FILTER (WHERE status = 'pending') AS pending,
