@@ -301,3 +301,32 @@ def test_doctor_names_the_sessions_that_hold_such_locks(
     assert locks().status == "ok"
     with connect(app) as conn:
         assert [j.id for j in store.job_claim(conn, ["q"], 10, "w", 30.0)] == [job]
+
+
+# -- maintenance -------------------------------------------------------------------------
+
+
+def test_maintenance_statements_wait_a_bounded_time_on_rows_another_session_locked(
+    app: App, db: Any
+) -> None:
+    """Maintenance waited without a bound on rows an open transaction of another session (an
+    admin's, a worker-role login's) had locked: now each such statement gives up after its
+    lock timeout, and the step runs again next round."""
+    store = SyncStore(app.queries)
+    (waiting,) = enqueue(app, "q", 1)
+    jobs, leaders = sql.Identifier(app.schema, "jobs"), sql.Identifier(app.schema, "leaders")
+    db.execute(sql.SQL("UPDATE {} SET status = 'waiting' WHERE id = %s").format(jobs), [waiting])
+    with connect(app) as conn:
+        assert store.leader_acquire(conn, "maintenance", "w1", 30.0)
+    with psycopg.connect(app.dsn) as admin, connect(app) as conn:
+        admin.execute(sql.SQL("SELECT * FROM {} FOR UPDATE").format(leaders))
+        admin.execute(sql.SQL("SELECT * FROM {} FOR UPDATE").format(jobs))
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            store.leader_acquire(conn, "maintenance", "w1", 30.0)
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            store.job_release_waiting(conn)
+        admin.rollback()
+        assert store.leader_acquire(conn, "maintenance", "w1", 30.0)
+        assert store.job_release_waiting(conn).released == {"q": 1}
+        # The lock timeout was the statement's own: the session's is unchanged.
+        assert conn.execute("SHOW lock_timeout").fetchone() == ("0",)

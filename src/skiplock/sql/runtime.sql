@@ -94,9 +94,13 @@ FROM (
 ) AS m;
 
 -- name: leader_acquire
--- Take or renew a maintenance role; returns the holder, which is us only if we have it.
+-- Take or renew a maintenance role; returns the holder, which is us only if we have it.  Waits
+-- at most 2 s for a session holding the role's row (lock_timeout, local to the statement's
+-- transaction, as in every maintenance statement that may wait on a row another session can
+-- lock: it then fails and is run again next round).
+WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
 INSERT INTO {leaders} AS l (role, holder, expires_at)
-VALUES (%(role)s, %(holder)s, now() + make_interval(secs => %(ttl)s))
+SELECT %(role)s, %(holder)s, now() + make_interval(secs => %(ttl)s) FROM wait
 ON CONFLICT (role) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
     WHERE l.holder = excluded.holder OR l.expires_at < now()
 RETURNING holder;
@@ -106,10 +110,13 @@ RETURNING holder;
 DELETE FROM {leaders} WHERE role = %(role)s AND holder = %(holder)s;
 
 -- name: presence_report
--- A running worker says it is alive, with what it runs now and has finished since it started.
+-- A running worker says it is alive, with what it runs now and has finished since it started
+-- (waiting at most 2 s on a lock, as leader_acquire).
+WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
 INSERT INTO {workers} AS w (id, host, pid, queues, concurrency, model, version, running, finished)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(model)s, %(version)s,
-        %(running)s, %(finished)s)
+SELECT %(id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(model)s, %(version)s,
+       %(running)s, %(finished)s
+FROM wait
 ON CONFLICT (id) DO UPDATE
 SET seen_at = now(), running = excluded.running, finished = excluded.finished;
 
@@ -118,8 +125,11 @@ SET seen_at = now(), running = excluded.running, finished = excluded.finished;
 DELETE FROM {workers} WHERE id = %(id)s;
 
 -- name: presence_prune_gone
--- Forget workers not seen for %(older_than)s seconds (killed without removing their row).
-DELETE FROM {workers} WHERE seen_at < now() - make_interval(secs => %(older_than)s) RETURNING id;
+-- Forget workers not seen for %(older_than)s seconds (killed without removing their row);
+-- waits at most 2 s on a lock, as leader_acquire.
+WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
+DELETE FROM {workers} AS w USING wait
+WHERE w.seen_at < now() - make_interval(secs => %(older_than)s) RETURNING w.id;
 
 -- name: presence_list
 -- Every worker with a row, oldest first, how many seconds ago each last reported and how long
@@ -131,7 +141,9 @@ FROM {workers} ORDER BY started_at, id;
 
 -- name: periodic_claim_tick
 -- Record a periodic tick unless some worker already did: the row is the right to enqueue it.
-INSERT INTO {ticks} (name, tick) VALUES (%(name)s, %(tick)s)
+-- Waits at most 2 s on a lock (another transaction recording the same tick), as leader_acquire.
+WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
+INSERT INTO {ticks} (name, tick) SELECT %(name)s, %(tick)s FROM wait
 ON CONFLICT DO NOTHING
 RETURNING name;
 
@@ -140,8 +152,10 @@ RETURNING name;
 UPDATE {ticks} SET job_id = %(enqueued_id)s WHERE name = %(name)s AND tick = %(tick)s;
 
 -- name: periodic_prune_ticks
--- Forget ticks older than a day; only the latest ones guard against a second run.
-DELETE FROM {ticks} WHERE tick < now() - interval '1 day';
+-- Forget ticks older than a day; only the latest ones guard against a second run.  Waits at
+-- most 2 s on a lock, as leader_acquire.
+WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
+DELETE FROM {ticks} AS t USING wait WHERE t.tick < now() - interval '1 day';
 
 -- name: job_prune_finished
 -- Delete up to %(limit)s jobs finished (in one status) before the retention.
@@ -300,8 +314,10 @@ RETURNING id;
 -- name: job_held_starts_prune
 -- Forget the starts whose job's row has moved on to another version (an outcome was written,
 -- or the job is gone): only a start from a version still current can be followed by another
--- from the same one.  A running held-lock job's row is seen as it was before its claim.
-DELETE FROM {held_starts} AS h
+-- from the same one.  A running held-lock job's row is seen as it was before its claim.  Waits
+-- at most 2 s on a lock, as leader_acquire.
+WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
+DELETE FROM {held_starts} AS h USING wait
 WHERE NOT EXISTS (
     SELECT 1 FROM {jobs} AS j WHERE j.id = h.job_id AND j.xmin::text::bigint = h.row_xmin
 )
