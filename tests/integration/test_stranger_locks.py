@@ -22,6 +22,7 @@ import pytest
 from psycopg import conninfo, sql
 
 from skiplock import App, Worker
+from skiplock._store_async import AsyncStore
 from skiplock._store_sync import SyncStore
 from skiplock.doctor import Doctor, Thresholds
 from skiplock.errors import QueueLockBusy
@@ -330,3 +331,36 @@ def test_maintenance_statements_wait_a_bounded_time_on_rows_another_session_lock
         assert store.job_release_waiting(conn).released == {"q": 1}
         # The lock timeout was the statement's own: the session's is unchanged.
         assert conn.execute("SHOW lock_timeout").fetchone() == ("0",)
+
+
+def test_concurrent_held_claims_take_one_job_of_a_key_and_wait_for_none(app: App) -> None:
+    """Ten held-lock slots claim at once from a queue whose first jobs share a key: exactly one
+    runs a job of the key, the others take the jobs without a key (a slot that lost the race
+    for the key claims again), and none waits on another's transaction (each claim connection
+    gives up after WAIT_GUARD_MS)."""
+    keyed = set(enqueue(app, "q", 10, entity_key="k"))
+    free = set(enqueue(app, "q", 20))
+
+    async def scenario() -> list[Any]:
+        store = AsyncStore(app.queries)
+        conns = [
+            await psycopg.AsyncConnection.connect(
+                app.dsn, autocommit=True, options=f"-c statement_timeout={WAIT_GUARD_MS}"
+            )
+            for _ in range(10)
+        ]
+        try:
+            claims = [store.job_claim_held(c, ["q"], f"w{i}", 30.0) for i, c in enumerate(conns)]
+            jobs = await asyncio.gather(*claims)
+            for conn in conns:
+                await conn.rollback()
+            return jobs
+        finally:
+            for conn in conns:
+                await conn.close()
+
+    for _ in range(3):
+        ids = [job.id for job in asyncio.run(scenario()) if job is not None]
+        assert len(ids) == len(set(ids))
+        assert len(keyed.intersection(ids)) == 1, ids
+        assert len(free.intersection(ids)) >= 8, ids  # a slot may lose the race five times
