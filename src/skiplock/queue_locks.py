@@ -16,7 +16,7 @@ log = logging.getLogger("skiplock.worker")
 # milliseconds.  While an episode lasts, the wait is short, so that the worker's other queues
 # are hardly delayed by a lock that is not let go.
 QUEUE_LOCK_WAIT = 1.0
-QUEUE_LOCK_WAIT_BUSY = 0.05
+QUEUE_LOCK_WAIT_BUSY = 0.01
 
 
 def lock_timeout_setting(seconds: float) -> str:
