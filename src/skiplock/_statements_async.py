@@ -150,7 +150,7 @@ class AsyncStatements:
             running, stranger = (await self._rows(conn, "queue_running_count", key))[0]
             if stranger:
                 raise QueueLockBusy(
-                    queue, "a session that may not write the jobs table holds its held-lock marker"
+                    queue, "a login that may not write the jobs table holds its held-lock marker"
                 )
             room = min(room, queue_limit - running)
         budget = await self.queue_rate_budget(conn, queue) if rated else None

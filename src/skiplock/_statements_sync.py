@@ -143,7 +143,7 @@ class SyncStatements:
             running, stranger = (self._rows(conn, "queue_running_count", key))[0]
             if stranger:
                 raise QueueLockBusy(
-                    queue, "a session that may not write the jobs table holds its held-lock marker"
+                    queue, "a login that may not write the jobs table holds its held-lock marker"
                 )
             room = min(room, queue_limit - running)
         budget = self.queue_rate_budget(conn, queue) if rated else None

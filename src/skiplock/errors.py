@@ -22,15 +22,17 @@ class DatabaseUnavailable(SkiplockError):
 
 
 class QueueLockBusy(SkiplockError):
-    """A claim of a queue with a concurrency or rate limit could not take the queue's claim
-    lock (a lock on its row of the ``queues`` table) within its lock timeout: a session that
-    may write queue settings holds it.  Only that queue's claim is skipped."""
+    """A claim of a queue with a concurrency or rate limit could not go ahead: another session
+    held the queue's claim lock (its row of the ``queues`` table) past the claim's lock
+    timeout, or a login that may not write the jobs table holds the queue's held-lock marker.
+    Only that queue's claim is skipped."""
 
-    def __init__(self, queue: str, detail: str = "") -> None:
+    def __init__(
+        self, queue: str, reason: str = "another session holds its row of the queues table locked"
+    ) -> None:
         super().__init__(
-            f"queue {queue!r}: its claim lock (its row in the queues table) is held by another "
-            f"session; its jobs are claimed once that session's transaction ends "
-            f"(`skiplock doctor` names it){f': {detail}' if detail else ''}"
+            f"queue {queue!r}: claims skipped, {reason}; they resume when that session's "
+            f"transaction ends (`skiplock doctor` names the session)"
         )
         self.queue = queue
 

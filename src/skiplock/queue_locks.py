@@ -42,4 +42,4 @@ class QueueLockWaits:
     def free(self, queue: str) -> None:
         if queue in self._busy:
             self._busy.discard(queue)
-            log.warning("queue %r: its claim lock is free again, claims resume", queue)
+            log.warning("queue %r: its claim lock is free again, claims resumed", queue)

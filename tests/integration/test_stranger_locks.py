@@ -232,7 +232,7 @@ def test_a_worker_claims_its_other_queues_while_a_limited_queues_lock_is_held(
     worker = Worker(app, concurrency=2, model=model, queues=["lim", "free"], poll_interval=0.05)
 
     def busy() -> list[str]:
-        return [r.getMessage() for r in caplog.records if "claim lock" in r.getMessage()]
+        return [r.getMessage() for r in caplog.records if "queue 'lim'" in r.getMessage()]
 
     with psycopg.connect(app.dsn) as admin:
         admin.execute(
@@ -263,7 +263,7 @@ def test_a_worker_claims_its_other_queues_while_a_limited_queues_lock_is_held(
             asyncio.run(main())
     assert sorted(ran) == ["free"] * 3 + ["lim"] * 2
     assert len(busy()) == 2, busy()  # the episode's start and end, once each
-    assert "'lim'" in busy()[0] and "free again" in busy()[1]
+    assert "claims skipped" in busy()[0] and "free again" in busy()[1]
 
 
 def test_doctor_names_the_sessions_that_hold_such_locks(
