@@ -163,6 +163,14 @@ class AsyncStatements:
     ) -> None:
         await self._rows(conn, "queue_spend_rate_budget", {"queue": queue, "left": left})
 
+    async def session_list_lock_strangers(
+        self, conn: AsyncConnection[Any]
+    ) -> list[tuple[int, str, str, str, bool]]:
+        """(pid, user, what, mode, granted) of each session that holds or waits for one of
+        skiplock's advisory keys of the schema without being allowed to write the jobs table."""
+        rows = await self._rows(conn, "session_list_lock_strangers", {"schema": self.schema})
+        return [tuple(row) for row in rows]
+
     async def leader_acquire(
         self, conn: AsyncConnection[Any], role: str, holder: str, ttl: float
     ) -> bool:

@@ -154,6 +154,14 @@ class SyncStatements:
     def queue_spend_rate_budget(self, conn: Connection[Any], queue: str, left: float) -> None:
         self._rows(conn, "queue_spend_rate_budget", {"queue": queue, "left": left})
 
+    def session_list_lock_strangers(
+        self, conn: Connection[Any]
+    ) -> list[tuple[int, str, str, str, bool]]:
+        """(pid, user, what, mode, granted) of each session that holds or waits for one of
+        skiplock's advisory keys of the schema without being allowed to write the jobs table."""
+        rows = self._rows(conn, "session_list_lock_strangers", {"schema": self.schema})
+        return [tuple(row) for row in rows]
+
     def leader_acquire(self, conn: Connection[Any], role: str, holder: str, ttl: float) -> bool:
         """Take or renew ``role``; True while ``holder`` has it."""
         params = {"role": role, "holder": holder, "ttl": ttl}

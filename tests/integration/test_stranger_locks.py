@@ -364,3 +364,29 @@ def test_concurrent_held_claims_take_one_job_of_a_key_and_wait_for_none(app: App
         assert len(ids) == len(set(ids))
         assert len(keyed.intersection(ids)) == 1, ids
         assert len(free.intersection(ids)) >= 8, ids  # a slot may lose the race five times
+
+
+def test_the_maintenance_leader_logs_a_stranger_holding_a_key_once(
+    app: App, stranger: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The jobs of a key a stranger holds wait (they are never waited for): the worker says so
+    in its log, once per session and key, as doctor does."""
+
+    @app.task(name="t", queue="q")
+    def t(n: int) -> None: ...
+
+    stranger.execute(
+        "SELECT pg_advisory_lock(hashtext(%s), hashtext('k'))", [f"skiplock_held_key/{app.schema}"]
+    )
+    job = t.with_options(entity_key="k").enqueue(n=1)
+    other = t.enqueue(n=2)
+    worker = Worker(app, burst=True, poll_interval=0.05)
+    with caplog.at_level(logging.WARNING, logger="skiplock.maintenance"):
+        asyncio.run(asyncio.wait_for(worker.run(), 30))
+    said = [
+        r.getMessage() for r in caplog.records if "may not write the jobs table" in r.getMessage()
+    ]
+    assert len(said) == 1, said
+    assert str(stranger.info.backend_pid) in said[0] and "entity key" in said[0]
+    statuses = {j: app.sync_client.get_job(j) for j in (job.id, other.id)}
+    assert {j: s.status for j, s in statuses.items() if s} == {job.id: "pending", other.id: "done"}

@@ -93,6 +93,26 @@ FROM (
       AND l.objid = hashtext(%(schema)s || '/' || %(queue)s)::oid
 ) AS m;
 
+-- name: session_list_lock_strangers
+-- Sessions that hold (or wait for) one of skiplock's advisory keys of this schema (held-lock
+-- markers, entity keys) without being allowed to write the jobs table: not workers, so the
+-- jobs those keys name wait while they hold them (see doctor_lock_holders).
+SELECT l.pid, a.usename::text,
+       CASE l.classid WHEN hashtext('skiplock_held_job')::oid THEN 'a held-lock queue marker'
+                      WHEN hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+                          THEN 'a held-lock job marker'
+                      ELSE 'an entity key''s lock' END AS what,
+       l.mode, l.granted
+FROM pg_locks AS l
+JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.objsubid = 2
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid IN (hashtext('skiplock_held_job')::oid,
+                    hashtext('skiplock_held_job_id/' || %(schema)s)::oid,
+                    hashtext('skiplock_held_key/' || %(schema)s)::oid)
+  AND NOT has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs', 'UPDATE')
+ORDER BY 1, 3, 4;
+
 -- name: leader_acquire
 -- Take or renew a maintenance role; returns the holder, which is us only if we have it.  Waits
 -- at most 2 s for a session holding the role's row (lock_timeout, local to the statement's
