@@ -196,7 +196,7 @@ WITH better AS (
         CASE WHEN %(commit_async)s::bool THEN 'off' ELSE current_setting('synchronous_commit') END,
         true) AS setting,
         -- A leased claim waits at most 1 s on a lock (a claim taking the same entity key: see
-        -- migration 0014); not a held-lock claim, whose transaction runs the job.
+        -- migration 0016); not a held-lock claim, whose transaction runs the job.
         set_config('lock_timeout',
             CASE WHEN %(held_marker)s::bool THEN current_setting('lock_timeout') ELSE '1s' END,
             true) AS lock_wait
@@ -215,7 +215,7 @@ FROM commit_mode, held_marker
 -- condition of the UPDATE, a scan of a small table marked every row it read; as a CTE of its
 -- own, picked was read twice, and so stored: the claim of 100 took 3.5%% longer).  The job
 -- marker is tried and its outcome ignored (only a stranger's lock can refuse it: the job runs,
--- shown pending).  The job's entity key is taken too (entity_key_hold, migration 0014), or the
+-- shown pending).  The job's entity key is taken too (entity_key_hold, migration 0016), or the
 -- claim fails as a lost entity-key race.  A leased claim checks the keys of its picks again,
 -- so that a held-lock claim that took one since its scan is not waited for.
 WHERE j.id = ANY (ARRAY(
