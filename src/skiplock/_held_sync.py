@@ -19,6 +19,7 @@ from psycopg import Connection
 from ._dependencies_sync import SyncDependencyStatements
 from ._statements_sync import ENTITY_KEY_RETRIES
 from .job import Claim, Job
+from .queue_locks import QUEUE_LOCK_WAIT
 from .statement_params import claim_statement
 
 
@@ -49,13 +50,18 @@ class SyncHeldStatements(SyncDependencyStatements):
             return None
         if len(queues) == 1:
             return self._claim_held_from(conn, queues[0], worker, lease_seconds)
-        params = {"queues": list(queues), "worker": worker, "lease_seconds": lease_seconds}
+        params = {
+            "queues": list(queues),
+            "worker": worker,
+            "lease_seconds": lease_seconds,
+            "schema": self.schema,
+        }
         for _ in range(ENTITY_KEY_RETRIES):
             candidates = self._rows(conn, "job_claim_candidates_from_queues", params)
             if not candidates:
                 return None
             for job_id, queue in candidates:
-                by_id = {**params, "id": job_id, "queue": queue, "schema": self.schema}
+                by_id = {**params, "id": job_id, "queue": queue}
                 job, _ = self._claim_one_in_transaction(conn, "job_claim_by_id", by_id)
                 if job is not None:
                     return job
@@ -70,9 +76,12 @@ class SyncHeldStatements(SyncDependencyStatements):
         rated: bool,
         worker: str,
         lease_seconds: float,
+        lock_wait: float = QUEUE_LOCK_WAIT,
     ) -> Job | None:
         """:meth:`job_claim_held` from one queue with a concurrency limit (``queue_limit``) or
         a rate limit (``rated``), or both, which hold exactly across both worker models.
+        Raises :class:`QueueLockBusy`, nothing claimed, when the queue's claim lock stays busy
+        for ``lock_wait`` seconds.
 
         The claims of a limited queue are serialised by a transaction on ``guard``, another
         idle connection (the one on ``conn`` lasts as long as the job; the guard's ends with
@@ -85,7 +94,9 @@ class SyncHeldStatements(SyncDependencyStatements):
         job = None
         try:
             with guard.transaction():
-                room, budget = self.queue_room_for_claim(guard, queue, 1, queue_limit, rated)
+                room, budget = self.queue_room_for_claim(
+                    guard, queue, 1, queue_limit, rated, lock_wait
+                )
                 if room <= 0:
                     return None
                 job = self._claim_held_from(conn, queue, worker, lease_seconds)

@@ -25,9 +25,10 @@ from .bulk import JobFilter
 from .claimed_rows import claimed_jobs
 from .database import translate
 from .enqueue import NewJobs, shared_key_results
-from .errors import IdempotencyConflict, SchemaNotMigrated
+from .errors import IdempotencyConflict, QueueLockBusy, SchemaNotMigrated
 from .job import Enqueued, Job
 from .presence import SILENT_AFTER
+from .queue_locks import QUEUE_LOCK_WAIT, lock_timeout_setting
 from .shown_rows import show_any_row
 from .sql import Queries
 
@@ -143,15 +144,31 @@ class AsyncStatements:
         want: int,
         queue_limit: int | None,
         rated: bool,
+        lock_wait: float = QUEUE_LOCK_WAIT,
     ) -> tuple[int, float | None]:
         """In a transaction on ``conn``: serialise the claims of a limited queue until it ends,
         then how many of ``want`` jobs its concurrency limit (``queue_limit``) and rate budget
-        (``rated``) let start now, and the budget (None: no rate limit) to spend from."""
+        (``rated``) let start now, and the budget (None: no rate limit) to spend from.
+
+        Raises :class:`QueueLockBusy` (the transaction is then failed) when another session
+        holds the queue's claim lock for ``lock_wait`` seconds, or when a session that may not
+        write the jobs table holds the key of its held-lock marker (see queue_running_count)."""
         key = {"schema": self.schema, "queue": queue}
-        await self._rows(conn, "queue_lock_for_claim", key)
+        try:
+            await self._rows(
+                conn,
+                "queue_lock_for_claim",
+                {**key, "lock_timeout": lock_timeout_setting(lock_wait)},
+            )
+        except psycopg.errors.LockNotAvailable as exc:
+            raise QueueLockBusy(queue) from exc
         room = want
         if queue_limit is not None:
-            running = (await self._rows(conn, "queue_running_count", key))[0][0]
+            running, stranger = (await self._rows(conn, "queue_running_count", key))[0]
+            if stranger:
+                raise QueueLockBusy(
+                    queue, "a login that may not write the jobs table holds its held-lock marker"
+                )
             room = min(room, queue_limit - running)
         budget = await self.queue_rate_budget(conn, queue) if rated else None
         if budget is not None:
@@ -162,6 +179,14 @@ class AsyncStatements:
         self, conn: AsyncConnection[Any], queue: str, left: float
     ) -> None:
         await self._rows(conn, "queue_spend_rate_budget", {"queue": queue, "left": left})
+
+    async def session_list_lock_strangers(
+        self, conn: AsyncConnection[Any]
+    ) -> list[tuple[int, str, str, str, bool]]:
+        """(pid, user, what, mode, granted) of each session that holds or waits for one of
+        skiplock's advisory keys of the schema without being allowed to write the jobs table."""
+        rows = await self._rows(conn, "session_list_lock_strangers", {"schema": self.schema})
+        return [tuple(row) for row in rows]
 
     async def leader_acquire(
         self, conn: AsyncConnection[Any], role: str, holder: str, ttl: float
@@ -250,9 +275,10 @@ class AsyncStatements:
         """Run a statement that a unique index may refuse because of a row committed after the
         statement's snapshot (a job started with the same entity key, a job enqueued with the
         same idempotency key): the next run's snapshot sees that row and leaves its key alone.
-        Up to ``tries`` runs, then the last ``UniqueViolation`` is raised.  In a caller's
-        transaction each run is under a savepoint, so a refusal does not abort it.  A
-        ``claim`` returns its jobs (see :meth:`_fetch`)."""
+        A claim that waited past its lock timeout for such a row is run again too.  Up to
+        ``tries`` runs, then the last ``UniqueViolation`` or ``LockNotAvailable`` is raised.
+        In a caller's transaction each run is under a savepoint, so a refusal does not abort
+        it.  A ``claim`` returns its jobs (see :meth:`_fetch`)."""
         in_transaction = conn.info.transaction_status != TransactionStatus.IDLE
         for attempt in range(tries):
             try:
@@ -260,7 +286,7 @@ class AsyncStatements:
                     return await self._fetch(conn, name, params, claim=claim)
                 async with conn.transaction():
                     return await self._fetch(conn, name, params, claim=claim)
-            except psycopg.errors.UniqueViolation:
+            except (psycopg.errors.UniqueViolation, psycopg.errors.LockNotAvailable):
                 if attempt == tries - 1:
                     raise
         raise AssertionError("unreachable")

@@ -20,6 +20,7 @@ from ._held_async import AsyncHeldStatements
 from ._statements_async import ENTITY_KEY_RETRIES
 from .enqueue import InsertOutcome, NewJob, NewJobs, insert_params
 from .job import Claim, ClaimKey, Enqueued, Job
+from .queue_locks import QUEUE_LOCK_WAIT
 from .statement_params import claim_arrays, claim_statement, result_arrays
 
 
@@ -118,7 +119,7 @@ class AsyncStore(AsyncHeldStatements):
             jobs: list[Job] = await self._fetch_until_unrefused(
                 conn, name, params, tries=ENTITY_KEY_RETRIES, claim=True
             )
-        except psycopg.errors.UniqueViolation:
+        except (psycopg.errors.UniqueViolation, psycopg.errors.LockNotAvailable):
             return []  # lost that race every time: claim again later
         return sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id))
 
@@ -131,11 +132,16 @@ class AsyncStore(AsyncHeldStatements):
         rated: bool,
         worker: str,
         lease_seconds: float,
+        lock_wait: float = QUEUE_LOCK_WAIT,
     ) -> list[Job]:
         """Claim from a queue with a cluster-wide concurrency limit (``queue_limit``) or rate
-        limit (``rated``), or both, serialised per queue so that every limit holds exactly."""
+        limit (``rated``), or both, serialised per queue so that every limit holds exactly.
+        Raises :class:`QueueLockBusy`, nothing claimed, when the queue's claim lock stays busy
+        for ``lock_wait`` seconds."""
         async with conn.transaction():
-            room, budget = await self.queue_room_for_claim(conn, queue, limit, queue_limit, rated)
+            room, budget = await self.queue_room_for_claim(
+                conn, queue, limit, queue_limit, rated, lock_wait
+            )
             if room <= 0:
                 return []
             jobs = await self.job_claim(conn, [queue], room, worker, lease_seconds)

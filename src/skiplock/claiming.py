@@ -30,9 +30,10 @@ from ._store_async import AsyncStore
 from .capacity import Capacity
 from .claim_cursor import ClaimCursor
 from .completer import Completer
-from .errors import SkiplockError
+from .errors import QueueLockBusy, SkiplockError
 from .job import Job
 from .maintenance import Maintenance
+from .queue_locks import QueueLockWaits
 from .queue_settings import QueueSettings
 from .recycling import Recycling
 from .running import RunningJob
@@ -53,6 +54,7 @@ class Claiming:
     worker_id: str
     store: AsyncStore
     settings: QueueSettings | None
+    queue_lock_waits: QueueLockWaits
     maintenance: Maintenance | None
     recycling: Recycling
     _pool: AsyncConnectionPool | None
@@ -242,14 +244,20 @@ class Claiming:
         for queue in (q for q in queues if q in limits):
             if len(jobs) >= limit_startable:
                 break
-            jobs += await self.store.job_claim_limited(
-                conn,
-                queue,
-                limit_startable - len(jobs),
-                *limits[queue],
-                self.worker_id,
-                self.lease_seconds,
-            )
+            try:
+                jobs += await self.store.job_claim_limited(
+                    conn,
+                    queue,
+                    limit_startable - len(jobs),
+                    *limits[queue],
+                    self.worker_id,
+                    self.lease_seconds,
+                    self.queue_lock_waits.wait_for(queue),
+                )
+            except QueueLockBusy as busy:  # that queue waits; the jobs claimed so far run
+                self.queue_lock_waits.busy(busy)
+            else:
+                self.queue_lock_waits.free(queue)
         return jobs
 
     async def _release_claim_connection(self) -> None:

@@ -26,6 +26,10 @@ finding is at or above ``--fail-on`` (default ``warn``), else 0; it cannot conne
   ``CREATE INDEX CONCURRENTLY`` / ``REINDEX CONCURRENTLY`` leftover) is reported too;
 - ``retention``: finished jobs older than their status's retention plus ``retention_grace``
   (pruning is behind, or no worker runs maintenance);
+- ``locks``: sessions holding locks that delay claims: an advisory lock on one of skiplock's
+  keys of the schema in a session that may not write the jobs table, or rows of the
+  ``queues`` table (a limited queue's claim lock) in a transaction older than
+  ``lock_seconds`` (see :mod:`skiplock.doctor_locks`);
 - ``listen``: a notification sent from a second connection reaches a listening one within
   ``listen_timeout`` seconds (a transaction-mode pooler breaks this);
 - ``connections``: free connection slots for at least two more worker processes
@@ -33,7 +37,8 @@ finding is at or above ``--fail-on`` (default ``warn``), else 0; it cannot conne
 
 The pieces: :mod:`skiplock.doctor_findings` (:class:`Finding`, :class:`Thresholds`),
 :mod:`skiplock.doctor_runner` (:class:`Doctor`, which runs the checks of
-:mod:`skiplock.doctor_upkeep`, :mod:`skiplock.doctor_vacuum` and :mod:`skiplock.doctor_server`)
+:mod:`skiplock.doctor_upkeep`, :mod:`skiplock.doctor_vacuum`, :mod:`skiplock.doctor_locks` and
+:mod:`skiplock.doctor_server`)
 and :mod:`skiplock.doctor_cli` (the command).  This module gathers what other code imports.
 """
 

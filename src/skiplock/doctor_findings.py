@@ -28,6 +28,7 @@ class Thresholds:
     retention_grace: float = 3600.0
     listen_timeout: float = 1.0
     connections_per_worker: int = 7
+    lock_seconds: float = 5.0
 
 
 @dataclass

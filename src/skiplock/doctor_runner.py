@@ -14,7 +14,7 @@ import psycopg
 from psycopg import Connection
 from psycopg.rows import dict_row
 
-from . import doctor_server, doctor_upkeep, doctor_vacuum
+from . import doctor_locks, doctor_server, doctor_upkeep, doctor_vacuum
 from ._store_sync import SyncStore
 from .doctor_findings import Finding, Thresholds
 from .payload import check_schema_name
@@ -57,6 +57,7 @@ class Doctor:
                 )
                 findings += self._guard("claim_index", lambda: self.check_claim_index(conn))
                 findings += self._guard("retention", lambda: [self.check_retention(conn)])
+                findings += self._guard("locks", lambda: [self.check_locks(conn)])
             findings += self._guard("listen", lambda: [self.check_listen()])
             findings += self._guard("connections", lambda: [self.check_connections(conn)])
         return findings
@@ -100,6 +101,9 @@ class Doctor:
 
     def check_retention(self, conn: Connection[Any]) -> Finding:
         return doctor_upkeep.check_retention(self, conn)
+
+    def check_locks(self, conn: Connection[Any]) -> Finding:
+        return doctor_locks.check_locks(self, conn)
 
     def check_listen(self, notify_dsn: str | None = None) -> Finding:
         """LISTEN on one connection, NOTIFY from another (``notify_dsn``, default the same

@@ -25,6 +25,22 @@ class DatabaseUnavailable(SkiplockError):
     """PostgreSQL could not be reached or refused the connection."""
 
 
+class QueueLockBusy(SkiplockError):
+    """A claim of a queue with a concurrency or rate limit could not go ahead: another session
+    held the queue's claim lock (its row of the ``queues`` table) past the claim's lock
+    timeout, or a login that may not write the jobs table holds the queue's held-lock marker.
+    Only that queue's claim is skipped."""
+
+    def __init__(
+        self, queue: str, reason: str = "another session holds its row of the queues table locked"
+    ) -> None:
+        super().__init__(
+            f"queue {queue!r}: claims skipped, {reason}; they resume when that session's "
+            f"transaction ends (`skiplock doctor` names the session)"
+        )
+        self.queue = queue
+
+
 class SchemaNotMigrated(SkiplockError):
     """The skiplock tables do not exist in this schema yet, or lack migrations that this
     version of skiplock needs (``missing``, or what the server said was missing)."""

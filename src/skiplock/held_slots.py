@@ -24,9 +24,10 @@ from ._held_async import roll_back_quietly
 from ._store_async import AsyncStore
 from .app import App
 from .completer import Completer, Recorded
-from .errors import SkiplockError
+from .errors import QueueLockBusy, SkiplockError
 from .execution import Outcome, dead_starts, rolled_back
 from .job import Job
+from .queue_locks import QueueLockWaits
 from .queue_settings import QueueSettings
 from .recycling import Recycling
 from .running import RunningJob
@@ -43,6 +44,7 @@ class HeldSlots:
     worker_id: str
     store: AsyncStore
     settings: QueueSettings | None
+    queue_lock_waits: QueueLockWaits
     recycling: Recycling
     _pool: AsyncConnectionPool | None
     _completer: Completer | None
@@ -167,10 +169,21 @@ class HeldSlots:
         for queue in (q for q in queues if q in limits):
             if job is not None:
                 break
-            async with self._pool.connection() as guard:
-                job = await self.store.job_claim_held_limited(
-                    conn, guard, queue, *limits[queue], self.worker_id, self.lease_seconds
-                )
+            try:
+                async with self._pool.connection() as guard:
+                    job = await self.store.job_claim_held_limited(
+                        conn,
+                        guard,
+                        queue,
+                        *limits[queue],
+                        self.worker_id,
+                        self.lease_seconds,
+                        self.queue_lock_waits.wait_for(queue),
+                    )
+            except QueueLockBusy as busy:  # that queue waits; the others are claimed from
+                self.queue_lock_waits.busy(busy)
+            else:
+                self.queue_lock_waits.free(queue)
         return job
 
     async def _record_held_start(self, job: Job) -> tuple[int, bool]:

@@ -78,6 +78,7 @@ class Maintenance:
         self.stats = MaintenanceStats()
         self._next_reclaim = 0.0
         self._next_prune = 0.0
+        self._strangers: set[tuple[int, str, str, str, bool]] = set()  # see _report_strangers
         self._waiting_after = 0  # where the next read of waiting jobs starts (release_waiting)
         self._jobs_waiting = False  # whether the last read found any
         self.periodic = [
@@ -136,6 +137,7 @@ class Maintenance:
         if force or now >= self._next_reclaim:
             self._next_reclaim = now + self.reclaim_interval
             steps.append(("reclaim", self._reclaim))
+            steps.append(("locks", self._report_strangers))
         if force or now >= self._next_prune:
             self._next_prune = now + self.prune_interval
             steps.append(("prune", self._prune))
@@ -217,6 +219,25 @@ class Maintenance:
             if job_id is not None:
                 self.stats.periodic_enqueued += 1
                 log.info("periodic %s: enqueued job %s for tick %s", periodic.name, job_id, tick)
+
+    async def _report_strangers(self, conn: AsyncConnection[Any]) -> None:
+        """Log each session that holds one of skiplock's advisory keys without being a worker
+        (the jobs the key names wait meanwhile; see docs/security.md) once when it is first
+        seen, and once when it has let go."""
+        now = set(await self.store.session_list_lock_strangers(conn))
+        for pid, user, what, mode, granted in sorted(now - self._strangers):
+            log.warning(
+                "session %s (%s), which may not write the jobs table, %s %s (%s): the jobs it "
+                "names wait meanwhile; `skiplock doctor` reports it",
+                pid,
+                user,
+                "holds" if granted else "waits for",
+                what,
+                mode,
+            )
+        for pid, _, what, _, _ in sorted(self._strangers - now):
+            log.warning("session %s no longer holds %s", pid, what)
+        self._strangers = now
 
     async def _prune(self, conn: AsyncConnection[Any]) -> None:
         pruned = await self.store.job_prune_by_retention(conn, self.app.retention)

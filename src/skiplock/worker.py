@@ -52,6 +52,7 @@ from .maintenance import Maintenance
 from .migrations import all_migrations, check_migrated
 from .payload import check_queue_name
 from .presence import Presence
+from .queue_locks import QueueLockWaits
 from .queue_settings import QueueSettings
 from .recycling import Recycling
 from .running import RunningJob
@@ -140,6 +141,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
         self._refill_below = 1  # set by each claim round from the capacity
         self.claim_cursor = ClaimCursor()
         self.settings: QueueSettings | None = None
+        self.queue_lock_waits = QueueLockWaits()  # limited queues whose claim lock is busy
         self._stopping = False
         self._wake: asyncio.Event | None = None
         self._pool: AsyncConnectionPool | None = None

@@ -128,6 +128,8 @@ def from_queues_params(limit: int = 10) -> dict[str, Any]:
         "worker": "w1",
         "lease_seconds": 30.0,
         "commit_async": True,
+        "held_marker": False,
+        "schema": "s",
         "after_priority": [None] * len(QUEUES),
         "after_run_at": [None] * len(QUEUES),
         "after_id": [None] * len(QUEUES),

@@ -82,7 +82,7 @@ def test_fresh_schema_is_healthy_and_exits_0(pg_dsn: str, schema: str, db: Any) 
     by_check = {f["check"]: f for f in report["findings"]}
     expected = {
         "schema", "xmin_horizon", "autovacuum", "dead_tuples", "workers", "expired_leases",
-        "impossible_states", "claim_index", "retention", "listen", "connections",
+        "impossible_states", "claim_index", "retention", "locks", "listen", "connections",
     }  # fmt: skip
     assert set(by_check) == expected, result.stdout
     # This CI server runs with autovacuum off (conf.d/90-ci.conf): doctor must say so, and

@@ -80,6 +80,8 @@ class Queries:
             "jobs_id_seq": sql.Identifier(schema, "jobs_id_seq"),
             "channel": sql.Identifier(self.channel),
             "entity_key_running": sql.Identifier(schema, "entity_key_running"),
+            "entity_key_held": sql.Identifier(schema, "entity_key_held"),
+            "entity_key_hold": sql.Identifier(schema, "entity_key_hold"),
         }
         # Rendered once: composing identifiers on every execute costs more than the round trip
         # saves on a fast claim, and the driver caches the conversion of plain SQL text.

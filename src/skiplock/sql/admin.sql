@@ -17,11 +17,13 @@
 -- listed running (its job marker: see job_get); the markers are read only if a pending job
 -- is.
 WITH held_jobs AS MATERIALIZED (
-    SELECT coalesce(array_agg(objid::int8), ARRAY[]::int8[]) AS ids
-    FROM pg_locks
-    WHERE locktype = 'advisory' AND granted AND objsubid = 2
-      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+    SELECT coalesce(array_agg(l.objid::int8), ARRAY[]::int8[]) AS ids
+    FROM pg_locks AS l
+    JOIN pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+      AND has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs', 'UPDATE')
 )
 SELECT * FROM (
     SELECT id, queue, task, payload,

@@ -62,8 +62,11 @@ FROM woken;
 -- jobs it read and the last id read (one row with a NULL queue when it changed none).
 -- The waiting jobs are read without locking them (a lock is a write: a leader reading 1,000
 -- jobs ten times a second while they wait wrote their pages and WAL each time); the update
--- locks the few it changes and checks again that they still wait.
-WITH candidates AS (
+-- locks the few it changes and checks again that they still wait, waiting at most 2 s for a
+-- session holding one (as leader_acquire, runtime.sql).
+WITH wait AS MATERIALIZED (
+    SELECT set_config('lock_timeout', '2s', true) AS setting
+), candidates AS (
     SELECT id FROM {jobs}
     WHERE status = 'waiting' AND id > %(after_id)s
     ORDER BY id
@@ -90,7 +93,7 @@ WITH candidates AS (
             format('not run: job %%s, which it depends on, is %%s', d.broken_by,
                    (SELECT n.status FROM needed AS n
                     WHERE n.id = d.id AND n.depends_on = d.broken_by)) END
-    FROM decided AS d
+    FROM decided AS d, wait
     WHERE j.id = d.id AND j.status = 'waiting' AND (d.broken_by IS NOT NULL OR d.ready)
     RETURNING j.id, j.queue, j.status
 ), unlinked AS (
@@ -111,8 +114,10 @@ FROM (SELECT count(*) AS n, max(id) AS last_id FROM candidates) AS r
 WHERE NOT EXISTS (SELECT 1 FROM per_queue);
 
 -- name: job_dependencies_prune
--- Forget what jobs no longer waiting (cancelled by an admin, retried, deleted) waited for.
-DELETE FROM {dependencies} AS d
+-- Forget what jobs no longer waiting (cancelled by an admin, retried, deleted) waited for;
+-- waits at most 2 s on a lock, as leader_acquire (runtime.sql).
+WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
+DELETE FROM {dependencies} AS d USING wait
 WHERE NOT EXISTS (SELECT 1 FROM {jobs} AS j WHERE j.id = d.job_id AND j.status = 'waiting');
 
 -- name: job_dependencies_of

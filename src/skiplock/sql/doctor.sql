@@ -143,3 +143,37 @@ SELECT current_setting('max_connections')::int AS max_connections,
        count(*) FILTER (WHERE starts_with(application_name, 'skiplock')) AS skiplock_sessions,
        count(*) FILTER (WHERE application_name = 'skiplock-listener') AS listeners
 FROM pg_stat_activity;
+
+-- name: doctor_lock_holders
+-- Sessions holding locks that skiplock's claims pass over or wait a bounded time for: an
+-- advisory lock on one of skiplock's keys of this schema (held-lock markers, entity keys) in
+-- a session that may not write the jobs table (not a worker: any login can take one), and a
+-- transaction older than %(older_than)s seconds that holds rows of the queues table locked
+-- (the claim lock of a limited queue is its row).  Their ages show only for the sessions
+-- doctor may see.
+SELECT l.pid, a.usename::text AS usename, a.application_name,
+       CASE l.classid WHEN hashtext('skiplock_held_job')::oid THEN 'a held-lock queue marker'
+                      WHEN hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+                          THEN 'a held-lock job marker'
+                      ELSE 'an entity key''s lock' END AS what,
+       l.mode, l.granted,
+       extract(epoch FROM now() - a.xact_start)::float8 AS xact_seconds
+FROM pg_locks AS l
+JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.objsubid = 2
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid IN (hashtext('skiplock_held_job')::oid,
+                    hashtext('skiplock_held_job_id/' || %(schema)s)::oid,
+                    hashtext('skiplock_held_key/' || %(schema)s)::oid)
+  AND NOT has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs', 'UPDATE')
+UNION ALL
+SELECT l.pid, a.usename::text, a.application_name, 'rows of the queues table', l.mode, l.granted,
+       extract(epoch FROM now() - a.xact_start)::float8
+FROM pg_locks AS l
+JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_backend_pid()
+  AND l.relation = to_regclass(quote_ident(%(schema)s) || '.queues')
+  AND l.mode IN ('RowShareLock', 'RowExclusiveLock')
+  AND a.xact_start < now() - make_interval(secs => %(older_than)s)
+ORDER BY 1
+LIMIT %(limit)s;

@@ -150,7 +150,8 @@ WITH better AS (
     FROM {jobs} AS c
     WHERE c.status = 'pending' AND c.queue = %(queue)s
       AND c.priority < coalesce(%(after_priority)s::int, -2147483648)
-      AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
+      AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+           AND NOT {entity_key_held}(%(schema)s, c.entity_key))
       AND (c.expires_at IS NULL OR c.expires_at > now())
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
@@ -163,7 +164,8 @@ WITH better AS (
           > (coalesce(%(after_priority)s::int, -2147483648),
              coalesce(%(after_run_at)s::timestamptz, '-infinity'),
              coalesce(%(after_id)s::bigint, 0))
-      AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
+      AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+           AND NOT {entity_key_held}(%(schema)s, c.entity_key))
       AND (c.expires_at IS NULL OR c.expires_at > now())
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
@@ -181,9 +183,9 @@ WITH better AS (
     -- UPDATE finds the picked rows by primary key (= ANY of an array): joined to this union,
     -- whose row count the planner cannot guess, it chose a hash join over a scan of the table
     -- once statistics showed many rows.
-    SELECT l.id FROM locked AS l WHERE l.entity_key IS NULL
+    SELECT l.id, l.entity_key FROM locked AS l WHERE l.entity_key IS NULL
     UNION ALL
-    (SELECT DISTINCT ON (l.entity_key) l.id
+    (SELECT DISTINCT ON (l.entity_key) l.id, l.entity_key
      FROM locked AS l
      WHERE l.entity_key IS NOT NULL
      ORDER BY l.entity_key, l.priority, l.run_at, l.id)
@@ -192,10 +194,17 @@ WITH better AS (
     -- disk (a setting local to the transaction: never left on a session or pooled server).
     SELECT set_config('synchronous_commit',
         CASE WHEN %(commit_async)s::bool THEN 'off' ELSE current_setting('synchronous_commit') END,
-        true) AS setting
+        true) AS setting,
+        -- A leased claim waits at most 1 s on a lock (a claim taking the same entity key: see
+        -- migration 0016); not a held-lock claim, whose transaction runs the job.
+        set_config('lock_timeout',
+            CASE WHEN %(held_marker)s::bool THEN current_setting('lock_timeout') ELSE '1s' END,
+            true) AS lock_wait
 ), held_marker AS MATERIALIZED (
-    SELECT count(pg_advisory_xact_lock_shared(hashtext('skiplock_held_job'),
-                                             hashtext(%(schema)s || '/' || %(queue)s))) AS taken
+    -- Tried, never waited for: a stranger may hold the key (the count of a limited queue then
+    -- refuses to count: see queue_running_count).
+    SELECT count(*) FILTER (WHERE pg_try_advisory_xact_lock_shared(
+               hashtext('skiplock_held_job'), hashtext(%(schema)s || '/' || %(queue)s))) AS taken
     FROM (SELECT WHERE %(held_marker)s::bool) AS held
 )
 UPDATE {jobs} AS j
@@ -204,13 +213,19 @@ SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locke
 FROM commit_mode, held_marker
 -- A held-lock claim marks each job it takes here, where only the picked jobs are read (as a
 -- condition of the UPDATE, a scan of a small table marked every row it read; as a CTE of its
--- own, picked was read twice, and so stored: the claim of 100 took 3.5%% longer).  Nothing
--- takes this lock exclusively, so it is always granted: no job is left out.
+-- own, picked was read twice, and so stored: the claim of 100 took 3.5%% longer).  The job
+-- marker is tried and its outcome ignored (only a stranger's lock can refuse it: the job runs,
+-- shown pending).  The job's entity key is taken too (entity_key_hold, migration 0016), or the
+-- claim fails as a lost entity-key race.  A leased claim checks the keys of its picks again,
+-- so that a held-lock claim that took one since its scan is not waited for.
 WHERE j.id = ANY (ARRAY(
     SELECT p.id FROM picked AS p
-    WHERE NOT %(held_marker)s::bool
-       OR pg_try_advisory_xact_lock_shared(hashtext('skiplock_held_job_id/' || %(schema)s),
-                                           p.id::bit(32)::int)))
+    WHERE CASE WHEN NOT %(held_marker)s::bool
+               THEN p.entity_key IS NULL OR NOT {entity_key_held}(%(schema)s, p.entity_key)
+               WHEN pg_try_advisory_xact_lock_shared(
+                        hashtext('skiplock_held_job_id/' || %(schema)s), p.id::bit(32)::int)
+               THEN p.entity_key IS NULL OR {entity_key_hold}(%(schema)s, p.entity_key)
+               ELSE p.entity_key IS NULL OR {entity_key_hold}(%(schema)s, p.entity_key) END))
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
           j.idempotency_key, j.created_at, j.meta, j.expires_at;
@@ -235,7 +250,8 @@ CROSS JOIN LATERAL (
     SELECT id, priority, run_at
     FROM {jobs} AS c
     WHERE c.status = 'pending' AND c.queue = q.name
-      AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
+      AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+           AND NOT {entity_key_held}(%(schema)s, c.entity_key))
       AND (c.expires_at IS NULL OR c.expires_at > now())
     ORDER BY c.priority, c.run_at, c.id
     LIMIT 1
@@ -247,12 +263,11 @@ ORDER BY c.priority, c.run_at, c.id;
 -- Claim one pending job by id, in a held-lock claim's transaction (after
 -- job_claim_candidates_from_queues chose it); nothing if another session took or holds it
 -- meanwhile, or its entity key has a running job now.  Takes the held-lock markers of the
--- job's queue, %(queue)s, and of the job, as job_claim does for a held-lock claim.
+-- job's queue, %(queue)s, and of the job, and its entity key, as job_claim does for a
+-- held-lock claim.
 WITH held_marker AS MATERIALIZED (
-    SELECT pg_advisory_xact_lock_shared(hashtext('skiplock_held_job'),
-                                        hashtext(%(schema)s || '/' || %(queue)s)),
-           pg_advisory_xact_lock_shared(hashtext('skiplock_held_job_id/' || %(schema)s),
-                                        %(id)s::bigint::bit(32)::int)
+    SELECT pg_try_advisory_xact_lock_shared(hashtext('skiplock_held_job'),
+                                            hashtext(%(schema)s || '/' || %(queue)s)) AS taken
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
@@ -260,9 +275,14 @@ SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locke
 FROM held_marker
 WHERE j.id = (SELECT c.id FROM {jobs} AS c
               WHERE c.id = %(id)s AND c.status = 'pending'
-                AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
+                          AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+                     AND NOT {entity_key_held}(%(schema)s, c.entity_key))
                 AND (c.expires_at IS NULL OR c.expires_at > now())
               FOR UPDATE SKIP LOCKED)
+  AND CASE WHEN pg_try_advisory_xact_lock_shared(hashtext('skiplock_held_job_id/' || %(schema)s),
+                                                 j.id::bit(32)::int)
+           THEN j.entity_key IS NULL OR {entity_key_hold}(%(schema)s, j.entity_key)
+           ELSE j.entity_key IS NULL OR {entity_key_hold}(%(schema)s, j.entity_key) END
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
           j.idempotency_key, j.created_at, j.meta, j.expires_at;
@@ -281,7 +301,8 @@ WITH locked AS (
             FROM {jobs} AS c
             WHERE c.status = 'pending' AND c.queue = q.name
               AND c.priority < coalesce(q.after_priority, -2147483648)
-              AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
+              AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+                   AND NOT {entity_key_held}(%(schema)s, c.entity_key))
               AND (c.expires_at IS NULL OR c.expires_at > now())
             ORDER BY c.priority, c.run_at, c.id
             LIMIT %(limit)s
@@ -295,7 +316,8 @@ WITH locked AS (
               AND (c.priority, c.run_at, c.id) > (coalesce(q.after_priority, -2147483648),
                                                    coalesce(q.after_run_at, '-infinity'),
                                                    coalesce(q.after_id, 0))
-              AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key))
+              AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+                   AND NOT {entity_key_held}(%(schema)s, c.entity_key))
               AND (c.expires_at IS NULL OR c.expires_at > now())
             ORDER BY c.priority, c.run_at, c.id
             LIMIT %(limit)s
@@ -307,9 +329,9 @@ WITH locked AS (
 ), picked AS (
     -- Of locked jobs sharing an entity key, only the first in claim order; found by primary
     -- key below, as in job_claim.
-    SELECT l.id FROM locked AS l WHERE l.entity_key IS NULL
+    SELECT l.id, l.entity_key FROM locked AS l WHERE l.entity_key IS NULL
     UNION ALL
-    (SELECT DISTINCT ON (l.entity_key) l.id
+    (SELECT DISTINCT ON (l.entity_key) l.id, l.entity_key
      FROM locked AS l
      WHERE l.entity_key IS NOT NULL
      ORDER BY l.entity_key, l.priority, l.run_at, l.id)
@@ -318,13 +340,16 @@ WITH locked AS (
     -- disk (a setting local to the transaction: never left on a session or pooled server).
     SELECT set_config('synchronous_commit',
         CASE WHEN %(commit_async)s::bool THEN 'off' ELSE current_setting('synchronous_commit') END,
-        true) AS setting
+        true) AS setting,
+        set_config('lock_timeout', '1s', true) AS lock_wait  -- as in job_claim
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
 FROM commit_mode
-WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+WHERE j.id = ANY (ARRAY(
+    SELECT p.id FROM picked AS p
+    WHERE p.entity_key IS NULL OR NOT {entity_key_held}(%(schema)s, p.entity_key)))
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
           j.idempotency_key, j.created_at, j.meta, j.expires_at;
@@ -503,13 +528,19 @@ SELECT queue, count(*) FROM cancelled GROUP BY queue;
 -- One job by id, with its current state; a done job moved to the archive (completion
 -- 'archive') is read from there (the move is one statement: a job is never in both).  A
 -- held-lock job's row looks pending while its transaction runs it: it is shown running when a
--- transaction holds its job marker (see job_claim), whose key is the low 32 bits of its id.
+-- transaction holds its job marker (see job_claim), whose key is the low 32 bits of its id,
+-- in a session that may write the jobs table (another login's lock on the key shows nothing).
 (SELECT id, queue, task, payload,
         CASE WHEN status = 'pending' AND (id & 4294967295) = ANY (ARRAY(
-                 SELECT objid::int8 FROM pg_locks
-                 WHERE locktype = 'advisory' AND granted AND objsubid = 2
-                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                   AND classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid))
+                 SELECT l.objid::int8 FROM pg_locks AS l
+                 JOIN pg_stat_activity AS a ON a.pid = l.pid
+                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                   AND l.mode = 'ShareLock'
+                   AND l.database = (SELECT oid FROM pg_database
+                                     WHERE datname = current_database())
+                   AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+                   AND has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs',
+                                           'UPDATE')))
              THEN 'running' ELSE status END,
         priority, run_at, attempts, max_attempts, locked_by,
         locked_until, locked_at, entity_key, idempotency_key, created_at, meta, expires_at,

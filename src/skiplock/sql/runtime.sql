@@ -60,24 +60,67 @@ FROM {queues} WHERE name = %(queue)s AND rate_limit IS NOT NULL;
 UPDATE {queues} SET rate_tokens = %(left)s, rate_refilled_at = now() WHERE name = %(queue)s;
 
 -- name: queue_lock_for_claim
--- Serialise claims of one limited queue until the transaction ends, so limits hold exactly.
-SELECT pg_advisory_xact_lock(hashtext('skiplock.queue'), hashtext(%(schema)s || '/' || %(queue)s));
+-- Serialise claims of one limited queue until the transaction ends, so limits hold exactly: a
+-- lock on the queue's row of the queues table, which only roles that may write queue settings
+-- can take (an advisory lock, which any login can take, let a stranger stop the queue's claims
+-- and the worker's with them).  It waits at most %(lock_timeout)s (a setting local to the
+-- transaction) for a session holding the row: then the claim of this queue fails with
+-- lock_not_available and the worker claims from its other queues.  No row (the queue's
+-- settings were deleted meanwhile): no limit to keep.
+WITH wait AS MATERIALIZED (
+    SELECT set_config('lock_timeout', %(lock_timeout)s, true) AS setting
+)
+SELECT q.name FROM wait, {queues} AS q WHERE q.name = %(queue)s FOR NO KEY UPDATE OF q;
 
 -- name: queue_running_count
 -- Running jobs of one queue, across all workers: leased ones by their status, held-lock ones
 -- by the marker each one's transaction holds (held_marker in job_claim: every other session sees
--- a running held-lock job's row as pending).
+-- a running held-lock job's row as pending), counted only for sessions that may write the jobs
+-- table (a login that may not cannot fake a running job).  Also whether a session that may not
+-- holds the marker's key exclusively: held-lock claims cannot mark their jobs meanwhile, so
+-- the count would miss them, and the caller claims nothing from the queue.
 SELECT (SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue)s)
-     + (SELECT count(*) FROM pg_locks
-        WHERE locktype = 'advisory' AND granted AND objsubid = 2
-          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-          AND classid = hashtext('skiplock_held_job')::oid
-          AND objid = hashtext(%(schema)s || '/' || %(queue)s)::oid);
+     + count(*) FILTER (WHERE m.trusted AND m.mode = 'ShareLock'),
+       coalesce(bool_or(NOT m.trusted AND m.mode = 'ExclusiveLock'), false)
+FROM (
+    SELECT l.mode, has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs', 'UPDATE')
+               AS trusted
+    FROM pg_locks AS l
+    JOIN pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = hashtext('skiplock_held_job')::oid
+      AND l.objid = hashtext(%(schema)s || '/' || %(queue)s)::oid
+) AS m;
+
+-- name: session_list_lock_strangers
+-- Sessions that hold (or wait for) one of skiplock's advisory keys of this schema (held-lock
+-- markers, entity keys) without being allowed to write the jobs table: not workers, so the
+-- jobs those keys name wait while they hold them (see doctor_lock_holders).
+SELECT l.pid, a.usename::text,
+       CASE l.classid WHEN hashtext('skiplock_held_job')::oid THEN 'a held-lock queue marker'
+                      WHEN hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+                          THEN 'a held-lock job marker'
+                      ELSE 'an entity key''s lock' END AS what,
+       l.mode, l.granted
+FROM pg_locks AS l
+JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.objsubid = 2
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid IN (hashtext('skiplock_held_job')::oid,
+                    hashtext('skiplock_held_job_id/' || %(schema)s)::oid,
+                    hashtext('skiplock_held_key/' || %(schema)s)::oid)
+  AND NOT has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs', 'UPDATE')
+ORDER BY 1, 3, 4;
 
 -- name: leader_acquire
--- Take or renew a maintenance role; returns the holder, which is us only if we have it.
+-- Take or renew a maintenance role; returns the holder, which is us only if we have it.  Waits
+-- at most 2 s for a session holding the role's row (lock_timeout, local to the statement's
+-- transaction, as in every maintenance statement that may wait on a row another session can
+-- lock: it then fails and is run again next round).
+WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
 INSERT INTO {leaders} AS l (role, holder, expires_at)
-VALUES (%(role)s, %(holder)s, now() + make_interval(secs => %(ttl)s))
+SELECT %(role)s, %(holder)s, now() + make_interval(secs => %(ttl)s) FROM wait
 ON CONFLICT (role) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
     WHERE l.holder = excluded.holder OR l.expires_at < now()
 RETURNING holder;
@@ -87,10 +130,13 @@ RETURNING holder;
 DELETE FROM {leaders} WHERE role = %(role)s AND holder = %(holder)s;
 
 -- name: presence_report
--- A running worker says it is alive, with what it runs now and has finished since it started.
+-- A running worker says it is alive, with what it runs now and has finished since it started
+-- (waiting at most 2 s on a lock, as leader_acquire).
+WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
 INSERT INTO {workers} AS w (id, host, pid, queues, concurrency, model, version, running, finished)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(model)s, %(version)s,
-        %(running)s, %(finished)s)
+SELECT %(id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(model)s, %(version)s,
+       %(running)s, %(finished)s
+FROM wait
 ON CONFLICT (id) DO UPDATE
 SET seen_at = now(), running = excluded.running, finished = excluded.finished;
 
@@ -99,8 +145,11 @@ SET seen_at = now(), running = excluded.running, finished = excluded.finished;
 DELETE FROM {workers} WHERE id = %(id)s;
 
 -- name: presence_prune_gone
--- Forget workers not seen for %(older_than)s seconds (killed without removing their row).
-DELETE FROM {workers} WHERE seen_at < now() - make_interval(secs => %(older_than)s) RETURNING id;
+-- Forget workers not seen for %(older_than)s seconds (killed without removing their row);
+-- waits at most 2 s on a lock, as leader_acquire.
+WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
+DELETE FROM {workers} AS w USING wait
+WHERE w.seen_at < now() - make_interval(secs => %(older_than)s) RETURNING w.id;
 
 -- name: presence_list
 -- Every worker with a row, oldest first, how many seconds ago each last reported and how long
@@ -112,7 +161,9 @@ FROM {workers} ORDER BY started_at, id;
 
 -- name: periodic_claim_tick
 -- Record a periodic tick unless some worker already did: the row is the right to enqueue it.
-INSERT INTO {ticks} (name, tick) VALUES (%(name)s, %(tick)s)
+-- Waits at most 2 s on a lock (another transaction recording the same tick), as leader_acquire.
+WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
+INSERT INTO {ticks} (name, tick) SELECT %(name)s, %(tick)s FROM wait
 ON CONFLICT DO NOTHING
 RETURNING name;
 
@@ -121,8 +172,10 @@ RETURNING name;
 UPDATE {ticks} SET job_id = %(enqueued_id)s WHERE name = %(name)s AND tick = %(tick)s;
 
 -- name: periodic_prune_ticks
--- Forget ticks older than a day; only the latest ones guard against a second run.
-DELETE FROM {ticks} WHERE tick < now() - interval '1 day';
+-- Forget ticks older than a day; only the latest ones guard against a second run.  Waits at
+-- most 2 s on a lock, as leader_acquire.
+WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
+DELETE FROM {ticks} AS t USING wait WHERE t.tick < now() - interval '1 day';
 
 -- name: job_prune_finished
 -- Delete up to %(limit)s jobs finished (in one status) before the retention.
@@ -153,22 +206,28 @@ RETURNING j.id;
 -- %(silent)s seconds); a queue with settings or workers but no jobs is listed with zero counts.
 -- Running held-lock jobs, whose rows look pending, are counted running by their transactions'
 -- queue markers (held_marker in job_claim), and their job markers (the low 32 bits of their
--- ids) keep them out of the oldest due job's age: while any run, the due jobs are read a
+-- ids; both only those of sessions that may write the jobs table) keep them out of the oldest due job's age: while any run, the due jobs are read a
 -- second time for it (in the claim index), each checked against the few running ones; a check
 -- of every row in the one pass took this statement from 0.31 to 0.59 s on a million jobs.
-WITH held AS (
+WITH markers AS MATERIALIZED (
+    -- Held-lock markers of sessions that may write the jobs table (no other is counted).
+    SELECT l.classid, l.objid
+    FROM pg_locks AS l
+    JOIN pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid IN (hashtext('skiplock_held_job')::oid,
+                        hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
+      AND has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs', 'UPDATE')
+), held AS (
     SELECT objid, count(*) AS running
-    FROM pg_locks
-    WHERE locktype = 'advisory' AND granted AND objsubid = 2
-      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND classid = hashtext('skiplock_held_job')::oid
+    FROM markers
+    WHERE classid = hashtext('skiplock_held_job')::oid
     GROUP BY objid
 ), held_jobs AS MATERIALIZED (
     SELECT array_agg(objid::int8) AS ids  -- NULL when none runs
-    FROM pg_locks
-    WHERE locktype = 'advisory' AND granted AND objsubid = 2
-      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+    FROM markers
+    WHERE classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
 ), counts AS (
     SELECT queue,
            count(*) FILTER (WHERE status = 'pending') AS pending,
@@ -275,8 +334,10 @@ RETURNING id;
 -- name: job_held_starts_prune
 -- Forget the starts whose job's row has moved on to another version (an outcome was written,
 -- or the job is gone): only a start from a version still current can be followed by another
--- from the same one.  A running held-lock job's row is seen as it was before its claim.
-DELETE FROM {held_starts} AS h
+-- from the same one.  A running held-lock job's row is seen as it was before its claim.  Waits
+-- at most 2 s on a lock, as leader_acquire.
+WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
+DELETE FROM {held_starts} AS h USING wait
 WHERE NOT EXISTS (
     SELECT 1 FROM {jobs} AS j WHERE j.id = h.job_id AND j.xmin::text::bigint = h.row_xmin
 )

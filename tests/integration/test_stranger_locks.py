@@ -1,0 +1,392 @@
+"""Locks that someone else can take must not stall claims (issue 41, findings 4 and 8).
+
+A *stranger* is a login with nothing but CONNECT on the database: it can take any advisory
+lock.  Each test takes a lock skiplock used to wait on or count, from a second connection, and
+checks that claims neither wait on it nor miscount.  Every claim connection has a generous
+statement_timeout, so a claim that waits fails the test instead of hanging it.  Held-lock jobs
+with an entity key are the other case: their ``running`` row is not committed, so a claim of the
+same key must learn that it runs without waiting on the unique index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+from skiplock import App, Worker
+from skiplock._store_async import AsyncStore
+from skiplock._store_sync import SyncStore
+from skiplock.doctor import Doctor, Thresholds
+from skiplock.errors import QueueLockBusy
+
+WAIT_GUARD_MS = 5000  # a claim that waits this long fails (it must not wait at all)
+
+
+@pytest.fixture
+def stranger(pg_dsn: str, db: Any) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit session of a new login role that has no privilege but CONNECT."""
+    name = f"stranger_{secrets.token_hex(4)}"
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    try:
+        with psycopg.connect(conninfo.make_conninfo(pg_dsn, user=name), autocommit=True) as conn:
+            yield conn
+    finally:
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def connect(app: App) -> psycopg.Connection[Any]:
+    """A claim connection that gives up on any statement after WAIT_GUARD_MS."""
+    return psycopg.connect(
+        app.dsn, autocommit=True, options=f"-c statement_timeout={WAIT_GUARD_MS}"
+    )
+
+
+def enqueue(app: App, queue: str, n: int, entity_key: str | None = None) -> list[int]:
+    """``n`` due jobs of ``queue`` (in claim order), inserted as a non-Python producer would."""
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (queue, task, payload, entity_key)"
+                " SELECT %s, 't', '{{}}', %s FROM generate_series(1, %s) ORDER BY 1 RETURNING id"
+            ).format(sql.Identifier(app.schema, "jobs")),
+            [queue, entity_key, n],
+        ).fetchall()
+    return sorted(row[0] for row in rows)
+
+
+# -- finding 4: advisory locks a stranger can take -------------------------------------
+
+
+def test_a_strangers_advisory_lock_on_a_limited_queue_does_not_stall_its_claims(
+    app: App, stranger: psycopg.Connection[Any]
+) -> None:
+    """The per-queue claim lock of a limited queue was a blocking advisory lock on a key anyone
+    could compute: a stranger holding it stopped every claim of the queue (and the worker's
+    whole claim loop with it)."""
+    ids = enqueue(app, "lim", 3)
+    app.sync_client.set_concurrency_limit("lim", 5)
+    stranger.execute(
+        "SELECT pg_advisory_lock(hashtext('skiplock.queue'), hashtext(%s))", [f"{app.schema}/lim"]
+    )
+    store = SyncStore(app.queries)
+    with connect(app) as conn:
+        jobs = store.job_claim_limited(conn, "lim", 10, 5, False, "w", 30.0)
+    assert sorted(j.id for j in jobs) == ids
+
+
+def test_a_queue_lock_held_by_a_careless_session_delays_only_its_queue(app: App, db: Any) -> None:
+    """A session that may lock the queue's settings row (an admin's open transaction) delays
+    that queue's claims by a bounded wait, reported as QueueLockBusy, and nothing else."""
+    enqueue(app, "lim", 2)
+    app.sync_client.set_concurrency_limit("lim", 5)
+    store = SyncStore(app.queries)
+    with psycopg.connect(app.dsn) as admin, connect(app) as conn:
+        admin.execute(
+            sql.SQL("SELECT * FROM {} WHERE name = 'lim' FOR UPDATE").format(
+                sql.Identifier(app.schema, "queues")
+            )
+        )
+        with pytest.raises(QueueLockBusy) as busy:
+            store.job_claim_limited(conn, "lim", 10, 5, False, "w", 30.0)
+        assert busy.value.queue == "lim"
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        admin.rollback()
+        assert len(store.job_claim_limited(conn, "lim", 10, 5, False, "w", 30.0)) == 2
+
+
+def test_a_strangers_shared_lock_on_the_held_marker_does_not_fill_a_queue(
+    app: App, stranger: psycopg.Connection[Any], db: Any
+) -> None:
+    """Running held-lock jobs were counted by the shared advisory locks on their queue's marker
+    key, whoever held them: a stranger's made a queue with a limit of 1 look full."""
+    enqueue(app, "lim", 2)
+    app.sync_client.set_concurrency_limit("lim", 1)
+    stranger.execute(
+        "SELECT pg_advisory_lock_shared(hashtext('skiplock_held_job'), hashtext(%s))",
+        [f"{app.schema}/lim"],
+    )
+    status = {row["queue"]: row for row in app.sync_client.queue_status()}
+    assert status["lim"]["running"] == 0 and status["lim"]["pending"] == 2
+    store = SyncStore(app.queries)
+    with connect(app) as conn:
+        assert len(store.job_claim_limited(conn, "lim", 10, 1, False, "w", 30.0)) == 1
+    with connect(app) as conn, connect(app) as guard:
+        assert store.job_claim_held_limited(conn, guard, "lim", 2, False, "w", 30.0) is not None
+        conn.rollback()
+
+
+def test_a_strangers_lock_on_a_jobs_held_marker_does_not_hide_the_job(
+    app: App, stranger: psycopg.Connection[Any]
+) -> None:
+    """A held-lock claim took a shared lock keyed by the low 32 bits of its job's id and gave
+    the job up when it could not: a stranger's exclusive lock on that key made held-lock
+    workers pass the job over for as long as it was held (and every id 2**32 apart too)."""
+    first = enqueue(app, "q", 2)[0]
+    stranger.execute(
+        "SELECT pg_advisory_lock(hashtext(%s), %s::bigint::bit(32)::int)",
+        [f"skiplock_held_job_id/{app.schema}", first],
+    )
+    store = SyncStore(app.queries)
+    with connect(app) as conn:
+        job = store.job_claim_held(conn, ["q"], "w", 30.0)
+        assert job is not None and job.id == first
+        conn.rollback()
+    with connect(app) as conn:  # across several queues: the claim by id
+        job = store.job_claim_held(conn, ["q", "other"], "w", 30.0)
+        assert job is not None and job.id == first
+        conn.rollback()
+    # Nor does the stranger's lock make the pending job look running.
+    shown = app.sync_client.get_job(first)
+    assert shown is not None and shown.status == "pending"
+
+
+# -- finding 8: held-lock jobs with an entity key --------------------------------------
+
+
+def test_a_second_held_claim_skips_a_key_whose_held_job_runs(app: App) -> None:
+    """The running held-lock job's row is not committed as running, so the next claim of the
+    same key waited on the unique index of running keys until that job's transaction ended,
+    while a job without a key sat pending."""
+    keyed = enqueue(app, "q", 2, entity_key="k")
+    (free,) = enqueue(app, "q", 1)
+    store = SyncStore(app.queries)
+    with connect(app) as first, connect(app) as second:
+        job = store.job_claim_held(first, ["q"], "w1", 30.0)
+        assert job is not None and job.id == keyed[0]
+        other = store.job_claim_held(second, ["q"], "w2", 30.0)
+        assert other is not None and other.id == free
+        second.rollback()
+        # Across several queues too (the best job of each, then claimed by id).
+        other = store.job_claim_held(second, ["q", "elsewhere"], "w2", 30.0)
+        assert other is not None and other.id == free
+        second.rollback()
+        first.commit()  # the job stays claimed (running, committed) until its lease ends
+        other = store.job_claim_held(second, ["q"], "w2", 30.0)
+        assert other is not None and other.id == free
+        second.rollback()
+
+
+def test_a_leased_claim_skips_a_key_whose_held_job_runs(app: App) -> None:
+    """A leased worker's whole batch claim waited behind a held-lock job of the same key."""
+    keyed = enqueue(app, "q", 2, entity_key="k")
+    free = enqueue(app, "q", 3)
+    store = SyncStore(app.queries)
+    with connect(app) as held, connect(app) as leased:
+        job = store.job_claim_held(held, ["q"], "w1", 30.0)
+        assert job is not None and job.id == keyed[0]
+        jobs = store.job_claim(leased, ["q"], 10, "w2", 30.0)
+        assert sorted(j.id for j in jobs) == free
+        jobs = store.job_claim(leased, ["q", "elsewhere"], 10, "w2", 30.0)
+        assert jobs == []
+        held.rollback()
+        # The key is free again: its next job is claimable at once.
+        jobs = store.job_claim(leased, ["q"], 10, "w2", 30.0)
+        assert [j.id for j in jobs] == [keyed[0]]
+
+
+def test_a_held_claim_skips_a_key_a_leased_job_runs(app: App) -> None:
+    keyed = enqueue(app, "q", 2, entity_key="k")
+    (free,) = enqueue(app, "q", 1)
+    store = SyncStore(app.queries)
+    with connect(app) as held, connect(app) as leased:
+        jobs = store.job_claim(leased, ["q"], 1, "w2", 30.0)
+        assert [j.id for j in jobs] == [keyed[0]]
+        job = store.job_claim_held(held, ["q"], "w1", 30.0)
+        assert job is not None and job.id == free
+        held.rollback()
+
+
+# -- a worker, and doctor ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["lease", "held"])
+def test_a_worker_claims_its_other_queues_while_a_limited_queues_lock_is_held(
+    app: App, stranger: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture, model: str
+) -> None:
+    """While a stranger holds the old advisory key of a limited queue and an admin session its
+    row, the worker keeps running the jobs of its other queue, logs the episode once, and
+    claims the limited queue's jobs once the row is let go."""
+    ran: list[str] = []
+
+    @app.task(name="lim_task", queue="lim")
+    async def lim_task(n: int) -> None:
+        ran.append("lim")
+
+    @app.task(name="free_task", queue="free")
+    async def free_task(n: int) -> None:
+        ran.append("free")
+
+    app.sync_client.set_concurrency_limit("lim", 2)
+    lim_task.enqueue_many([{"n": i} for i in range(2)])
+    stranger.execute(
+        "SELECT pg_advisory_lock(hashtext('skiplock.queue'), hashtext(%s))", [f"{app.schema}/lim"]
+    )
+    worker = Worker(app, concurrency=2, model=model, queues=["lim", "free"], poll_interval=0.05)
+
+    def busy() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "queue 'lim'" in r.getMessage()]
+
+    with psycopg.connect(app.dsn) as admin:
+        admin.execute(
+            sql.SQL("SELECT * FROM {} WHERE name = 'lim' FOR UPDATE").format(
+                sql.Identifier(app.schema, "queues")
+            )
+        )
+
+        async def main() -> None:
+            runs = asyncio.ensure_future(worker.run())
+            try:
+                for i in range(3):
+                    await free_task.enqueue_async(n=i)
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and not (ran.count("free") == 3 and busy()):
+                    await asyncio.sleep(0.02)
+                assert ran == ["free"] * 3, ran
+                assert len(busy()) == 1
+                admin.rollback()
+                deadline = time.monotonic() + 20
+                while ran.count("lim") < 2 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)
+            finally:
+                worker.stop()
+                await asyncio.wait_for(runs, 30)
+
+        with caplog.at_level(logging.WARNING, logger="skiplock.worker"):
+            asyncio.run(main())
+    assert sorted(ran) == ["free"] * 3 + ["lim"] * 2
+    assert len(busy()) == 2, busy()  # the episode's start and end, once each
+    assert "claims skipped" in busy()[0] and "free again" in busy()[1]
+
+
+def test_doctor_names_the_sessions_that_hold_such_locks(
+    app: App, stranger: psycopg.Connection[Any]
+) -> None:
+    def locks() -> Any:
+        found = Doctor(app.dsn, app.schema, Thresholds(lock_seconds=0)).run()
+        return {f.check: f for f in found}["locks"]
+
+    app.sync_client.set_concurrency_limit("lim", 1)
+    (job,) = enqueue(app, "q", 1, entity_key="k")
+    store = SyncStore(app.queries)
+    with connect(app) as held:  # a worker's own markers and key lock are not reported
+        assert store.job_claim_held(held, ["q"], "w", 30.0) is not None
+        assert locks().status == "ok"
+        held.rollback()
+    stranger.execute(
+        "SELECT pg_advisory_lock(hashtext(%s), hashtext('k'))", [f"skiplock_held_key/{app.schema}"]
+    )
+    with psycopg.connect(app.dsn) as admin:
+        admin.execute(
+            sql.SQL("SELECT * FROM {} WHERE name = 'lim' FOR UPDATE").format(
+                sql.Identifier(app.schema, "queues")
+            )
+        )
+        finding = locks()
+        assert finding.status == "warn"
+        pids = {h["pid"] for h in finding.details["holders"]}
+        assert pids == {stranger.info.backend_pid, admin.info.backend_pid}
+        assert "entity key" in finding.message and "queues table" in finding.message
+    # The stranger's lock on the key makes its job wait, it does not stall the queue.
+    (free,) = enqueue(app, "q", 1)
+    with connect(app) as conn:
+        assert [j.id for j in store.job_claim(conn, ["q"], 10, "w", 30.0)] == [free]
+    stranger.execute("SELECT pg_advisory_unlock_all()")
+    assert locks().status == "ok"
+    with connect(app) as conn:
+        assert [j.id for j in store.job_claim(conn, ["q"], 10, "w", 30.0)] == [job]
+
+
+# -- maintenance -------------------------------------------------------------------------
+
+
+def test_maintenance_statements_wait_a_bounded_time_on_rows_another_session_locked(
+    app: App, db: Any
+) -> None:
+    """Maintenance waited without a bound on rows an open transaction of another session (an
+    admin's, a worker-role login's) had locked: now each such statement gives up after its
+    lock timeout, and the step runs again next round."""
+    store = SyncStore(app.queries)
+    (waiting,) = enqueue(app, "q", 1)
+    jobs, leaders = sql.Identifier(app.schema, "jobs"), sql.Identifier(app.schema, "leaders")
+    db.execute(sql.SQL("UPDATE {} SET status = 'waiting' WHERE id = %s").format(jobs), [waiting])
+    with connect(app) as conn:
+        assert store.leader_acquire(conn, "maintenance", "w1", 30.0)
+    with psycopg.connect(app.dsn) as admin, connect(app) as conn:
+        admin.execute(sql.SQL("SELECT * FROM {} FOR UPDATE").format(leaders))
+        admin.execute(sql.SQL("SELECT * FROM {} FOR UPDATE").format(jobs))
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            store.leader_acquire(conn, "maintenance", "w1", 30.0)
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            store.job_release_waiting(conn)
+        admin.rollback()
+        assert store.leader_acquire(conn, "maintenance", "w1", 30.0)
+        assert store.job_release_waiting(conn).released == {"q": 1}
+        # The lock timeout was the statement's own: the session's is unchanged.
+        assert conn.execute("SHOW lock_timeout").fetchone() == ("0",)
+
+
+def test_concurrent_held_claims_take_one_job_of_a_key_and_wait_for_none(app: App) -> None:
+    """Ten held-lock slots claim at once from a queue whose first jobs share a key: exactly one
+    runs a job of the key, the others take the jobs without a key (a slot that lost the race
+    for the key claims again), and none waits on another's transaction (each claim connection
+    gives up after WAIT_GUARD_MS)."""
+    keyed = set(enqueue(app, "q", 10, entity_key="k"))
+    free = set(enqueue(app, "q", 20))
+
+    async def scenario() -> list[Any]:
+        store = AsyncStore(app.queries)
+        conns = [
+            await psycopg.AsyncConnection.connect(
+                app.dsn, autocommit=True, options=f"-c statement_timeout={WAIT_GUARD_MS}"
+            )
+            for _ in range(10)
+        ]
+        try:
+            claims = [store.job_claim_held(c, ["q"], f"w{i}", 30.0) for i, c in enumerate(conns)]
+            jobs = await asyncio.gather(*claims)
+            for conn in conns:
+                await conn.rollback()
+            return jobs
+        finally:
+            for conn in conns:
+                await conn.close()
+
+    for _ in range(3):
+        ids = [job.id for job in asyncio.run(scenario()) if job is not None]
+        assert len(ids) == len(set(ids))
+        assert len(keyed.intersection(ids)) == 1, ids
+        assert len(free.intersection(ids)) >= 8, ids  # a slot may lose the race five times
+
+
+def test_the_maintenance_leader_logs_a_stranger_holding_a_key_once(
+    app: App, stranger: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The jobs of a key a stranger holds wait (they are never waited for): the worker says so
+    in its log, once per session and key, as doctor does."""
+
+    @app.task(name="t", queue="q")
+    def t(n: int) -> None: ...
+
+    stranger.execute(
+        "SELECT pg_advisory_lock(hashtext(%s), hashtext('k'))", [f"skiplock_held_key/{app.schema}"]
+    )
+    job = t.with_options(entity_key="k").enqueue(n=1)
+    other = t.enqueue(n=2)
+    worker = Worker(app, burst=True, poll_interval=0.05)
+    with caplog.at_level(logging.WARNING, logger="skiplock.maintenance"):
+        asyncio.run(asyncio.wait_for(worker.run(), 30))
+    said = [
+        r.getMessage() for r in caplog.records if "may not write the jobs table" in r.getMessage()
+    ]
+    assert len(said) == 1, said
+    assert str(stranger.info.backend_pid) in said[0] and "entity key" in said[0]
+    statuses = {j: app.sync_client.get_job(j) for j in (job.id, other.id)}
+    assert {j: s.status for j, s in statuses.items() if s} == {job.id: "pending", other.id: "done"}
