@@ -366,6 +366,24 @@ class ChaosRun:
         ).fetchall()
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
+    def held_job_sessions(self, job_ids: Iterable[int]) -> dict[int, int]:
+        """Backend pid of the session whose transaction runs each of these held-lock jobs: the
+        one holding the job's held-lock marker (see job_claim in jobs.sql).  Found on the
+        server, so over a unix socket as well as TCP."""
+        rows = self.db.execute(
+            "SELECT objid::int8, pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND objsubid = 2 AND database = (SELECT oid FROM pg_database"
+            " WHERE datname = current_database())"
+            " AND classid = hashtext('skiplock_held_job_id/' || %s)::oid",
+            (self.schema,),
+        ).fetchall()
+        holders = {int(key): int(pid) for key, pid in rows}
+        return {
+            job_id: holders[job_id & 0xFFFFFFFF]
+            for job_id in job_ids
+            if job_id & 0xFFFFFFFF in holders
+        }
+
     def listening_workers(self) -> int:
         return sum(1 for s in self.sessions() if s[2] == "listener")
 

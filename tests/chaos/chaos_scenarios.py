@@ -478,9 +478,9 @@ def scenario_terminate_held_long(dsn: str, full: bool) -> Result:
         ids = _start_long_jobs(run, a, size)
         b = run.start_worker(concurrency=size["jobs"], model="held", queues="long")
         run.wait_started([b])
-        held = [s for s in run.sessions() if s[2] == "pool" and s[3] == "idle in transaction"]
-        owners = socket_owner({port: backend for backend, port, _, _ in held if port}, [a.pid])
-        backends = [backend for backend, _, _, _ in held if owners.get(backend) == a.pid]
+        # The ledger shows worker a running every job: the sessions holding the jobs' held-lock
+        # markers are a's (client ports would say so only over TCP).
+        backends = sorted(set(run.held_job_sessions(ids).values()))
         at = time.time()
         for backend in backends:
             run.db.execute("SELECT pg_terminate_backend(%s)", (backend,))

@@ -108,7 +108,8 @@ EXPLANATIONS = {
     "terminate-held-long": (
         "**pg_terminate_backend of long held-lock jobs' sessions.** A held-lock worker runs "
         "{jobs} jobs of {seconds:g} s; a second one starts, idle; then every session holding "
-        "one of the first worker's job transactions is terminated (as "
+        "one of the first worker's job transactions (the holder of the job's held-lock marker, "
+        "in `pg_locks`) is terminated (as "
         "`idle_in_transaction_session_timeout` or an operator would end it), so the jobs are "
         "claimable again at once. The first worker looks at its held jobs' connections every "
         "second (no round trip) and stops the runs whose session ended (each handler notes "
