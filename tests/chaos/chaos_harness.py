@@ -461,13 +461,11 @@ def check(
     run: ChaosRun,
     enqueued: Iterable[int],
     *,
-    slack: float = 0.5,
     recovery_from: str = "fault",
 ) -> Check:
-    """The checker (see the module doc).  ``slack``: an execution that returned less than this
-    before a fault may still have had its outcome buffered, so it counts as interrupted.
-    ``recovery_from``: ``fault`` (the fault's time) or ``up`` (for restarts: measure resume
-    latency from the fault's time too, but to the first job started after the server was up)."""
+    """The checker (see the module doc).  ``recovery_from``: ``fault`` (the fault's time) or
+    ``up`` (for restarts: measure resume latency from the fault's time too, but to the first job
+    started after the server was up)."""
     jobs = run.jobs()
     runs = run.ledger()
     by_job: dict[int, list[Execution]] = defaultdict(list)
@@ -513,10 +511,17 @@ def check(
     recovery: list[float] = []
     per_fault: list[int] = []
     per_fault_recovery: list[float | None] = []
+    # What each worker process reported written: its event=finished lines, logged once the
+    # outcome is (a held-lock job's commits in the job's own transaction).
+    reported = {
+        p.pid: {(job_id, attempt) for job_id, attempt, _ in p.finished()} for p in run.workers
+    }
     for fault in run.faults:
         hit = set(fault.pids)
-        # Running at the fault, or returned just before it with the outcome still buffered
-        # (the job ran again afterwards), or still held in the rows (lease claims).
+        # Running at the fault: its handler had not returned, or had but its worker had not
+        # reported the outcome written, and the job ran again afterwards (a held-lock job runs
+        # until its transaction commits, however long after its handler that is); or still
+        # held in the rows (lease claims).
         interrupted = fault.jobs | {
             e.job_id
             for e in runs
@@ -526,7 +531,7 @@ def check(
                 e.ended is None
                 or e.ended > fault.at
                 or (
-                    e.ended > fault.at - slack
+                    (e.job_id, e.attempt) not in reported.get(e.pid, set())
                     and any(x.started > fault.at for x in by_job[e.job_id])
                 )
             )

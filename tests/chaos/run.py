@@ -211,8 +211,10 @@ of the jobs table. After the queue drains, the checker (Jepsen `total-queue` acc
 - **duplicates**: executions beyond one per job (executions that failed on purpose excepted).
   skiplock is at-least-once: a fault can make a job run again. Reported, and checked against the
   **bound** the faults explain: the jobs the hit workers were running at each fault (from the
-  ledger and, for leases, the rows they still held), plus outcomes refused because a live
-  worker's lease had been reclaimed, plus jobs released at shutdown.
+  ledger: started, and not yet returned or not yet reported written by the worker's log, since
+  a held-lock job runs until its transaction commits; for leases, also the rows they still
+  held), plus outcomes refused because a live worker's lease had been reclaimed, plus jobs
+  released at shutdown.
 - **recovery p50 / p99**: from each fault to each job it interrupted running again (ledger
   times); for faults that interrupted no job, to the hit worker running a job again.
 """

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any
 
 import psycopg
 import pytest
-from chaos_harness import Result, blackhole_available, find_pg_bindir
+from chaos_harness import ChaosRun, Result, blackhole_available, check, find_pg_bindir, wait_for
 from chaos_scenarios import SCENARIOS
 from psycopg import sql
 
@@ -46,6 +47,29 @@ def test_kill_9_workers_during_a_drain(pg_dsn: str, model: str) -> None:
     if model == "held":
         # A killed held-lock worker's rows unlock when its backend sees the socket close.
         assert result.p99 is not None and result.p99 < 10, result.recovery
+
+
+def test_a_held_job_killed_after_its_handler_returned_but_before_its_commit(pg_dsn: str) -> None:
+    """A held-lock job is running until its outcome commits, not only while its handler runs:
+    killed between the two (here the handler lingers after the ledger records its end, as a
+    slow commit on a loaded machine leaves it), it rolls back and runs again, a duplicate the
+    kill explains however long ago the handler returned."""
+    run = ChaosRun(pg_dsn, "kill_commit")
+    try:
+        ids = run.enqueue("work", [{"ms": 10, "linger_ms": 30_000}])
+        a = run.start_worker(concurrency=1, model="held")
+        run.wait_started([a])
+        wait_for(lambda: any(e.ended for e in run.ledger()), 30, "the handler to return")
+        time.sleep(1.0)  # the handler returned a while ago; its commit is still ahead
+        run.kill(a)
+        run.start_worker(concurrency=1, model="held")
+        assert run.wait_drained(60)
+        found = check(run, ids)
+    finally:
+        run.close()
+    assert found.statuses == {"done": 1} and not (found.lost or found.stuck or found.stale)
+    assert found.duplicates == 1
+    assert found.bound == 1, found
 
 
 def test_killed_leaders_jobs_run_again_within_the_documented_bound(pg_dsn: str) -> None:
