@@ -668,6 +668,8 @@ def blackhole_available(dsn: str) -> str | None:
     host = conninfo.conninfo_to_dict(dsn).get("host") or ""
     if host not in ("127.0.0.1", "localhost", "::1"):
         return f"the server is not reached over the loopback interface (host {host!r})"
+    if os.geteuid() != 0:
+        return "adding iptables rules needs root"
     if shutil.which("iptables") is None:
         return "no iptables program (apt-get install iptables)"
     probe = subprocess.run(["iptables", "-w", "-n", "-L", "INPUT"], capture_output=True, text=True)
