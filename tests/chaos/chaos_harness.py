@@ -515,12 +515,14 @@ def check(
     reported = {
         p.pid: {(job_id, attempt) for job_id, attempt, _ in p.finished()} for p in run.workers
     }
+    explained: set[int] = set()
     for fault in run.faults:
         hit = set(fault.pids)
         # Running at the fault: its handler had not returned, or had but its worker had not
-        # reported the outcome written, and the job ran again afterwards (a held-lock job runs
-        # until its transaction commits, however long after its handler that is); or still
-        # held in the rows (lease claims).
+        # reported the outcome written, and the job ran again after it (a held-lock job runs
+        # until its transaction commits, however long after its handler that is; the rerun
+        # may start before the harness has read the clock after the kill); or still held in
+        # the rows (lease claims).
         interrupted = fault.jobs | {
             e.job_id
             for e in runs
@@ -531,11 +533,12 @@ def check(
                 or e.ended > fault.at
                 or (
                     (e.job_id, e.attempt) not in reported.get(e.pid, set())
-                    and any(x.started > fault.at for x in by_job[e.job_id])
+                    and any(x.started > e.started for x in by_job[e.job_id])
                 )
             )
         }
         per_fault.append(len(interrupted))
+        explained |= interrupted
         reruns = []
         for job_id in interrupted:
             after = [t for t in reclaimed.get(job_id, []) if t > fault.at]
@@ -558,6 +561,24 @@ def check(
             recovery.append(min(resumed) - fault.at)
         per_fault_recovery.append(min(resumed) - fault.at if resumed else None)
     counts = Counter(row["status"] for row in jobs.values())
+    # For a failure's message: the jobs run more than once that no fault explains, with
+    # (pid, attempt, started, ended, outcome, reported written) of each of their executions.
+    unexplained = {
+        job_id: [
+            (
+                e.pid,
+                e.attempt,
+                e.started,
+                e.ended,
+                e.outcome,
+                (job_id, e.attempt) in reported.get(e.pid, set()),
+            )
+            for e in by_job[job_id]
+        ]
+        for job_id in enqueued
+        if job_id not in explained
+        and len(by_job.get(job_id, [])) - sum(e.outcome == "fail" for e in by_job[job_id]) > 1
+    }
     return Check(
         lost=lost,
         stuck=stuck,
@@ -571,6 +592,9 @@ def check(
         per_fault_recovery=per_fault_recovery,
         requeued=requeued,
         statuses=dict(counts),
+        notes={"unexplained_duplicates": dict(list(unexplained.items())[:5])}
+        if unexplained
+        else {},
     )
 
 
@@ -646,6 +670,7 @@ class Result:
             ],
             statuses=c.statuses,
         )
+        result.notes.update(c.notes)
         if c.requeued:
             result.notes["reclaimed_after_fault_p50_p99"] = (
                 round(statistics.median(c.requeued), 2),

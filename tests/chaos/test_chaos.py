@@ -50,11 +50,16 @@ def test_kill_9_workers_during_a_drain(pg_dsn: str, model: str) -> None:
         assert result.p99 is not None and result.p99 < 10, result.recovery
 
 
-def test_a_held_job_killed_after_its_handler_returned_but_before_its_commit(pg_dsn: str) -> None:
+@pytest.mark.parametrize("clock", ["prompt", "late"])
+def test_a_held_job_killed_after_its_handler_returned_but_before_its_commit(
+    pg_dsn: str, clock: str
+) -> None:
     """A held-lock job is running until its outcome commits, not only while its handler runs:
     killed between the two (here the handler lingers after the ledger records its end, as a
     slow commit on a loaded machine leaves it), it rolls back and runs again, a duplicate the
-    kill explains however long ago the handler returned."""
+    kill explains however long ago the handler returned.  Also when the harness reads the
+    kill's time only after the rerun has started (``late``: a loaded machine schedules the
+    harness after the workers; the rerun starts within milliseconds of the kill)."""
     run = ChaosRun(pg_dsn, "kill_commit")
     try:
         ids = run.enqueue("work", [{"ms": 10, "linger_ms": 30_000}])
@@ -62,8 +67,11 @@ def test_a_held_job_killed_after_its_handler_returned_but_before_its_commit(pg_d
         run.wait_started([a])
         wait_for(lambda: any(e.ended for e in run.ledger()), 30, "the handler to return")
         time.sleep(1.0)  # the handler returned a while ago; its commit is still ahead
-        run.kill(a)
+        fault = run.kill(a)
         run.start_worker(concurrency=1, model="held")
+        if clock == "late":
+            wait_for(lambda: len(run.ledger()) == 2, 30, "the job to run again")
+            fault.at = time.time()
         assert run.wait_drained(60)
         found = check(run, ids)
     finally:
