@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import psycopg
 from psycopg import conninfo, sql
@@ -32,14 +33,17 @@ def with_dbname(dsn: str, dbname: str) -> str:
 
 
 def as_url(dsn: str) -> str:
-    """The DSN as a postgresql:// URL (PGQueuer's asyncpg driver wants one)."""
+    """The DSN as a postgresql:// URL (PGQueuer's asyncpg driver wants one).  The host and port
+    go in the query string, where both asyncpg and libpq read them and where a unix socket's
+    directory is a plain value (in the URL's authority its slashes would start the path)."""
     p = conninfo.conninfo_to_dict(dsn)
-    user = p.get("user") or "postgres"
-    auth = f"{user}:{p['password']}@" if p.get("password") else f"{user}@"
-    host = p.get("host") or "127.0.0.1"
-    port = p.get("port") or "5432"
-    query = f"?sslmode={p['sslmode']}" if p.get("sslmode") else ""
-    return f"postgresql://{auth}{host}:{port}/{p.get('dbname', '')}{query}"
+    user = quote(str(p.get("user") or "postgres"), safe="")
+    auth = f"{user}:{quote(str(p['password']), safe='')}@" if p.get("password") else f"{user}@"
+    params = {"host": p.get("host") or "127.0.0.1", "port": p.get("port") or "5432"}
+    if p.get("sslmode"):
+        params["sslmode"] = p["sslmode"]
+    dbname = quote(str(p.get("dbname") or ""), safe="")
+    return f"postgresql://{auth}/{dbname}?{urlencode(params)}"
 
 
 def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:

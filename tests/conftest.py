@@ -1,7 +1,9 @@
 """Shared fixtures: a real PostgreSQL for every test, and a fresh schema per test.
 
 The server is ``$SKIPLOCK_TEST_DSN`` when set, else the embedded server (extra ``embedded``),
-started in ``$SKIPLOCK_EMBEDDED_DIR`` or a per-user directory and stopped at exit.
+started in ``$SKIPLOCK_EMBEDDED_DIR`` or a per-user directory and stopped at exit.  The few tests
+that need TCP take ``tcp_pg_dsn``: the same server, or one of their own when it is reached over
+a unix socket.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import conninfo
 
 from skiplock import App
 
@@ -31,6 +34,23 @@ def pg_dsn() -> str:
     with psycopg.connect(dsn, connect_timeout=10) as conn:
         conn.execute("SELECT 1")
     return dsn
+
+
+@pytest.fixture(scope="session")
+def tcp_pg_dsn(pg_dsn: str) -> Iterator[str]:
+    """A server reached over TCP, for the tests of TCP settings and of dropped packets: the test
+    server when it is reached over TCP, else (the embedded server's unix socket) a scratch
+    cluster of the tests' own on the loopback interface, for the session."""
+    host = str(conninfo.conninfo_to_dict(pg_dsn).get("host") or "")
+    if host and not host.startswith("/"):
+        yield pg_dsn
+        return
+    from scratch_pg import find_pg_bindir, scratch_cluster
+
+    if find_pg_bindir() is None:
+        pytest.skip("no initdb/pg_ctl for a PostgreSQL reached over TCP")
+    with scratch_cluster() as cluster:
+        yield cluster.dsn
 
 
 def new_schema_name(prefix: str = "t") -> str:

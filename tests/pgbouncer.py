@@ -8,6 +8,7 @@ is set (CI sets it), which makes its absence a failure instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -76,7 +77,7 @@ def running_pgbouncer(
         f"logfile = {folder / 'pgbouncer.log'}",
     ]
     if os.getuid() == 0:  # pgbouncer refuses to run as root
-        lines.append(f"user = {_unprivileged_user()}")
+        lines.append(f"user = {_unprivileged_user(str(target.get('host') or ''))}")
     config = folder / "pgbouncer.ini"
     config.write_text("\n".join(lines) + "\n")
     for path in folder.iterdir():
@@ -97,7 +98,15 @@ def running_pgbouncer(
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _unprivileged_user() -> str:
+def _unprivileged_user(host: str) -> str:
+    """Whom pgbouncer, started by root, runs as.  A server on a unix socket is reached as the
+    owner of the socket's directory, who can always open it (the embedded server's is its data
+    directory, mode 0700, owned by the user it runs as); over TCP any unprivileged user will do."""
+    if host.startswith("/"):
+        with contextlib.suppress(OSError, KeyError):
+            owner = pwd.getpwuid(os.stat(host).st_uid).pw_name
+            if owner != "root":
+                return owner
     for name in ("postgres", "nobody"):
         try:
             pwd.getpwnam(name)

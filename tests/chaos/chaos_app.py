@@ -119,7 +119,12 @@ async def record_stop(token: str) -> None:
 
 
 async def _execute(
-    ctx: JobContext, ms: float, fail: float, fail_until: int = 0, note_stop: bool = False
+    ctx: JobContext,
+    ms: float,
+    fail: float,
+    fail_until: int = 0,
+    note_stop: bool = False,
+    linger_ms: float = 0.0,
 ) -> None:
     token = await record_start(ctx)
     try:
@@ -130,6 +135,10 @@ async def _execute(
         raise
     failing = ctx.job.attempts <= fail_until or (fail > 0 and random.random() < fail)
     await record_end(token, "fail" if failing else "ok")
+    if linger_ms and ctx.job.attempts == 1:
+        # The handler is over, as the ledger says, but its outcome is not written yet: what a
+        # slow outcome write or commit (a loaded machine) looks like from the ledger.
+        await asyncio.sleep(linger_ms / 1000)
     if failing:
         raise PlannedFailure(f"planned failure of job {ctx.job.id} attempt {ctx.job.attempts}")
 
@@ -145,10 +154,12 @@ def build(dsn: str, schema: str) -> App:
         fail: float = 0.0,
         fail_until: int = 0,
         note_stop: bool = False,
+        linger_ms: float = 0.0,
     ) -> None:
         """Sleeps ``ms`` milliseconds; fails with probability ``fail``, and on purpose while its
-        attempt is at most ``fail_until``; with ``note_stop``, a cancellation is recorded."""
-        await _execute(ctx, ms, fail, fail_until, note_stop)
+        attempt is at most ``fail_until``; with ``note_stop``, a cancellation is recorded; with
+        ``linger_ms``, its first attempt returns that long after the ledger records its end."""
+        await _execute(ctx, ms, fail, fail_until, note_stop, linger_ms)
 
     @app.task(
         name="flaky",

@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # the harness, and tests/scratch_pg.py
 
 from chaos_harness import Result  # noqa: E402
 from chaos_scenarios import SCENARIOS, SIZES  # noqa: E402
@@ -108,7 +108,8 @@ EXPLANATIONS = {
     "terminate-held-long": (
         "**pg_terminate_backend of long held-lock jobs' sessions.** A held-lock worker runs "
         "{jobs} jobs of {seconds:g} s; a second one starts, idle; then every session holding "
-        "one of the first worker's job transactions is terminated (as "
+        "one of the first worker's job transactions (the holder of the job's held-lock marker, "
+        "in `pg_locks`) is terminated (as "
         "`idle_in_transaction_session_timeout` or an operator would end it), so the jobs are "
         "claimable again at once. The first worker looks at its held jobs' connections every "
         "second (no round trip) and stops the runs whose session ended (each handler notes "
@@ -210,8 +211,10 @@ of the jobs table. After the queue drains, the checker (Jepsen `total-queue` acc
 - **duplicates**: executions beyond one per job (executions that failed on purpose excepted).
   skiplock is at-least-once: a fault can make a job run again. Reported, and checked against the
   **bound** the faults explain: the jobs the hit workers were running at each fault (from the
-  ledger and, for leases, the rows they still held), plus outcomes refused because a live
-  worker's lease had been reclaimed, plus jobs released at shutdown.
+  ledger: started, and not yet returned or not yet reported written by the worker's log, since
+  a held-lock job runs until its transaction commits; for leases, also the rows they still
+  held), plus outcomes refused because a live worker's lease had been reclaimed, plus jobs
+  released at shutdown.
 - **recovery p50 / p99**: from each fault to each job it interrupted running again (ledger
   times); for faults that interrupted no job, to the hit worker running a job again.
 """

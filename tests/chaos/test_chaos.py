@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any
 
 import psycopg
 import pytest
-from chaos_harness import Result, blackhole_available, find_pg_bindir
+from chaos_harness import ChaosRun, Result, blackhole_available, check, wait_for
 from chaos_scenarios import SCENARIOS
 from psycopg import sql
 
+from scratch_pg import find_pg_bindir
 from skiplock import App, Worker, WorkerStats
 from skiplock.events import JobEvent
 
@@ -46,6 +48,37 @@ def test_kill_9_workers_during_a_drain(pg_dsn: str, model: str) -> None:
     if model == "held":
         # A killed held-lock worker's rows unlock when its backend sees the socket close.
         assert result.p99 is not None and result.p99 < 10, result.recovery
+
+
+@pytest.mark.parametrize("clock", ["prompt", "late"])
+def test_a_held_job_killed_after_its_handler_returned_but_before_its_commit(
+    pg_dsn: str, clock: str
+) -> None:
+    """A held-lock job is running until its outcome commits, not only while its handler runs:
+    killed between the two (here the handler lingers after the ledger records its end, as a
+    slow commit on a loaded machine leaves it), it rolls back and runs again, a duplicate the
+    kill explains however long ago the handler returned.  Also when the harness reads the
+    kill's time only after the rerun has started (``late``: a loaded machine schedules the
+    harness after the workers; the rerun starts within milliseconds of the kill)."""
+    run = ChaosRun(pg_dsn, "kill_commit")
+    try:
+        ids = run.enqueue("work", [{"ms": 10, "linger_ms": 30_000}])
+        a = run.start_worker(concurrency=1, model="held")
+        run.wait_started([a])
+        wait_for(lambda: any(e.ended for e in run.ledger()), 30, "the handler to return")
+        time.sleep(1.0)  # the handler returned a while ago; its commit is still ahead
+        fault = run.kill(a)
+        run.start_worker(concurrency=1, model="held")
+        if clock == "late":
+            wait_for(lambda: len(run.ledger()) == 2, 30, "the job to run again")
+            fault.at = time.time()
+        assert run.wait_drained(60)
+        found = check(run, ids)
+    finally:
+        run.close()
+    assert found.statuses == {"done": 1} and not (found.lost or found.stuck or found.stale)
+    assert found.duplicates == 1
+    assert found.bound == 1, found
 
 
 def test_killed_leaders_jobs_run_again_within_the_documented_bound(pg_dsn: str) -> None:
@@ -86,16 +119,17 @@ def test_terminated_sessions_reconnect(pg_dsn: str) -> None:
 
 
 @pytest.mark.parametrize("model", ["lease", "held"])
-def test_silently_lost_connections_are_noticed_at_both_ends(pg_dsn: str, model: str) -> None:
+def test_silently_lost_connections_are_noticed_at_both_ends(tcp_pg_dsn: str, model: str) -> None:
     """A worker whose connections go silent (packets dropped, no reset) reconnects and goes on,
     and the server drops the dead sessions, releasing held-lock jobs' rows: the server's side
-    gets the client's keepalive settings (without them it waits over two hours)."""
-    reason = blackhole_available(pg_dsn)
+    gets the client's keepalive settings (without them it waits over two hours).  Over TCP on
+    the loopback interface (a server of its own when the test server is on a unix socket)."""
+    reason = blackhole_available(tcp_pg_dsn)
     if reason is not None:
         if os.environ.get("SKIPLOCK_REQUIRE_IPTABLES"):  # CI: a missing iptables fails
             pytest.fail(reason)
         pytest.skip(reason)
-    result = run_quick(f"blackhole-{model}", pg_dsn)
+    result = run_quick(f"blackhole-{model}", tcp_pg_dsn)
     assert_sound(result)
 
 

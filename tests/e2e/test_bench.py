@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from bench.plan import make_plan
 from psycopg import sql
 
 pytestmark = pytest.mark.slow
@@ -83,7 +84,7 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     assert all(r["jobs_per_s"] > 0 and r["jobs"] > 0 for r in drains)
     # The tuned setting that deletes finished jobs ran, and is held to the ceiling that deletes;
     # so did its variants with a bound on claimed-unrecorded jobs: PGQueuer's exposure at its
-    # batch 500 in two processes (2 x 1,000; a quick drain of 2,000 jobs cannot exceed it, so
+    # batch 500 in two processes (2 x 1,000; a quick drain of 1,000 jobs cannot exceed it, so
     # only its run is checked here), and a smaller one, which both worker processes kept: the
     # running rows never exceeded 2 x 150.
     bounded = {"c100x2-delete-f1000", "c100x2-delete-f150"}
@@ -135,7 +136,8 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     # The targets hold skiplock to the seed's ceiling, never to its own statements' figures,
     # as measured between the repetitions of the same drain size.
     alongside = [r for r in results if r["workload"] == "drain-ceiling"]
-    assert {(r["size"], r["mode"]) for r in alongside} == {(2000, "done"), (2000, "delete")}
+    (size,) = make_plan(quick=True, repeat=None).drain_sizes
+    assert {(r["size"], r["mode"]) for r in alongside} == {(size, "done"), (size, "delete")}
     for line in (line for line in report.splitlines() if "of the SQL ceiling (batch" in line):
         found = re.search(
             r"Drain ([\d,]+):.*\(batch (\d+),.*; (mark done|delete), best of [^|]*\) \| "

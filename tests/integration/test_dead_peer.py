@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -24,8 +26,7 @@ WATCHED = ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_cou
 def socket_options(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> dict[str, int]:
     sock = socket.socket(fileno=os.dup(conn.fileno()))
     try:
-        if sock.family not in (socket.AF_INET, socket.AF_INET6):  # the embedded server's socket
-            pytest.skip("the test server is reached over a Unix socket: no TCP settings apply")
+        assert sock.family in (socket.AF_INET, socket.AF_INET6), "not a TCP connection"
         return {
             "keepalive": sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
             "idle": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
@@ -41,6 +42,28 @@ SERVER_SQL = "SELECT name, setting FROM pg_settings WHERE name = ANY(%s) ORDER B
 EXPECTED_SOCKET = {"keepalive": 1, "idle": 5, "interval": 2, "count": 3, "user_timeout_ms": 10_000}
 EXPECTED_SERVER = [("tcp_keepalives_count", "3"), ("tcp_keepalives_idle", "5"),
                    ("tcp_keepalives_interval", "2"), ("tcp_user_timeout", "10000")]  # fmt: skip
+
+
+@pytest.fixture
+def tcp_schema(tcp_pg_dsn: str) -> Iterator[str]:
+    """A migrated schema on a server reached over TCP (see tcp_pg_dsn in conftest.py)."""
+    name = f"t_{secrets.token_hex(5)}"
+    owner = App(tcp_pg_dsn, name)
+    owner.migrate()
+    try:
+        yield name
+    finally:
+        owner.sync_client.drop_schema()
+        owner.close()
+
+
+@pytest.fixture
+def app(tcp_pg_dsn: str, tcp_schema: str) -> Iterator[App]:
+    application = App(tcp_pg_dsn, tcp_schema)
+    try:
+        yield application
+    finally:
+        application.close()
 
 
 def test_pooled_connections_watch_for_a_silent_peer_at_both_ends(app: App) -> None:
@@ -60,8 +83,9 @@ def test_pooled_connections_watch_for_a_silent_peer_at_both_ends(app: App) -> No
 
 
 def test_the_dsn_sets_both_ends_and_a_transaction_pooler_setup_sets_no_session(
-    pg_dsn: str, schema: str
+    tcp_pg_dsn: str, tcp_schema: str
 ) -> None:
+    pg_dsn, schema = tcp_pg_dsn, tcp_schema
     own = App(make_conninfo(pg_dsn, keepalives_idle=42), schema)
     try:
         with own.sync_client.connection() as conn:

@@ -501,12 +501,18 @@ def test_listen_probe_reports_notifications_that_never_arrive(
 ) -> None:
     """What a transaction pooler does (the NOTIFY goes out on a session other than the
     LISTENing one and never reaches it) is made real without a pooler: the notification is
-    sent in another database of the same server, where no listener of this one hears it."""
-    assert db.execute("SELECT 1 FROM pg_database WHERE datname = 'postgres'").fetchone()
-    elsewhere = conninfo.make_conninfo(pg_dsn, dbname="postgres")
-    doctor = Doctor(pg_dsn, schema, Thresholds(listen_timeout=0.5))
-    started = time.monotonic()
-    found = doctor.check_listen(notify_dsn=elsewhere)
+    sent in another database of the same server, where no listener of this one hears it.  That
+    database is made here: the test's own may be any one, ``postgres`` included (the embedded
+    server's)."""
+    other = f"skiplock_doctor_{secrets.token_hex(4)}"
+    db.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(other)))
+    try:
+        elsewhere = conninfo.make_conninfo(pg_dsn, dbname=other)
+        doctor = Doctor(pg_dsn, schema, Thresholds(listen_timeout=0.5))
+        started = time.monotonic()
+        found = doctor.check_listen(notify_dsn=elsewhere)
+    finally:
+        db.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(other)))
     assert time.monotonic() - started >= 0.5
     assert found.status == "warn", found
     assert "did not arrive" in found.message and "pooler" in found.message
