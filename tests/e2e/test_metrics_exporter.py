@@ -20,6 +20,7 @@ import sys
 import textwrap
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -95,18 +96,17 @@ def insert_jobs(db: psycopg.Connection[Any], app: App) -> None:
         db.execute(sql.SQL(statement).format(jobs))
 
 
-@pytest.fixture
-def exporter(app: App, tmp_path: Path) -> Iterator[int]:
-    """A ``skiplock metrics`` process on the test's schema; its port."""
+@contextmanager
+def running_exporter(app: App, schema: str, log: Path) -> Iterator[int]:
+    """A ``skiplock metrics`` process on ``schema``; its port."""
     port = free_ports(1)
-    command = [sys.executable, "-m", "skiplock", "metrics", "--schema", app.schema,
+    command = [sys.executable, "-m", "skiplock", "metrics", "--schema", schema,
                "--port", str(port)]  # fmt: skip
     env = worker_env(app)
     env["SKIPLOCK_DATABASE_URL"] = app.dsn
-    log = tmp_path / "exporter.stderr"
     with log.open("wb") as err:
         process = subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err
+            command, cwd=log.parent, env=env, stdout=subprocess.DEVNULL, stderr=err
         )
     try:
         wait_for(lambda: answers(port) or process.poll() is not None, 30, "the exporter")
@@ -118,6 +118,13 @@ def exporter(app: App, tmp_path: Path) -> Iterator[int]:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.fixture
+def exporter(app: App, tmp_path: Path) -> Iterator[int]:
+    """A ``skiplock metrics`` process on the test's schema; its port."""
+    with running_exporter(app, app.schema, tmp_path / "exporter.stderr") as port:
+        yield port
 
 
 def test_the_exporter_reads_queue_depth_and_oldest_due_age_at_scrape_time(
@@ -139,6 +146,17 @@ def test_the_exporter_reads_queue_depth_and_oldest_due_age_at_scrape_time(
     assert samples[(oldest, labelset(queue="report"))] < 100
     assert samples[("skiplock_queue_workers", labelset(queue="mail"))] == 0
     assert samples[("skiplock_exporter_database_up", frozenset())] == 1
+
+
+def test_a_failed_read_is_reported_as_database_down_not_as_an_http_error(
+    app: App, tmp_path: Path
+) -> None:
+    log = tmp_path / "exporter.stderr"
+    with running_exporter(app, app.schema + "_missing", log) as port:
+        samples = scrape(port)
+        assert samples[("skiplock_exporter_database_up", frozenset())] == 0
+        assert not any(name.startswith("skiplock_queue_") for name, _ in samples)
+    assert "could not read the queues" in log.read_text()
 
 
 def test_the_exporter_output_passes_promtool(
