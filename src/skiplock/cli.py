@@ -10,7 +10,16 @@ from typing import Any
 
 import click
 
-from . import admin, dashboard_cli, doctor, job_actions_cli, roles, status_cli, worker_cli
+from . import (
+    admin,
+    dashboard_cli,
+    doctor,
+    job_actions_cli,
+    metrics_exporter,
+    roles,
+    status_cli,
+    worker_cli,
+)
 from .admin import dsn_option, schema_option
 from .errors import SkiplockError
 from .migrations import all_migrations, render_sql
@@ -71,6 +80,7 @@ for extra in (
     job_actions_cli.retry,
     job_actions_cli.cancel,
     dashboard_cli.command,
+    metrics_exporter.command,
 ):
     main.add_command(extra)
 

@@ -9,6 +9,10 @@ they have.  A second signal kills them at once.  With ``--burst`` each worker ru
 with 0 if every one did (a failing burst is reported, not retried forever).
 Children run in their own process group (a terminal's Ctrl-C reaches only the supervisor) and
 get SIGTERM if the supervisor itself dies.
+
+With ``--metrics-port`` the supervisor serves the metrics of all its children on that one
+port: each child writes its totals to a private directory, which a scrape adds up (see
+:class:`~skiplock.metrics.AggregateCollector`), the totals of replaced children included.
 """
 
 from __future__ import annotations
@@ -16,13 +20,16 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 from .recycling import RECYCLED_EXIT
 
@@ -66,6 +73,8 @@ class Supervisor:
         *,
         burst: bool = False,
         metrics_port: int | None = None,
+        metrics_addr: str = "127.0.0.1",
+        version: str = "",
     ) -> None:
         self.command = [
             sys.executable,
@@ -79,7 +88,11 @@ class Supervisor:
         ]
         self.processes = processes
         self.burst = burst
-        self.metrics_port = metrics_port  # process k serves its metrics on metrics_port + k
+        self.metrics_port = metrics_port  # served here, for all the children
+        self.metrics_addr = metrics_addr
+        self.version = version
+        self.metrics_dir: str | None = None  # where the children write their totals
+        self._metrics_server: Any = None
         self.children: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
         self.restarts = 0
         self.signals = 0
@@ -94,8 +107,8 @@ class Supervisor:
                 return
             # Own process group: a Ctrl-C reaches the supervisor only, which forwards SIGTERM.
             command = self.command
-            if self.metrics_port is not None:
-                command = [*command, "--metrics-port", str(self.metrics_port + slot)]
+            if self.metrics_dir is not None:
+                command = [*command, "--metrics-dir", self.metrics_dir]
             child = subprocess.Popen(
                 command,
                 process_group=0,
@@ -104,6 +117,35 @@ class Supervisor:
             )
             self.children[slot] = (child, time.monotonic())
         log.info("worker process %d started (pid %d)", slot, child.pid)
+
+    def serve_metrics(self) -> None:
+        """Serve the children's metrics, added up, on ``metrics_port`` (OSError: the port
+        cannot be had); call before :meth:`run`."""
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        from .metrics import AggregateCollector
+
+        assert self.metrics_port is not None
+        self.metrics_dir = tempfile.mkdtemp(prefix="skiplock-metrics-")
+        registry = CollectorRegistry()
+        registry.register(AggregateCollector(self.metrics_dir, self._live_pids, self.version))
+        try:
+            self._metrics_server, _ = start_http_server(
+                self.metrics_port, self.metrics_addr, registry=registry
+            )
+        except OSError:
+            self._remove_metrics_dir()
+            raise
+
+    def _live_pids(self) -> set[int]:
+        return {child.pid for child, _ in list(self.children.values()) if child.poll() is None}
+
+    def _remove_metrics_dir(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+        if self.metrics_dir is not None:
+            shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Counted only; the main loop passes it on.  Held in this thread while a child starts,
@@ -136,6 +178,12 @@ class Supervisor:
         return self.signals == 1 and code in (-signal.SIGTERM, -signal.SIGINT)
 
     def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            self._remove_metrics_dir()
+
+    def _run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         for slot in range(self.processes):

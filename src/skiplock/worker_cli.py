@@ -16,7 +16,7 @@ from . import __version__
 from .admin import dsn_option
 from .app_loader import load_app
 from .events import new_worker_id
-from .metrics import WorkerMetrics
+from .metrics import SnapshotWriter, WorkerMetrics
 from .recycling import RECYCLED_EXIT
 from .supervisor import SUPERVISED_VAR, Supervisor
 from .worker import Worker
@@ -161,7 +161,7 @@ GC_YOUNG_THRESHOLD = 10_000
     type=click.IntRange(1, 65535),
     default=None,
     help="Serve Prometheus metrics at http://ADDR:PORT/metrics (needs skiplock[metrics]); "
-    "with --processes N, process k serves on PORT + k.",
+    "with --processes N, of all N processes added up.",
 )
 @click.option(
     "--metrics-addr",
@@ -171,6 +171,8 @@ GC_YOUNG_THRESHOLD = 10_000
     show_default=True,
     help="Address the metrics endpoint listens on (0.0.0.0: every interface).",
 )
+# A supervised process writes its metrics there for the supervisor to serve (not for users).
+@click.option("--metrics-dir", hidden=True, default=None)
 def command(
     app_spec: str,
     dsn: str | None,
@@ -190,6 +192,7 @@ def command(
     log_level: str,
     metrics_port: int | None,
     metrics_addr: str,
+    metrics_dir: str | None,
 ) -> None:
     """Run the tasks of APP (module:attribute) until SIGTERM/SIGINT (or, with --burst, done)."""
     logging.basicConfig(
@@ -218,14 +221,22 @@ def command(
         args += ["--poll-only"] if poll_only else []
         args += ["--max-jobs", str(max_jobs)] if max_jobs else []
         args += ["--max-memory", str(max_memory)] if max_memory else []
+        supervisor = Supervisor(
+            args,
+            processes,
+            burst=burst,
+            metrics_port=metrics_port,
+            metrics_addr=metrics_addr,
+            version=__version__,
+        )
         if metrics_port is not None:
-            if metrics_port + processes - 1 > 65535:
-                raise click.BadParameter(
-                    f"ports {metrics_port}-{metrics_port + processes - 1} do not all exist",
-                    param_hint="--metrics-port",
-                )
-            args += ["--metrics-addr", metrics_addr]
-        supervisor = Supervisor(args, processes, burst=burst, metrics_port=metrics_port)
+            try:
+                supervisor.serve_metrics()
+            except OSError as exc:
+                raise click.ClickException(
+                    f"cannot serve metrics on {metrics_addr}:{metrics_port}: {exc.strerror or exc}"
+                ) from None
+            log_metrics_address(metrics_addr, metrics_port)
         raise SystemExit(supervisor.run())
     # Before the app is loaded, so that its module may set a threshold of its own.
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
@@ -236,22 +247,30 @@ def command(
     # collector's full collections no longer walk it.
     gc.freeze()
     worker_id = new_worker_id()
-    metrics = None
-    if metrics_port is not None:
-        metrics = WorkerMetrics(worker_id, __version__, known_tasks=app.tasks)
+    served = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
+    metrics = writer = None
+    if metrics_port is not None or metrics_dir is not None:
+        # The registered tasks of the served queues: their series start at 0.
+        series = [
+            (task.queue, name)
+            for name, task in app.tasks.items()
+            if served is None or task.queue in served
+        ]
+        metrics = WorkerMetrics(worker_id, __version__, known_tasks=app.tasks, series=series)
+    if metrics is not None and metrics_dir is not None:
+        writer = SnapshotWriter(metrics, metrics_dir)
+        writer.start()
+    elif metrics is not None and metrics_port is not None:
         try:
             metrics.serve(metrics_port, metrics_addr)
         except OSError as exc:
             raise click.ClickException(
                 f"cannot serve metrics on {metrics_addr}:{metrics_port}: {exc.strerror or exc}"
             ) from None
-        shown = f"[{metrics_addr}]" if ":" in metrics_addr else metrics_addr
-        logging.getLogger("skiplock.worker").info(
-            "serving metrics on http://%s:%d/metrics", shown, metrics_port
-        )
+        log_metrics_address(metrics_addr, metrics_port)
     runner = Worker(
         app,
-        queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
+        queues=served,
         concurrency=concurrency,
         prefetch=prefetch,
         max_in_flight=max_in_flight,
@@ -266,7 +285,11 @@ def command(
         max_jobs=max_jobs,
         max_memory=max_memory * 2**20 if max_memory else None,
     )
-    asyncio.run(run_worker(runner))
+    try:
+        asyncio.run(run_worker(runner))
+    finally:
+        if writer is not None:
+            writer.close()  # the final totals, for the supervisor to keep
     # Recycled: the supervisor starts a fresh process in its place (a burst just ends).
     code = RECYCLED_EXIT if runner.recycled and not burst else 0
     if burst and runner.claim_error is not None:
@@ -285,3 +308,10 @@ def command(
         code = 1
     exit_despite_stuck_threads(code)
     raise SystemExit(code)
+
+
+def log_metrics_address(addr: str, port: int) -> None:
+    shown = f"[{addr}]" if ":" in addr else addr
+    logging.getLogger("skiplock.worker").info(
+        "serving metrics on http://%s:%d/metrics", shown, port
+    )

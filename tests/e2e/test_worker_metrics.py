@@ -1,8 +1,9 @@
 """``skiplock worker --metrics-port``: Prometheus metrics served by real worker processes.
 
-Two processes under the supervisor serve on PORT and PORT + 1; scraped over HTTP, their
-counters add up to the jobs the table says ran and failed.  A port already taken is a clear
-error at start.
+Two processes under the supervisor are scraped on one port, the supervisor's: their counters
+add up to the jobs the table says ran and failed, children recycled on the way included.  The
+queue wait histogram counts the time from a job's due time to its start.  A port already
+taken is a clear error at start.
 """
 
 from __future__ import annotations
@@ -104,6 +105,14 @@ def answers(port: int) -> bool:
     return True
 
 
+def labelset(**labels: str) -> frozenset[tuple[str, str]]:
+    return frozenset(labels.items())
+
+
+def worker_ids(scraped: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> set[str]:
+    return {dict(labels)["worker_id"] for name, labels in scraped if name == "skiplock_worker_info"}
+
+
 def counts(db: psycopg.Connection[Any], schema: str) -> dict[str, int]:
     query = sql.SQL("SELECT status, count(*) FROM {} GROUP BY status")
     return dict(db.execute(query.format(sql.Identifier(schema, "jobs"))).fetchall())
@@ -115,9 +124,11 @@ def worker_env(app: App) -> dict[str, str]:
     return env
 
 
-def test_two_processes_serve_metrics_that_add_up_to_the_jobs_run(
+def test_processes_are_scraped_on_one_port_and_recycled_ones_are_neither_lost_nor_doubled(
     app: App, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
+    """``--processes 2`` serves one endpoint, the supervisor's, whose counters add up every
+    child's, including those replaced by ``--max-jobs`` on the way."""
     (tmp_path / "meteredmod.py").write_text(textwrap.dedent(MODULE))
 
     @app.task(name="ok", queue="metered")
@@ -128,7 +139,7 @@ def test_two_processes_serve_metrics_that_add_up_to_the_jobs_run(
 
     port = free_ports(2)
     command = [sys.executable, "-m", "skiplock", "worker", "meteredmod:app", "--processes", "2",
-               "--concurrency", "4", "--poll-interval", "0.1",
+               "--concurrency", "4", "--poll-interval", "0.1", "--max-jobs", "40",
                "--metrics-port", str(port), "--metrics-addr", "127.0.0.1"]  # fmt: skip
     log = tmp_path / "worker.stderr"
     with log.open("wb") as err:
@@ -136,7 +147,17 @@ def test_two_processes_serve_metrics_that_add_up_to_the_jobs_run(
             command, cwd=tmp_path, env=worker_env(app), stdout=subprocess.DEVNULL, stderr=err
         )
     try:
-        wait_for(lambda: answers(port) and answers(port + 1), 30, "both metrics endpoints")
+        wait_for(lambda: answers(port) and len(worker_ids(scrape(port))) == 2, 30, "both processes")
+        assert not answers(port + 1)  # one port for all processes
+        # Series of the registered tasks and served queues exist, at 0, before any job.
+        first = [scrape(port)]
+        finished_name = "skiplock_jobs_finished_total"
+        assert (finished_name, labelset(queue="metered", task="boom", outcome="failed")) in first[0]
+        assert total(first, finished_name) == 0
+        assert ("skiplock_jobs_started_total", labelset(queue="metered", task="ok")) in first[0]
+        assert ("skiplock_jobs_running", labelset(queue="metered")) in first[0]
+        wait_count = ("skiplock_job_wait_seconds_count", labelset(queue="metered", task="ok"))
+        assert first[0][wait_count] == 0
         app.enqueue_many("ok", [{"n": n} for n in range(OK_JOBS)])
         app.enqueue_many("boom", [{"n": n} for n in range(BOOM_JOBS)])
         wait_for(
@@ -146,24 +167,59 @@ def test_two_processes_serve_metrics_that_add_up_to_the_jobs_run(
         )
 
         def finished() -> float:
-            samples = [scrape(port), scrape(port + 1)]
-            return total(samples, "skiplock_jobs_finished_total")
+            return total([scrape(port)], finished_name)
 
         wait_for(lambda: finished() == OK_JOBS + BOOM_JOBS, 10, "the last outcomes' events")
-        samples = [scrape(port), scrape(port + 1)]
-        finished_name = "skiplock_jobs_finished_total"
+        assert "recycled; starting a fresh one" in log.read_text()  # children were replaced
+        samples = [scrape(port)]
         assert total(samples, finished_name, task="ok", outcome="done") == OK_JOBS
         assert total(samples, finished_name, task="boom", outcome="failed") == BOOM_JOBS
         assert total(samples, "skiplock_jobs_started_total", queue="metered") == 205
         assert total(samples, "skiplock_jobs_running", queue="metered") == 0
         assert total(samples, "skiplock_job_duration_seconds_count") == OK_JOBS + BOOM_JOBS
-        worker_ids = {
-            dict(labels)["worker_id"]
-            for scraped in samples
-            for (name, labels) in scraped
-            if name == "skiplock_worker_info"
-        }
-        assert len(worker_ids) == 2, worker_ids  # one per process, each on its own port
+        assert total(samples, "skiplock_job_wait_seconds_count", queue="metered") == 205
+        # The live processes only (the slot of one just recycled is filled again at once).
+        wait_for(lambda: len(worker_ids(scrape(port))) == 2, 10, "both processes again")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
+def test_queue_wait_is_the_time_from_due_to_start(
+    app: App, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """Jobs due two minutes before a worker starts them waited at least that long: the queue
+    wait histogram counts them above 60 s, none below."""
+    (tmp_path / "meteredmod.py").write_text(textwrap.dedent(MODULE))
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (queue, task, payload, run_at) "
+            "SELECT 'metered', 'ok', jsonb_build_object('n', i), now() - interval '120 seconds' "
+            "FROM generate_series(1, 30) i"
+        ).format(sql.Identifier(app.schema, "jobs"))
+    )
+    port = free_ports(1)
+    command = [sys.executable, "-m", "skiplock", "worker", "meteredmod:app",
+               "--poll-interval", "0.1", "--metrics-port", str(port)]  # fmt: skip
+    log = tmp_path / "worker.stderr"
+    with log.open("wb") as err:
+        worker = subprocess.Popen(
+            command, cwd=tmp_path, env=worker_env(app), stdout=subprocess.DEVNULL, stderr=err
+        )
+    try:
+        wait_for(lambda: answers(port), 30, "the metrics endpoint")
+        wait_for(lambda: counts(db, app.schema) == {"done": 30}, 60, "every job done")
+        wait = "skiplock_job_wait_seconds"
+        wait_for(lambda: total([scrape(port)], f"{wait}_count") == 30, 10, "the start events")
+        samples = [scrape(port)]
+        assert total(samples, f"{wait}_count", queue="metered", task="ok") == 30
+        assert total(samples, f"{wait}_bucket", queue="metered", task="ok", le="60.0") == 0
+        assert total(samples, f"{wait}_sum", queue="metered", task="ok") >= 30 * 120
+        # Queue depth is the exporter's: not exported once per worker.
+        assert not any(name.startswith("skiplock_queue_") for name, _ in samples[0])
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0, log.read_text()
     finally:
@@ -229,8 +285,10 @@ def test_metrics_listen_on_localhost_unless_told_and_unknown_task_names_fold_int
             return total([scrape(port)], "skiplock_jobs_finished_total", outcome="failed")
 
         wait_for(lambda: failed() == 40, 10, "the last outcomes' events")
-        tasks = {dict(labels).get("task") for _, labels in scrape(port)} - {None}
-        assert tasks == {"unknown"}
+        counted = {dict(labels).get("task") for _, labels in scrape(port)} - {None}
+        assert counted == {"unknown", "ok", "boom"}  # the registered tasks' series are at 0
+        ran = {dict(labels).get("task") for (_, labels), v in scrape(port).items() if v} - {None}
+        assert ran == {"unknown"}
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0, log.read_text()
     finally:

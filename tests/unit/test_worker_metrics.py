@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import subprocess
 import sys
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from skiplock.events import JobEvent
 from skiplock.job import Job
-from skiplock.metrics import WorkerMetrics
+from skiplock.metrics import AggregateCollector, WorkerMetrics
 
 NOW = datetime(2026, 12, 4, tzinfo=UTC)
 
@@ -137,3 +140,55 @@ def test_task_names_the_worker_does_not_know_fold_into_one_label() -> None:
     assert value(metrics, finished, queue="mail", task="unknown", outcome="failed") == 2000
     assert value(metrics, "skiplock_jobs_started_total", queue="mail", task="send") == 1
     assert len(text.splitlines()) < 100
+
+
+def claimed(job_id: int, waited: float) -> Job:
+    """A job claimed ``waited`` seconds after it was due."""
+    return dataclasses.replace(job(job_id), locked_at=NOW + timedelta(seconds=waited))
+
+
+def test_queue_wait_is_claim_time_minus_due_time_and_known_series_start_at_zero() -> None:
+    metrics = WorkerMetrics("w", "0.1.0", series=[("mail", "send"), ("report", "build")])
+    wait = "skiplock_job_wait_seconds"
+    assert value(metrics, f"{wait}_count", queue="report", task="build") == 0
+    assert value(metrics, "skiplock_jobs_started_total", queue="report", task="build") == 0
+    finished = "skiplock_jobs_finished_total"
+    assert value(metrics, finished, queue="report", task="build", outcome="failed") == 0
+    assert value(metrics, "skiplock_jobs_running", queue="report") == 0
+    metrics.on_event(JobEvent("started", claimed(1, 0.02), "w"))
+    metrics.on_event(JobEvent("started", claimed(2, 120.0), "w"))
+    metrics.on_event(JobEvent("started", job(3), "w"))  # no claim time: not observed
+    assert value(metrics, f"{wait}_count", queue="mail", task="send") == 2
+    assert value(metrics, f"{wait}_sum", queue="mail", task="send") == pytest.approx(120.02)
+    assert value(metrics, f"{wait}_bucket", queue="mail", task="send", le="0.05") == 1
+    assert value(metrics, f"{wait}_bucket", queue="mail", task="send", le="60.0") == 1
+    assert value(metrics, f"{wait}_bucket", queue="mail", task="send", le="300.0") == 2
+
+
+def test_the_aggregate_keeps_an_exited_process_once_and_its_running_jobs_not_at_all(
+    tmp_path: Path,
+) -> None:
+    live = {101, 102}
+    for pid, worker_id in ((101, "a"), (102, "b")):
+        metrics = WorkerMetrics(worker_id, "0.1.0")
+        metrics.on_event(JobEvent("started", claimed(1, 1.0), worker_id))
+        metrics.on_event(JobEvent("started", claimed(2, 1.0), worker_id))
+        metrics.on_event(JobEvent("finished", job(1), worker_id, "done", 0.01))
+        data = {"pid": pid, **metrics.snapshot().to_json()}
+        (tmp_path / f"{worker_id}.json").write_text(json.dumps(data))
+    registry = CollectorRegistry()
+    registry.register(AggregateCollector(tmp_path, lambda: set(live), "0.1.0"))
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    started = "skiplock_jobs_started_total"
+    assert sample(started, queue="mail", task="send") == 4
+    assert sample("skiplock_jobs_running", queue="mail") == 2
+    live.discard(102)  # b exited: its file is final
+    for _ in range(3):  # retired on the first scrape, then counted from memory, once
+        assert sample(started, queue="mail", task="send") == 4
+        assert sample("skiplock_job_wait_seconds_count", queue="mail", task="send") == 4
+        assert sample("skiplock_jobs_running", queue="mail") == 1
+        assert sample("skiplock_worker_info", worker_id="b", version="0.1.0") is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
