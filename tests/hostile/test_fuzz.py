@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from fuzz_inputs import EXAMPLES, TALLY, client_case, raw_row
+from fuzz_inputs import EXAMPLES, TALLY, client_case, payload_kind, raw_row, row_kind
 from hypothesis import HealthCheck, given, settings
 from psycopg import sql
 
@@ -50,10 +50,6 @@ FUZZ_SETTINGS = settings(
 def count_jobs(db: psycopg.Connection[Any], schema: str) -> int:
     row = db.execute(sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(schema)))
     return int(row.fetchone()[0])  # type: ignore[index]
-
-
-def kind_of(value: Any) -> str:
-    return type(value).__name__
 
 
 @pytest.fixture
@@ -95,14 +91,17 @@ def check_outcomes(db: psycopg.Connection[Any], schema: str, runs: Counter[int])
             "SELECT id, task, status, coalesce(last_error, '') FROM {}.jobs "
             "WHERE queue = 'fuzz' AND (status IN ('pending', 'running') "
             "  OR (status = 'failed' AND (last_error IS NULL OR last_error ILIKE '%%lease%%'))"
-            "  OR (status = 'scheduled' AND run_at <= now()))"
-        ).format(sql.Identifier(schema))
+            "  OR (status = 'scheduled' AND run_at <= now())"
+            "  OR (status = 'waiting' AND NOT EXISTS (SELECT 1 FROM {}.job_dependencies AS d"
+            "      JOIN {}.jobs AS j ON j.id = d.depends_on"
+            "      WHERE d.job_id = jobs.id AND j.status NOT IN ('done', 'failed', 'cancelled'))))"
+        ).format(*[sql.Identifier(schema)] * 3)
     ).fetchall()
     assert rows == [], f"rows left unfinished or failed without a reason of their own: {rows}"
     for status, count in db.execute(
         sql.SQL("SELECT status, count(*) FROM {}.jobs GROUP BY 1").format(sql.Identifier(schema))
     ).fetchall():
-        TALLY[f"ended {status}"] += count
+        TALLY[f"rows: ended {status}"] += count
 
 
 def run_cli(pg_dsn: str, schema: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -147,7 +146,7 @@ def check_rendering(app: App, db: psycopg.Connection[Any], pg_dsn: str, schema: 
             assert one.status == 200, f"/jobs/{job_id}: {one.text[:500]}"
             one = browser.get(f"/api/jobs/{job_id}")
             assert one.status == 200, f"/api/jobs/{job_id}: {one.text[:500]}"
-    TALLY["rows rendered"] += len(ids)
+    TALLY["rows: rendered by every admin surface"] += len(ids)
 
 
 def test_every_client_input_is_refused_cleanly_or_runs(
@@ -160,7 +159,9 @@ def test_every_client_input_is_refused_cleanly_or_runs(
     def attempt(case: tuple[dict[str, Any], Any]) -> None:
         options, payload = case
         before = count_jobs(db, schema)
-        kind = "+".join(sorted(options)) or "no options"
+        kinds = [f"option {name}" for name in sorted(options)] + [
+            f"payload {payload_kind(payload)}"
+        ]
         try:
             call = any_task.with_options(**options)
             if isinstance(payload, Mapping) and all(isinstance(k, str) for k in payload):
@@ -170,11 +171,13 @@ def test_every_client_input_is_refused_cleanly_or_runs(
         except DOCUMENTED as exc:
             assert str(exc), f"{type(exc).__name__} without a message"
             assert count_jobs(db, schema) == before, f"refused ({exc!r}) but a row was written"
-            TALLY[f"client refused: {type(exc).__name__}"] += 1
-            TALLY[f"client refused with {kind}"] += 1
+            TALLY[f"client: refused ({type(exc).__name__})"] += 1
+            for kind in kinds:
+                TALLY[f"client, {kind}: refused"] += 1
             return
-        TALLY["client accepted"] += 1
-        TALLY[f"client accepted payload of {kind_of(payload)}"] += 1
+        TALLY["client: accepted"] += 1
+        for kind in kinds:
+            TALLY[f"client, {kind}: accepted"] += 1
 
     attempt()
     enqueue_good(app)
@@ -238,13 +241,14 @@ def test_every_row_the_enqueuer_role_can_insert_runs_or_fails_alone(
     def attempt(row: dict[str, Any]) -> None:
         before = count_jobs(db, schema)
         refused = insert_as(db, schema, enqueuer, row)
-        kind = "+".join(sorted(set(row) - {"queue", "task", "payload"})) or "plain"
+        outcome = "accepted" if refused is None else "refused"
         if refused is not None:
             assert count_jobs(db, schema) == before
-            TALLY[f"row refused: {type(refused).__name__}"] += 1
-            return
-        TALLY["row accepted"] += 1
-        TALLY[f"row accepted with {kind}"] += 1
+            TALLY[f"enqueuer row: refused ({type(refused).__name__})"] += 1
+        else:
+            TALLY["enqueuer row: accepted"] += 1
+        for kind in row_kind(row):
+            TALLY[f"enqueuer row, {kind}: {outcome}"] += 1
 
     attempt()
     enqueue_good(app)
