@@ -55,7 +55,7 @@ BEGIN
             'AND coalesce(last_error, '''') NOT LIKE ''InvalidPayload: this job breaks the bound %%'' '
             'AND NOT (%s)',
             'InvalidPayload: this job breaks the bound ' || bound.name || ', added by '
-                || 'migration 14: no worker could run it (see docs/security.md)',
+                || 'migration 15: no worker could run it (see docs/security.md)',
             bound.expression
         );
         EXECUTE format(
