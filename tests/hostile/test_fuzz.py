@@ -234,7 +234,7 @@ def test_every_row_the_enqueuer_role_can_insert_runs_or_fails_alone(
     good: Counter[int],
     enqueuer: str,
 ) -> None:
-    tasks = sorted(app.tasks)
+    tasks = sorted(set(app.tasks) - {"fuzz.good"})  # the good jobs' task counts only theirs
 
     @FUZZ_SETTINGS
     @given(raw_row(tasks))
