@@ -294,14 +294,19 @@ def test_doctor_names_the_sessions_that_hold_such_locks(
         pids = {h["pid"] for h in finding.details["holders"]}
         assert pids == {stranger.info.backend_pid, admin.info.backend_pid}
         assert "entity key" in finding.message and "queues table" in finding.message
-    # The stranger's lock on the key makes its job wait, it does not stall the queue.
+    # The stranger's lock on the key holds up that key's held-lock claims only (a leased claim
+    # takes the job), and never the queue.
     (free,) = enqueue(app, "q", 1)
     with connect(app) as conn:
-        assert [j.id for j in store.job_claim(conn, ["q"], 10, "w", 30.0)] == [free]
+        claimed = store.job_claim_held(conn, ["q"], "w", 30.0)
+        assert claimed is not None and claimed.id == free
+        conn.rollback()
     stranger.execute("SELECT pg_advisory_unlock_all()")
     assert locks().status == "ok"
     with connect(app) as conn:
-        assert [j.id for j in store.job_claim(conn, ["q"], 10, "w", 30.0)] == [job]
+        claimed = store.job_claim_held(conn, ["q"], "w", 30.0)
+        assert claimed is not None and claimed.id == job
+        conn.rollback()
 
 
 # -- maintenance -------------------------------------------------------------------------
@@ -369,8 +374,8 @@ def test_concurrent_held_claims_take_one_job_of_a_key_and_wait_for_none(app: App
 def test_the_maintenance_leader_logs_a_stranger_holding_a_key_once(
     app: App, stranger: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The jobs of a key a stranger holds wait (they are never waited for): the worker says so
-    in its log, once per session and key, as doctor does."""
+    """A stranger holding a key's lock is logged once per session and key, as doctor shows it;
+    a leased worker runs the key's jobs all the same (only held-lock claims pass over it)."""
 
     @app.task(name="t", queue="q")
     def t(n: int) -> None: ...
@@ -389,4 +394,34 @@ def test_the_maintenance_leader_logs_a_stranger_holding_a_key_once(
     assert len(said) == 1, said
     assert str(stranger.info.backend_pid) in said[0] and "entity key" in said[0]
     statuses = {j: app.sync_client.get_job(j) for j in (job.id, other.id)}
-    assert {j: s.status for j, s in statuses.items() if s} == {job.id: "pending", other.id: "done"}
+    assert {j: s.status for j, s in statuses.items() if s} == {job.id: "done", other.id: "done"}
+
+
+def test_a_strangers_lock_on_an_entity_key_does_not_stop_leased_claims_of_it(
+    app: App, stranger: psycopg.Connection[Any]
+) -> None:
+    """Any login can take the advisory lock a held-lock claim takes on its job's entity key.
+    Leased claims passed over such a key for as long as the stranger kept the lock; now only a
+    worker's lock counts for them.  Held-lock claims, which must take the key themselves, still
+    pass over it (and run the queue's other jobs)."""
+    keyed = enqueue(app, "q", 1, entity_key="k")
+    stranger.execute(
+        "SELECT pg_advisory_lock(hashtext('skiplock_held_key/' || %s), hashtext('k'))",
+        [app.schema],
+    )
+    store = SyncStore(app.queries)
+    with connect(app) as held, connect(app) as leased:
+        (free,) = enqueue(app, "q", 1)
+        job = store.job_claim_held(held, ["q"], "w1", 30.0)
+        assert job is not None and job.id == free  # the keyed job is passed over, not waited on
+        held.rollback()
+        jobs = store.job_claim(leased, ["q"], 10, "w2", 30.0)  # commits: they run now
+        assert sorted(j.id for j in jobs) == sorted([*keyed, free])
+        # Across several queues too, for a key of its own.
+        stranger.execute(
+            "SELECT pg_advisory_lock(hashtext('skiplock_held_key/' || %s), hashtext('k2'))",
+            [app.schema],
+        )
+        other = enqueue(app, "q", 1, entity_key="k2")
+        jobs = store.job_claim(leased, ["q", "elsewhere"], 10, "w2", 30.0)
+        assert [j.id for j in jobs] == other

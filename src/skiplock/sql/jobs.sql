@@ -151,7 +151,9 @@ WITH better AS (
     WHERE c.status = 'pending' AND c.queue = %(queue)s
       AND c.priority < coalesce(%(after_priority)s::int, -2147483648)
       AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
-           AND NOT {entity_key_held}(%(schema)s, c.entity_key))
+           AND NOT CASE WHEN NOT {entity_key_held}(%(schema)s, c.entity_key) THEN false
+                        WHEN %(held_marker)s::bool THEN true
+                        ELSE {entity_key_locked_by_worker}(%(schema)s, c.entity_key) END)
       AND (c.expires_at IS NULL OR c.expires_at > now())
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
@@ -165,7 +167,9 @@ WITH better AS (
              coalesce(%(after_run_at)s::timestamptz, '-infinity'),
              coalesce(%(after_id)s::bigint, 0))
       AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
-           AND NOT {entity_key_held}(%(schema)s, c.entity_key))
+           AND NOT CASE WHEN NOT {entity_key_held}(%(schema)s, c.entity_key) THEN false
+                        WHEN %(held_marker)s::bool THEN true
+                        ELSE {entity_key_locked_by_worker}(%(schema)s, c.entity_key) END)
       AND (c.expires_at IS NULL OR c.expires_at > now())
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
@@ -221,7 +225,10 @@ FROM commit_mode, held_marker
 WHERE j.id = ANY (ARRAY(
     SELECT p.id FROM picked AS p
     WHERE CASE WHEN NOT %(held_marker)s::bool
-               THEN p.entity_key IS NULL OR NOT {entity_key_held}(%(schema)s, p.entity_key)
+               THEN p.entity_key IS NULL
+                    OR NOT CASE WHEN {entity_key_held}(%(schema)s, p.entity_key)
+                                THEN {entity_key_locked_by_worker}(%(schema)s, p.entity_key)
+                                ELSE false END
                WHEN pg_try_advisory_xact_lock_shared(
                         hashtext('skiplock_held_job_id/' || %(schema)s), p.id::bit(32)::int)
                THEN p.entity_key IS NULL OR {entity_key_hold}(%(schema)s, p.entity_key)
@@ -302,7 +309,9 @@ WITH locked AS (
             WHERE c.status = 'pending' AND c.queue = q.name
               AND c.priority < coalesce(q.after_priority, -2147483648)
               AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
-                   AND NOT {entity_key_held}(%(schema)s, c.entity_key))
+                   AND NOT CASE WHEN {entity_key_held}(%(schema)s, c.entity_key)
+                                THEN {entity_key_locked_by_worker}(%(schema)s, c.entity_key)
+                                ELSE false END)
               AND (c.expires_at IS NULL OR c.expires_at > now())
             ORDER BY c.priority, c.run_at, c.id
             LIMIT %(limit)s
@@ -317,7 +326,9 @@ WITH locked AS (
                                                    coalesce(q.after_run_at, '-infinity'),
                                                    coalesce(q.after_id, 0))
               AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
-                   AND NOT {entity_key_held}(%(schema)s, c.entity_key))
+                   AND NOT CASE WHEN {entity_key_held}(%(schema)s, c.entity_key)
+                                THEN {entity_key_locked_by_worker}(%(schema)s, c.entity_key)
+                                ELSE false END)
               AND (c.expires_at IS NULL OR c.expires_at > now())
             ORDER BY c.priority, c.run_at, c.id
             LIMIT %(limit)s
@@ -349,7 +360,10 @@ SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locke
 FROM commit_mode
 WHERE j.id = ANY (ARRAY(
     SELECT p.id FROM picked AS p
-    WHERE p.entity_key IS NULL OR NOT {entity_key_held}(%(schema)s, p.entity_key)))
+    WHERE p.entity_key IS NULL
+          OR NOT CASE WHEN {entity_key_held}(%(schema)s, p.entity_key)
+                      THEN {entity_key_locked_by_worker}(%(schema)s, p.entity_key)
+                      ELSE false END))
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
           j.idempotency_key, j.created_at, j.meta, j.expires_at;

@@ -2,9 +2,9 @@
 -- transaction (every other session sees it pending), so a claim of another job of its key
 -- would pass the unique index check of running keys only after waiting for that transaction
 -- to end.  The held-lock claim therefore also takes an exclusive advisory lock on its job's
--- key (entity_key_hold), and every claim passes over a key whose lock someone holds
--- (entity_key_held), without waiting: a leased claim as it would a committed running job, a
--- held-lock claim likewise.  The key is hashtext of the entity key in a class per schema.
+-- key (entity_key_hold), and claims pass over a key whose lock is held, without waiting: a
+-- held-lock claim over a key anyone holds (entity_key_held), a leased claim over a key a worker
+-- holds (entity_key_locked_by_worker), as it would a committed running job.  The key is hashtext of the entity key in a class per schema.
 
 -- Whether some session (this one aside) holds the lock of an entity key: tried exclusively
 -- and given back at once, so the probe leaves nothing behind and never waits.
@@ -16,6 +16,26 @@ AS $$
                 THEN NOT pg_advisory_unlock(hashtext('skiplock_held_key/' || schema_name),
                                             hashtext(key))
                 ELSE true END
+$$;
+
+-- Whether the session holding the lock of an entity key may write the jobs table (a held-lock
+-- worker): asked by a leased claim only when entity_key_held found the lock taken.  A
+-- stranger's lock on the key (any login can take an advisory lock) counts for nothing there:
+-- only held-lock claims, which must take the key themselves, wait for it to be let go.
+-- PL/pgSQL, so that its query is planned when first run, not with every claim.
+CREATE FUNCTION {schema}.entity_key_locked_by_worker(schema_name text, key text) RETURNS boolean
+    LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    RETURN EXISTS (
+        SELECT 1 FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+          AND l.mode = 'ExclusiveLock'
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND l.classid = hashtext('skiplock_held_key/' || schema_name)::oid
+          AND l.objid = hashtext(key)::oid
+          AND has_table_privilege(a.usesysid, quote_ident(schema_name) || '.jobs', 'UPDATE'));
+END
 $$;
 
 -- Take the lock of an entity key until the transaction ends (a held-lock claim, for its

@@ -103,7 +103,8 @@ CREATE POLICY {enqueuer} ON {jobs} AS RESTRICTIVE FOR INSERT TO {enqueuer}
 -- worker reads the migration record at start, to refuse a schema older than itself.
 GRANT USAGE ON SCHEMA {schema} TO {worker};
 GRANT EXECUTE ON FUNCTION {schema}.entity_key_running(text) TO {worker};
-GRANT EXECUTE ON FUNCTION {schema}.entity_key_held(text, text), {schema}.entity_key_hold(text, text)
+GRANT EXECUTE ON FUNCTION {schema}.entity_key_held(text, text), {schema}.entity_key_hold(text, text),
+    {schema}.entity_key_locked_by_worker(text, text)
     TO {worker};
 GRANT SELECT ON {migrations} TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {jobs} TO {worker};
