@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -153,6 +154,29 @@ class ArgumentCheck:
         self.accepted = {p.name for p in named}
         self.required = {p.name for p in named if p.default is p.empty}
         self.impossible |= any(p.kind == p.POSITIONAL_ONLY and p.default is p.empty for p in params)
+        # The parameters a positional argument of enqueue() fills, by name in the payload.
+        self.by_position = [
+            p.name for p in itertools.takewhile(lambda p: p.kind == p.POSITIONAL_OR_KEYWORD, params)
+        ]
+
+    def named(self, args: tuple[Any, ...], payload: dict[str, Any]) -> dict[str, Any]:
+        """``payload`` with ``args`` (given by position after ``conn``, as the typed enqueue
+        allows) under the names of the parameters they fill: a job's payload is a JSON object."""
+        if not args:
+            return payload
+        if len(args) > len(self.by_position):
+            raise InvalidArguments(
+                f"task {self.name!r} takes at most {len(self.by_position)} positional "
+                f"argument{'s' * (len(self.by_position) != 1)} in a payload, got {len(args)}"
+            )
+        positional = dict(zip(self.by_position, args, strict=False))
+        twice = positional.keys() & payload.keys()
+        if twice:
+            raise InvalidArguments(
+                f"task {self.name!r} got {', '.join(map(repr, sorted(twice)))} twice, "
+                "by position and by name"
+            )
+        return {**positional, **payload}
 
     def check(self, payload: Mapping[str, Any]) -> None:
         """Raise :class:`InvalidArguments` unless the worker's call would bind ``payload``
@@ -267,10 +291,9 @@ class Task(Generic[P, R]):
     def _call(self) -> TaskCall[P]:
         return TaskCall(self, self.settings.options)
 
-    # A ParamSpec admits no keyword-only parameter beside it: type checkers see ``conn`` as a
-    # parameter before the task's own, which still lets it be given by name.  At run time it
-    # is keyword-only, and the task's arguments are taken by name only (a payload is a JSON
-    # object).
+    # A ParamSpec admits no keyword-only parameter beside it: ``conn`` comes before the task's
+    # own arguments, by name or first by position, and run time takes what type checkers
+    # accept (arguments by position are stored under their parameters' names).
     if TYPE_CHECKING:
 
         def enqueue(
@@ -283,12 +306,12 @@ class Task(Generic[P, R]):
 
     else:
 
-        def enqueue(self, *args, conn=None, **payload):
+        def enqueue(self, conn=None, *args, **payload):
             """Enqueue one job; with ``conn``, inside that connection's current transaction."""
-            return self._call().enqueue(*args, conn=conn, **payload)
+            return self._call().enqueue(conn, *args, **payload)
 
-        async def enqueue_async(self, *args, conn=None, **payload):
-            return await self._call().enqueue_async(*args, conn=conn, **payload)
+        async def enqueue_async(self, conn=None, *args, **payload):
+            return await self._call().enqueue_async(conn, *args, **payload)
 
     def enqueue_many(
         self, payloads: Iterable[Mapping[str, Any]], *, conn: CallerConnection | None = None
@@ -315,14 +338,6 @@ class ContextTask(Task[P, R]):
         return self.fn(ctx, *args, **kwargs)
 
 
-def _by_name(task: Task[Any, Any], args: tuple[Any, ...]) -> None:
-    if args:
-        raise InvalidArguments(
-            f"task {task.name!r}: give enqueue() the task's arguments by name (a job's payload "
-            f"is a JSON object), got {len(args)} positional"
-        )
-
-
 @dataclass(frozen=True)
 class TaskCall(Generic[P]):
     """A task with enqueue options bound (see :meth:`Task.with_options`)."""
@@ -345,12 +360,12 @@ class TaskCall(Generic[P]):
 
     else:
 
-        def enqueue(self, *args, conn=None, **payload):
-            _by_name(self.task, args)
+        def enqueue(self, conn=None, *args, **payload):
+            payload = self.task.arguments.named(args, payload)
             return self.enqueue_many([payload], conn=conn)[0]
 
-        async def enqueue_async(self, *args, conn=None, **payload):
-            _by_name(self.task, args)
+        async def enqueue_async(self, conn=None, *args, **payload):
+            payload = self.task.arguments.named(args, payload)
             return (await self.enqueue_many_async([payload], conn=conn))[0]
 
     def enqueue_many(
