@@ -249,6 +249,31 @@ def test_no_catch_up_burst_after_downtime_unless_catch_up_asks(app: App, db: Any
     )
 
 
+def test_a_caught_up_tick_is_not_enqueued_again_after_the_ticks_are_pruned(
+    app: App, db: Any
+) -> None:
+    """A daily task with ``catch_up=2`` whose latest tick is past its grace asks for yesterday's
+    tick too, which is always more than a day old: once the leader's prune has forgotten ticks
+    older than a day, a worker started afterwards (a deploy, a recycled process) must not
+    enqueue yesterday's tick again."""
+
+    @app.periodic(cron="0 3 * * *", catch_up=2, name="daily")
+    def daily() -> None: ...
+
+    def burst() -> None:
+        worker = Worker(app, burst=True, poll_interval=0.05)
+        asyncio.run(asyncio.wait_for(worker.run(), 30))
+
+    burst()
+    first = jobs_of(db, app, "daily")
+    assert len(first) >= 2, first  # yesterday's tick and today's (and the day before's)
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        SyncStore(app.queries).periodic_prune_ticks(conn)  # as the leader does every minute
+    burst()
+    assert jobs_of(db, app, "daily").keys() == first.keys(), "a tick was enqueued twice"
+    assert len(ticks_of(db, app, "daily")) >= 1  # the latest tick stays, against a second run
+
+
 # -- leadership ------------------------------------------------------------------------------
 
 

@@ -112,7 +112,11 @@ FROM {workers} ORDER BY started_at, id;
 
 -- name: periodic_claim_tick
 -- Record a periodic tick unless some worker already did: the row is the right to enqueue it.
-INSERT INTO {ticks} (name, tick) VALUES (%(name)s, %(tick)s)
+-- A tick before the task's latest recorded one was handled too (workers enqueue ticks oldest
+-- first), though its row may have been pruned: a catch-up asks for ticks over a day old.
+INSERT INTO {ticks} (name, tick)
+SELECT %(name)s, %(tick)s
+WHERE NOT EXISTS (SELECT 1 FROM {ticks} WHERE name = %(name)s AND tick > %(tick)s)
 ON CONFLICT DO NOTHING
 RETURNING name;
 
@@ -121,8 +125,11 @@ RETURNING name;
 UPDATE {ticks} SET job_id = %(enqueued_id)s WHERE name = %(name)s AND tick = %(tick)s;
 
 -- name: periodic_prune_ticks
--- Forget ticks older than a day; only the latest ones guard against a second run.
-DELETE FROM {ticks} WHERE tick < now() - interval '1 day';
+-- Forget ticks older than a day but each task's latest, which guards the older ones against a
+-- second run (periodic_claim_tick).
+DELETE FROM {ticks} t
+WHERE t.tick < now() - interval '1 day'
+  AND EXISTS (SELECT 1 FROM {ticks} later WHERE later.name = t.name AND later.tick > t.tick);
 
 -- name: job_prune_finished
 -- Delete up to %(limit)s jobs finished (in one status) before the retention.
