@@ -232,6 +232,10 @@ class Task(Generic[P, R]):
                 "enqueue() reserves for the caller's connection; rename it"
             )
         self.arguments = ArgumentCheck(settings.name, fn, settings.pass_context)
+        if self.arguments.impossible:
+            raise ConfigurationError(
+                _uncallable(settings.name, self.arguments.signature, settings.pass_context)
+            )
 
     @property
     def name(self) -> str:
@@ -326,6 +330,24 @@ class Task(Generic[P, R]):
         conn: AsyncCallerConnection | None = None,
     ) -> list[Enqueued]:
         return await self._call().enqueue_many_async(payloads, conn=conn)
+
+
+def _uncallable(name: str, signature: inspect.Signature, pass_context: bool) -> str:
+    """Why no job can call a function of this signature (see :class:`ArgumentCheck`)."""
+    params = list(signature.parameters.values())
+    takes_context = any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
+    )
+    if pass_context and not takes_context:
+        return (
+            f"task {name!r} is declared with pass_context=True, so the worker passes the job's "
+            "context as its first parameter, which it lacks: add one (ctx: JobContext)"
+        )
+    stuck = [p.name for p in params if p.kind == p.POSITIONAL_ONLY and p.default is p.empty]
+    return (
+        f"task {name!r} has the positional-only parameter {stuck[-1]!r} without a default, "
+        "which no job can fill: the worker passes a job's payload by name"
+    )
 
 
 class ContextTask(Task[P, R]):
