@@ -22,7 +22,7 @@ from rich.table import Table
 
 from .app import DEFAULT_RETENTION, App
 from .enqueue import EnqueueOptions, NewJob, NewJobs, build_job
-from .errors import ConfigurationError, InvalidArguments, InvalidPayload
+from .errors import ConfigurationError, InvalidArguments, InvalidName, InvalidPayload
 from .job import Enqueued, Job, JobStatus
 from .payload import check_queue_name, check_schema_name
 from .rate_limit import describe, parse_rate
@@ -300,7 +300,7 @@ def _built(build: Callable[[], NewJob]) -> NewJob:
         return build()
     except InvalidArguments as exc:
         raise click.BadParameter(str(exc), param_hint="--payload") from None
-    except (ValueError, InvalidPayload) as exc:  # InvalidPayload: the payload's or meta's
+    except (ValueError, InvalidPayload, InvalidName) as exc:  # the payload, meta, queue, task
         raise click.BadParameter(str(exc)) from None
 
 

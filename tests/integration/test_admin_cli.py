@@ -799,3 +799,18 @@ def test_enqueue_says_when_an_idempotency_key_returned_an_existing_job(
                         cwd=shop)  # fmt: skip
     assert not_an_object.code == 2, not_an_object
     assert "must be a mapping" in not_an_object.err and "Usage:" in not_an_object.err
+
+
+def test_enqueue_with_a_bad_queue_name_is_a_usage_error(tasks: App, shop: Path, db: Any) -> None:
+    """Like every other bad option of enqueue: exit 2 with the usage, nothing written."""
+    named, raw = run_all(
+        tasks,
+        ["enqueue", "shop:app", "shop.send_receipt", "--payload", '{"order_id": 1}', "--queue",
+         "mail box"],
+        ["enqueue", "--raw", "billing.charge", "--queue", "qé"],
+        cwd=shop,
+    )  # fmt: skip
+    for result in (named, raw):
+        assert result.code == 2, result
+        assert "invalid queue name" in result.err and "Usage:" in result.err, result
+    assert db.execute(f"SELECT count(*) FROM {jobs_table(tasks)}").fetchone() == (0,)
