@@ -3,6 +3,7 @@ administration come from :class:`~skiplock.app_admin.JobAdmin`)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast, overload
 
@@ -202,6 +203,8 @@ class App(JobAdmin):
                 task_name = check_task_name(name or f"{func.__module__}.{func.__qualname__}")
             if task_name in self.tasks and scheduled is None:
                 raise ConfigurationError(f"a task named {task_name!r} is already registered")
+            if name is None and scheduled is None:
+                self._warn_if_imported_twice(func, task_name)
             settings = checked_settings(
                 self,
                 task_name,
@@ -227,6 +230,30 @@ class App(JobAdmin):
             return registered
 
         return register(fn) if fn is not None else register
+
+    def _warn_if_imported_twice(self, func: Callable[..., Any], task_name: str) -> None:
+        """Warn when ``func`` is the same source as a task registered under another name: its
+        module was imported under two names (both folders on ``sys.path``)."""
+        code = getattr(func, "__code__", None)
+        if code is None:
+            return
+        here = (code.co_filename, code.co_firstlineno, func.__qualname__)
+        for other in self.tasks.values():
+            theirs = getattr(other.fn, "__code__", None)
+            if theirs is not None and here == (
+                theirs.co_filename,
+                theirs.co_firstlineno,
+                other.fn.__qualname__,
+            ):
+                warnings.warn(
+                    f"task {task_name!r} is the function of task {other.name!r}: its module "
+                    "was imported under two names, so jobs enqueued under one fail in a worker "
+                    "that knows the other (and a periodic task gets a job per name and tick); "
+                    "import it one way, or give the task name=",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                return
 
     def _scheduled_task_to_redefine(
         self, func: Callable[P, R], name: str | None
