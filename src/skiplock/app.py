@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast, overload
+from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, cast, overload
 
 from ._client_async import AsyncClient
 from ._client_sync import SyncClient
@@ -42,6 +42,25 @@ from .task import (
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class PeriodicDecorator(Protocol):
+    """What ``@app.periodic(...)`` returns: a task keeps its type (a :class:`ContextTask`
+    stays one), a function becomes a :class:`Task`."""
+
+    @overload
+    def __call__(self, func: ContextTask[P, R], /) -> ContextTask[P, R]: ...
+
+    @overload
+    def __call__(self, func: Callable[P, R], /) -> Task[P, R]: ...
+
+
+class ContextPeriodicDecorator(Protocol):
+    """What ``@app.periodic(..., pass_context=True)`` returns: its function takes the
+    :class:`JobContext` first, which ``enqueue`` leaves out."""
+
+    def __call__(self, func: Callable[Concatenate[JobContext, P], R], /) -> ContextTask[P, R]: ...
+
 
 Completion = Literal["keep", "delete", "archive"]
 DAY = 86400.0
@@ -273,6 +292,36 @@ class App(JobAdmin):
             raise TypeError("name the task once, in @app.periodic(...) or in @app.task(...)")
         return func
 
+    @overload
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        name: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+        catch_up: int = 0,
+        misfire_grace: float = 60.0,
+        timezone: str | None = None,
+        pass_context: Literal[True],
+        **task_options: Any,
+    ) -> ContextPeriodicDecorator: ...
+
+    @overload
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        name: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+        catch_up: int = 0,
+        misfire_grace: float = 60.0,
+        timezone: str | None = None,
+        pass_context: Literal[False] = False,
+        **task_options: Any,
+    ) -> PeriodicDecorator: ...
+
     def periodic(
         self,
         *,
@@ -284,7 +333,7 @@ class App(JobAdmin):
         misfire_grace: float = 60.0,
         timezone: str | None = None,
         **task_options: Any,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+    ) -> PeriodicDecorator | ContextPeriodicDecorator:
         """Register a task that runs on a schedule: ``cron`` (5 fields, read in ``timezone``,
         an IANA name, UTC by default; see :class:`~skiplock.periodic.Schedule` for daylight
         saving time) or ``every`` seconds.
@@ -321,7 +370,7 @@ class App(JobAdmin):
             self.periodic_tasks[periodic.name] = periodic
             return registered
 
-        return register
+        return cast(PeriodicDecorator, register)
 
     def on_event(self, listener: Callable[[JobEvent], None]) -> Callable[[JobEvent], None]:
         """Register ``listener`` (usable as a decorator) to receive every :class:`JobEvent` of
