@@ -423,3 +423,22 @@ def test_killed_leader_is_replaced_and_its_expired_lease_is_reclaimed(
         f'SELECT status, attempts FROM "{app.schema}".jobs WHERE id = %s', (job_id,)
     ).fetchone()
     assert (status, attempts) == ("done", 2), stderr.decode()[-2000:]
+
+
+def test_a_worker_says_which_periodic_tasks_it_leaves_to_others(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker that serves none of a periodic task's queue never enqueues its ticks; if every
+    worker is like it, the task never runs: the worker says so when it starts."""
+
+    @app.periodic(every=60.0, name="sweep", queue="cron")
+    def sweep() -> None: ...
+
+    @app.periodic(every=60.0, name="ping", queue="mail")
+    def ping() -> None: ...
+
+    caplog.set_level("INFO", logger="skiplock")
+    asyncio.run(asyncio.wait_for(Worker(app, queues=["mail"], burst=True).run(), 30))
+    said = [r.getMessage() for r in caplog.records if "not enqueued" in r.getMessage()]
+    assert len(said) == 1 and "sweep (queue cron)" in said[0], caplog.text
+    assert "ping" not in said[0], said
