@@ -159,9 +159,15 @@ class ArgumentCheck:
             p.name for p in itertools.takewhile(lambda p: p.kind == p.POSITIONAL_OR_KEYWORD, params)
         ]
 
-    def named(self, args: tuple[Any, ...], payload: dict[str, Any]) -> dict[str, Any]:
+    def named(self, conn: Any, args: tuple[Any, ...], payload: dict[str, Any]) -> dict[str, Any]:
         """``payload`` with ``args`` (given by position after ``conn``, as the typed enqueue
         allows) under the names of the parameters they fill: a job's payload is a JSON object."""
+        if isinstance(conn, (Mapping, str, int, float, list, tuple)):  # JSON, not a connection
+            raise InvalidArguments(
+                f"task {self.name!r}: enqueue()'s first positional argument is conn, a database "
+                f"connection, not a {type(conn).__name__}: give the task's arguments by name "
+                f"(it takes {', '.join(self.signature.parameters)})"
+            )
         if not args:
             return payload
         if len(args) > len(self.by_position):
@@ -383,11 +389,11 @@ class TaskCall(Generic[P]):
     else:
 
         def enqueue(self, conn=None, *args, **payload):
-            payload = self.task.arguments.named(args, payload)
+            payload = self.task.arguments.named(conn, args, payload)
             return self.enqueue_many([payload], conn=conn)[0]
 
         async def enqueue_async(self, conn=None, *args, **payload):
-            payload = self.task.arguments.named(args, payload)
+            payload = self.task.arguments.named(conn, args, payload)
             return (await self.enqueue_many_async([payload], conn=conn))[0]
 
     def enqueue_many(

@@ -100,9 +100,13 @@ def test_what_mypy_accepts_of_enqueue_runs(shop: App, db: psycopg.Connection[Any
         ("shop.send_receipt", {"order_id": 4}),
         ("shop.send_receipt", {"order_id": 5, "copy": True}),
     ]
-    # What a payload cannot carry is still refused, saying why.
+    # What a payload cannot carry is still refused, saying why; a payload or a value given
+    # where conn goes is not taken for a missing argument.
     log = shop.get_task("shop.log")
     for call, problem in [
+        (lambda: send.enqueue({"order_id": 1}), "first positional argument is conn"),
+        (lambda: send.enqueue(1), "first positional argument is conn"),
+        (lambda: send.with_options(delay=1).enqueue("x"), "not a str"),
         (lambda: send.enqueue(None, 1, True, 3), "at most 2 positional"),
         (lambda: send.enqueue(None, 1, order_id=2), "'order_id' twice"),
         (lambda: log.enqueue(None, "info", "extra"), "at most 1 positional"),
