@@ -22,7 +22,7 @@ from rich.table import Table
 
 from .app import DEFAULT_RETENTION, App
 from .enqueue import EnqueueOptions, NewJob, NewJobs, build_job
-from .errors import ConfigurationError, InvalidArguments
+from .errors import ConfigurationError, InvalidArguments, InvalidName, InvalidPayload
 from .job import Enqueued, Job, JobStatus
 from .payload import (
     BIGINT_MAX,
@@ -299,7 +299,14 @@ def enqueue(
         jobs = [{"id": e.id, "deduplicated": e.deduplicated} for e in made]
         emit_json({"task": task, "queue": job.queue, "jobs": jobs})
     else:
-        click.echo(f"enqueued {plural(count, 'job')} of {task} on queue {job.queue}")
+        new = sum(not e.deduplicated for e in made)
+        said = f"enqueued {plural(new, 'job')} of {task} on queue {job.queue}"
+        if new < count:  # the idempotency key named an unfinished job: no job was made
+            said += (
+                f"; {plural(count - new, 'enqueue')} found job {made[-1].id} unfinished with "
+                f"idempotency key {idempotency_key!r} and returned it"
+            )
+        click.echo(said)
 
 
 def _built(build: Callable[[], NewJob]) -> NewJob:
@@ -308,7 +315,7 @@ def _built(build: Callable[[], NewJob]) -> NewJob:
         return build()
     except InvalidArguments as exc:
         raise click.BadParameter(str(exc), param_hint="--payload") from None
-    except ValueError as exc:
+    except (ValueError, InvalidPayload, InvalidName) as exc:  # the payload, meta, queue, task
         raise click.BadParameter(str(exc)) from None
 
 

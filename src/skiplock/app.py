@@ -3,8 +3,9 @@ administration come from :class:`~skiplock.app_admin.JobAdmin`)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast, overload
+from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, cast, overload
 
 from ._client_async import AsyncClient
 from ._client_sync import SyncClient
@@ -41,6 +42,25 @@ from .task import (
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class PeriodicDecorator(Protocol):
+    """What ``@app.periodic(...)`` returns: a task keeps its type (a :class:`ContextTask`
+    stays one), a function becomes a :class:`Task`."""
+
+    @overload
+    def __call__(self, func: ContextTask[P, R], /) -> ContextTask[P, R]: ...
+
+    @overload
+    def __call__(self, func: Callable[P, R], /) -> Task[P, R]: ...
+
+
+class ContextPeriodicDecorator(Protocol):
+    """What ``@app.periodic(..., pass_context=True)`` returns: its function takes the
+    :class:`JobContext` first, which ``enqueue`` leaves out."""
+
+    def __call__(self, func: Callable[Concatenate[JobContext, P], R], /) -> ContextTask[P, R]: ...
+
 
 Completion = Literal["keep", "delete", "archive"]
 DAY = 86400.0
@@ -202,6 +222,8 @@ class App(JobAdmin):
                 task_name = check_task_name(name or f"{func.__module__}.{func.__qualname__}")
             if task_name in self.tasks and scheduled is None:
                 raise ConfigurationError(f"a task named {task_name!r} is already registered")
+            if name is None and scheduled is None:
+                self._warn_if_imported_twice(func, task_name)
             settings = checked_settings(
                 self,
                 task_name,
@@ -228,6 +250,30 @@ class App(JobAdmin):
 
         return register(fn) if fn is not None else register
 
+    def _warn_if_imported_twice(self, func: Callable[..., Any], task_name: str) -> None:
+        """Warn when ``func`` is the same source as a task registered under another name: its
+        module was imported under two names (both folders on ``sys.path``)."""
+        code = getattr(func, "__code__", None)
+        if code is None:
+            return
+        here = (code.co_filename, code.co_firstlineno, func.__qualname__)
+        for other in self.tasks.values():
+            theirs = getattr(other.fn, "__code__", None)
+            if theirs is not None and here == (
+                theirs.co_filename,
+                theirs.co_firstlineno,
+                other.fn.__qualname__,
+            ):
+                warnings.warn(
+                    f"task {task_name!r} is the function of task {other.name!r}: its module "
+                    "was imported under two names, so jobs enqueued under one fail in a worker "
+                    "that knows the other (and a periodic task gets a job per name and tick); "
+                    "import it one way, or give the task name=",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                return
+
     def _scheduled_task_to_redefine(
         self, func: Callable[P, R], name: str | None
     ) -> Task[P, R] | None:
@@ -246,6 +292,36 @@ class App(JobAdmin):
             raise TypeError("name the task once, in @app.periodic(...) or in @app.task(...)")
         return func
 
+    @overload
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        name: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+        catch_up: int = 0,
+        misfire_grace: float = 60.0,
+        timezone: str | None = None,
+        pass_context: Literal[True],
+        **task_options: Any,
+    ) -> ContextPeriodicDecorator: ...
+
+    @overload
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        name: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+        catch_up: int = 0,
+        misfire_grace: float = 60.0,
+        timezone: str | None = None,
+        pass_context: Literal[False] = False,
+        **task_options: Any,
+    ) -> PeriodicDecorator: ...
+
     def periodic(
         self,
         *,
@@ -257,7 +333,7 @@ class App(JobAdmin):
         misfire_grace: float = 60.0,
         timezone: str | None = None,
         **task_options: Any,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+    ) -> PeriodicDecorator | ContextPeriodicDecorator:
         """Register a task that runs on a schedule: ``cron`` (5 fields, read in ``timezone``,
         an IANA name, UTC by default; see :class:`~skiplock.periodic.Schedule` for daylight
         saving time) or ``every`` seconds.
@@ -294,7 +370,7 @@ class App(JobAdmin):
             self.periodic_tasks[periodic.name] = periodic
             return registered
 
-        return register
+        return cast(PeriodicDecorator, register)
 
     def on_event(self, listener: Callable[[JobEvent], None]) -> Callable[[JobEvent], None]:
         """Register ``listener`` (usable as a decorator) to receive every :class:`JobEvent` of

@@ -74,10 +74,17 @@ class UnknownTask(SkiplockError):
             some = closest or sorted(known)[:KNOWN_SHOWN]
             more = ", ..." if not closest and len(known) > KNOWN_SHOWN else ""
             registered = f"{count}, {'closest:' if closest else 'e.g.'} {', '.join(some)}{more}"
-        super().__init__(
-            f"unknown task {shown}: register it with @app.task(name={shown}) "
-            f"in the module the worker imports ({registered})"
-        )
+        if name.startswith("__main__."):
+            # Enqueued by a script run directly: its module was '__main__' there, and no worker
+            # can import a module of that name.
+            fix = (
+                "it was enqueued by a script run directly (python file.py), whose module is "
+                "named __main__ there: give the task a name, @app.task(name=...), so that the "
+                "script and the worker agree"
+            )
+        else:
+            fix = f"register it with @app.task(name={shown}) in the module the worker imports"
+        super().__init__(f"unknown task {shown}: {fix} ({registered})")
         self.name = name
 
 

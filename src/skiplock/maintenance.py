@@ -87,6 +87,14 @@ class Maintenance:
             if queues is None or app.get_task(p.task).queue in queues
         ]
         self._ticks_handled: dict[str, datetime] = {}  # the latest tick of each, once recorded
+        others = [p for p in app.periodic_tasks.values() if p not in self.periodic]
+        if others:
+            # If no worker serves their queues, these never run: say so where it shows.
+            log.info(
+                "periodic tasks not enqueued by this worker, which does not serve their "
+                "queues (a worker that does enqueues them): %s",
+                ", ".join(f"{p.name} (queue {app.get_task(p.task).queue})" for p in others),
+            )
 
     async def run(self) -> None:
         while True:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -153,6 +154,35 @@ class ArgumentCheck:
         self.accepted = {p.name for p in named}
         self.required = {p.name for p in named if p.default is p.empty}
         self.impossible |= any(p.kind == p.POSITIONAL_ONLY and p.default is p.empty for p in params)
+        # The parameters a positional argument of enqueue() fills, by name in the payload.
+        self.by_position = [
+            p.name for p in itertools.takewhile(lambda p: p.kind == p.POSITIONAL_OR_KEYWORD, params)
+        ]
+
+    def named(self, conn: Any, args: tuple[Any, ...], payload: dict[str, Any]) -> dict[str, Any]:
+        """``payload`` with ``args`` (given by position after ``conn``, as the typed enqueue
+        allows) under the names of the parameters they fill: a job's payload is a JSON object."""
+        if isinstance(conn, (Mapping, str, int, float, list, tuple)):  # JSON, not a connection
+            raise InvalidArguments(
+                f"task {self.name!r}: enqueue()'s first positional argument is conn, a database "
+                f"connection, not a {type(conn).__name__}: give the task's arguments by name "
+                f"(it takes {', '.join(self.signature.parameters)})"
+            )
+        if not args:
+            return payload
+        if len(args) > len(self.by_position):
+            raise InvalidArguments(
+                f"task {self.name!r} takes at most {len(self.by_position)} positional "
+                f"argument{'s' * (len(self.by_position) != 1)} in a payload, got {len(args)}"
+            )
+        positional = dict(zip(self.by_position, args, strict=False))
+        twice = positional.keys() & payload.keys()
+        if twice:
+            raise InvalidArguments(
+                f"task {self.name!r} got {', '.join(map(repr, sorted(twice)))} twice, "
+                "by position and by name"
+            )
+        return {**positional, **payload}
 
     def check(self, payload: Mapping[str, Any]) -> None:
         """Raise :class:`InvalidArguments` unless the worker's call would bind ``payload``
@@ -208,6 +238,10 @@ class Task(Generic[P, R]):
                 "enqueue() reserves for the caller's connection; rename it"
             )
         self.arguments = ArgumentCheck(settings.name, fn, settings.pass_context)
+        if self.arguments.impossible:
+            raise ConfigurationError(
+                _uncallable(settings.name, self.arguments.signature, settings.pass_context)
+            )
 
     @property
     def name(self) -> str:
@@ -267,10 +301,9 @@ class Task(Generic[P, R]):
     def _call(self) -> TaskCall[P]:
         return TaskCall(self, self.settings.options)
 
-    # A ParamSpec admits no keyword-only parameter beside it: type checkers see ``conn`` as a
-    # parameter before the task's own, which still lets it be given by name.  At run time it
-    # is keyword-only, and the task's arguments are taken by name only (a payload is a JSON
-    # object).
+    # A ParamSpec admits no keyword-only parameter beside it: ``conn`` comes before the task's
+    # own arguments, by name or first by position, and run time takes what type checkers
+    # accept (arguments by position are stored under their parameters' names).
     if TYPE_CHECKING:
 
         def enqueue(
@@ -283,12 +316,12 @@ class Task(Generic[P, R]):
 
     else:
 
-        def enqueue(self, *args, conn=None, **payload):
+        def enqueue(self, conn=None, *args, **payload):
             """Enqueue one job; with ``conn``, inside that connection's current transaction."""
-            return self._call().enqueue(*args, conn=conn, **payload)
+            return self._call().enqueue(conn, *args, **payload)
 
-        async def enqueue_async(self, *args, conn=None, **payload):
-            return await self._call().enqueue_async(*args, conn=conn, **payload)
+        async def enqueue_async(self, conn=None, *args, **payload):
+            return await self._call().enqueue_async(conn, *args, **payload)
 
     def enqueue_many(
         self, payloads: Iterable[Mapping[str, Any]], *, conn: CallerConnection | None = None
@@ -305,6 +338,24 @@ class Task(Generic[P, R]):
         return await self._call().enqueue_many_async(payloads, conn=conn)
 
 
+def _uncallable(name: str, signature: inspect.Signature, pass_context: bool) -> str:
+    """Why no job can call a function of this signature (see :class:`ArgumentCheck`)."""
+    params = list(signature.parameters.values())
+    takes_context = any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
+    )
+    if pass_context and not takes_context:
+        return (
+            f"task {name!r} is declared with pass_context=True, so the worker passes the job's "
+            "context as its first parameter, which it lacks: add one (ctx: JobContext)"
+        )
+    stuck = [p.name for p in params if p.kind == p.POSITIONAL_ONLY and p.default is p.empty]
+    return (
+        f"task {name!r} has the positional-only parameter {stuck[-1]!r} without a default, "
+        "which no job can fill: the worker passes a job's payload by name"
+    )
+
+
 class ContextTask(Task[P, R]):
     """A task declared with ``pass_context=True``: its function takes the :class:`JobContext`
     first, which the worker passes; ``enqueue`` takes the other arguments."""
@@ -313,14 +364,6 @@ class ContextTask(Task[P, R]):
         self, ctx: JobContext, /, *args: P.args, **kwargs: P.kwargs
     ) -> R:
         return self.fn(ctx, *args, **kwargs)
-
-
-def _by_name(task: Task[Any, Any], args: tuple[Any, ...]) -> None:
-    if args:
-        raise InvalidArguments(
-            f"task {task.name!r}: give enqueue() the task's arguments by name (a job's payload "
-            f"is a JSON object), got {len(args)} positional"
-        )
 
 
 @dataclass(frozen=True)
@@ -345,12 +388,12 @@ class TaskCall(Generic[P]):
 
     else:
 
-        def enqueue(self, *args, conn=None, **payload):
-            _by_name(self.task, args)
+        def enqueue(self, conn=None, *args, **payload):
+            payload = self.task.arguments.named(conn, args, payload)
             return self.enqueue_many([payload], conn=conn)[0]
 
-        async def enqueue_async(self, *args, conn=None, **payload):
-            _by_name(self.task, args)
+        async def enqueue_async(self, conn=None, *args, **payload):
+            payload = self.task.arguments.named(conn, args, payload)
             return (await self.enqueue_many_async([payload], conn=conn))[0]
 
     def enqueue_many(

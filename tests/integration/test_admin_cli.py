@@ -774,3 +774,43 @@ def test_enqueue_depends_on_and_show_what_a_waiting_job_waits_for(tasks: App, sh
     status = run(tasks, "status", "--json")
     (emails,) = [q for q in json.loads(status.out) if q["queue"] == "emails"]
     assert (emails["waiting"], emails["scheduled"]) == (1, 1)
+
+
+def test_enqueue_says_when_an_idempotency_key_returned_an_existing_job(
+    tasks: App, shop: Path, db: Any
+) -> None:
+    """An enqueue whose idempotency key names an unfinished job makes no job: the command says
+    so rather than 'enqueued 1 job'; a payload that is no JSON object is a usage error (2)."""
+    enqueue = ["enqueue", "shop:app", "shop.send_receipt", "--payload", '{"order_id": 8}',
+               "--idempotency-key", "receipt:8"]  # fmt: skip
+    first = run(tasks, *enqueue, "--count", "3", cwd=shop)
+    again = run(tasks, *enqueue, cwd=shop)
+    (job,) = db.execute(f"SELECT id FROM {jobs_table(tasks)}").fetchall()
+    assert first.code == 0 and again.code == 0, (first, again)
+    assert first.out.strip() == (
+        "enqueued 1 job of shop.send_receipt on queue mail; 2 enqueues found job "
+        f"{job[0]} unfinished with idempotency key 'receipt:8' and returned it"
+    ), first
+    assert again.out.strip() == (
+        "enqueued 0 jobs of shop.send_receipt on queue mail; 1 enqueue found job "
+        f"{job[0]} unfinished with idempotency key 'receipt:8' and returned it"
+    ), again
+    not_an_object = run(tasks, "enqueue", "shop:app", "shop.send_receipt", "--payload", "[1]",
+                        cwd=shop)  # fmt: skip
+    assert not_an_object.code == 2, not_an_object
+    assert "must be a mapping" in not_an_object.err and "Usage:" in not_an_object.err
+
+
+def test_enqueue_with_a_bad_queue_name_is_a_usage_error(tasks: App, shop: Path, db: Any) -> None:
+    """Like every other bad option of enqueue: exit 2 with the usage, nothing written."""
+    named, raw = run_all(
+        tasks,
+        ["enqueue", "shop:app", "shop.send_receipt", "--payload", '{"order_id": 1}', "--queue",
+         "mail box"],
+        ["enqueue", "--raw", "billing.charge", "--queue", "qé"],
+        cwd=shop,
+    )  # fmt: skip
+    for result in (named, raw):
+        assert result.code == 2, result
+        assert "invalid queue name" in result.err and "Usage:" in result.err, result
+    assert db.execute(f"SELECT count(*) FROM {jobs_table(tasks)}").fetchone() == (0,)

@@ -78,3 +78,39 @@ def test_a_periodic_task_whose_payload_does_not_fit_is_refused_at_registration(a
 
         @app.periodic(every=60, name="reports.daily", payload={"day": "today"})
         def daily(report: str) -> None: ...
+
+
+def test_what_mypy_accepts_of_enqueue_runs(shop: App, db: psycopg.Connection[Any]) -> None:
+    """The typed ``enqueue`` puts ``conn`` before the task's own arguments (a ParamSpec admits
+    no keyword-only parameter beside it), so a type checker accepts ``conn`` positionally and the
+    task's arguments by position after it: those calls enqueue the same job as by name."""
+    send = shop.get_task("shop.send_receipt")
+    audit = shop.get_task("shop.audit")
+    with psycopg.connect(shop.dsn) as conn:
+        send.enqueue(conn, order_id=1)
+        send.with_options(priority=3).enqueue(conn, 2, copy=True)
+        audit.enqueue(conn, 3)  # the context is the worker's: 3 is order_id
+    send.enqueue(None, 4)
+    asyncio.run(send.enqueue_async(None, 5, True))
+    rows = db.execute(f'SELECT task, payload FROM "{shop.schema}".jobs ORDER BY id').fetchall()
+    assert rows == [
+        ("shop.send_receipt", {"order_id": 1}),
+        ("shop.send_receipt", {"order_id": 2, "copy": True}),
+        ("shop.audit", {"order_id": 3}),
+        ("shop.send_receipt", {"order_id": 4}),
+        ("shop.send_receipt", {"order_id": 5, "copy": True}),
+    ]
+    # What a payload cannot carry is still refused, saying why; a payload or a value given
+    # where conn goes is not taken for a missing argument.
+    log = shop.get_task("shop.log")
+    for call, problem in [
+        (lambda: send.enqueue({"order_id": 1}), "first positional argument is conn"),
+        (lambda: send.enqueue(1), "first positional argument is conn"),
+        (lambda: send.with_options(delay=1).enqueue("x"), "not a str"),
+        (lambda: send.enqueue(None, 1, True, 3), "at most 2 positional"),
+        (lambda: send.enqueue(None, 1, order_id=2), "'order_id' twice"),
+        (lambda: log.enqueue(None, "info", "extra"), "at most 1 positional"),
+    ]:
+        with pytest.raises(InvalidArguments, match=problem):
+            call()
+    assert count(db, shop) == 5

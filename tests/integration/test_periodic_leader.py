@@ -249,6 +249,31 @@ def test_no_catch_up_burst_after_downtime_unless_catch_up_asks(app: App, db: Any
     )
 
 
+def test_a_caught_up_tick_is_not_enqueued_again_after_the_ticks_are_pruned(
+    app: App, db: Any
+) -> None:
+    """A daily task with ``catch_up=2`` whose latest tick is past its grace asks for yesterday's
+    tick too, which is always more than a day old: once the leader's prune has forgotten ticks
+    older than a day, a worker started afterwards (a deploy, a recycled process) must not
+    enqueue yesterday's tick again."""
+
+    @app.periodic(cron="0 3 * * *", catch_up=2, name="daily")
+    def daily() -> None: ...
+
+    def burst() -> None:
+        worker = Worker(app, burst=True, poll_interval=0.05)
+        asyncio.run(asyncio.wait_for(worker.run(), 30))
+
+    burst()
+    first = jobs_of(db, app, "daily")
+    assert len(first) >= 2, first  # yesterday's tick and today's (and the day before's)
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        SyncStore(app.queries).periodic_prune_ticks(conn)  # as the leader does every minute
+    burst()
+    assert jobs_of(db, app, "daily").keys() == first.keys(), "a tick was enqueued twice"
+    assert len(ticks_of(db, app, "daily")) >= 1  # the latest tick stays, against a second run
+
+
 # -- leadership ------------------------------------------------------------------------------
 
 
@@ -398,3 +423,22 @@ def test_killed_leader_is_replaced_and_its_expired_lease_is_reclaimed(
         f'SELECT status, attempts FROM "{app.schema}".jobs WHERE id = %s', (job_id,)
     ).fetchone()
     assert (status, attempts) == ("done", 2), stderr.decode()[-2000:]
+
+
+def test_a_worker_says_which_periodic_tasks_it_leaves_to_others(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker that serves none of a periodic task's queue never enqueues its ticks; if every
+    worker is like it, the task never runs: the worker says so when it starts."""
+
+    @app.periodic(every=60.0, name="sweep", queue="cron")
+    def sweep() -> None: ...
+
+    @app.periodic(every=60.0, name="ping", queue="mail")
+    def ping() -> None: ...
+
+    caplog.set_level("INFO", logger="skiplock")
+    asyncio.run(asyncio.wait_for(Worker(app, queues=["mail"], burst=True).run(), 30))
+    said = [r.getMessage() for r in caplog.records if "not enqueued" in r.getMessage()]
+    assert len(said) == 1 and "sweep (queue cron)" in said[0], caplog.text
+    assert "ping" not in said[0], said

@@ -1,5 +1,6 @@
 """``Task.enqueue`` is typed from the task's own signature: mypy (strict) flags a misspelt or
-mistyped argument and a missing one, and accepts the enqueue options (``conn=``)."""
+mistyped argument and a missing one, and accepts the enqueue options (``conn=``), for tasks
+made by ``@app.task``, by ``@app.periodic`` (with ``pass_context=True`` too) and by both."""
 
 from __future__ import annotations
 
@@ -34,12 +35,30 @@ def audit(ctx: JobContext, order_id: int) -> str:
     return ctx.worker_id
 
 
+@app.periodic(every=60.0, pass_context=True)
+def sweep(ctx: JobContext, depth: int = 1) -> None: ...
+
+
+@app.periodic(every=60.0)
+@app.task(pass_context=True)
+def tidy(ctx: JobContext, depth: int = 1) -> None: ...
+
+
+@app.periodic(every=60.0)
+@app.task(queue="cron")
+def report(day: str = "") -> None: ...
+
+
 def fine(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     send_receipt.enqueue(order_id=7)
     send_receipt.enqueue(order_id=7, copy=True, conn=conn)
     send_receipt.with_options(priority=3).enqueue(order_id=7)
     audit.enqueue(order_id=1)
     send_receipt(7)
+    send_receipt.enqueue(conn, order_id=7)
+    sweep.enqueue(depth=2)
+    tidy.enqueue(depth=2)
+    report.enqueue(day="monday")
 
 
 async def fine_async() -> None:
@@ -53,6 +72,9 @@ def wrong() -> None:
     send_receipt.enqueue(copy=True)  # wrong
     send_receipt.with_options(priority=3).enqueue(order_idd=7)  # wrong
     audit.enqueue(order_idd=1)  # wrong
+    sweep.enqueue(deep=2)  # wrong
+    tidy.enqueue(deep=2)  # wrong
+    report.enqueue(days="monday")  # wrong
 """
 
 
@@ -69,5 +91,5 @@ def test_mypy_checks_enqueue_against_the_tasks_signature(tmp_path: Path) -> None
     lines = source.splitlines()
     flagged = {int(line.split(":")[1]) for line in result.stdout.splitlines() if ": error:" in line}
     wrong = {n for n, text in enumerate(lines, 1) if text.endswith("# wrong")}
-    assert len(wrong) == 5, wrong
+    assert len(wrong) == 8, wrong
     assert flagged == wrong, result.stdout + result.stderr

@@ -161,9 +161,13 @@ FROM {workers} ORDER BY started_at, id;
 
 -- name: periodic_claim_tick
 -- Record a periodic tick unless some worker already did: the row is the right to enqueue it.
+-- A tick before the task's latest recorded one was handled too (workers enqueue ticks oldest
+-- first), though its row may have been pruned: a catch-up asks for ticks over a day old.
 -- Waits at most 2 s on a lock (another transaction recording the same tick), as leader_acquire.
 WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
-INSERT INTO {ticks} (name, tick) SELECT %(name)s, %(tick)s FROM wait
+INSERT INTO {ticks} (name, tick)
+SELECT %(name)s, %(tick)s FROM wait
+WHERE NOT EXISTS (SELECT 1 FROM {ticks} WHERE name = %(name)s AND tick > %(tick)s)
 ON CONFLICT DO NOTHING
 RETURNING name;
 
@@ -172,10 +176,12 @@ RETURNING name;
 UPDATE {ticks} SET job_id = %(enqueued_id)s WHERE name = %(name)s AND tick = %(tick)s;
 
 -- name: periodic_prune_ticks
--- Forget ticks older than a day; only the latest ones guard against a second run.  Waits at
--- most 2 s on a lock, as leader_acquire.
+-- Forget ticks older than a day but each task's latest, which guards the older ones against a
+-- second run (periodic_claim_tick).  Waits at most 2 s on a lock, as leader_acquire.
 WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
-DELETE FROM {ticks} AS t USING wait WHERE t.tick < now() - interval '1 day';
+DELETE FROM {ticks} AS t USING wait
+WHERE t.tick < now() - interval '1 day'
+  AND EXISTS (SELECT 1 FROM {ticks} AS later WHERE later.name = t.name AND later.tick > t.tick);
 
 -- name: job_prune_finished
 -- Delete up to %(limit)s jobs finished (in one status) before the retention.
