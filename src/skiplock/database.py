@@ -165,7 +165,9 @@ def translate(exc: psycopg.Error, schema: str) -> Exception:
 
 
 # SQLSTATEs of a server that ended or refused the session: shut down by an admin, crashed, still
-# starting up, or an idle session timed out.  Class 08 (connection exception) counts as a whole.
+# starting up, or an idle session timed out.  Class 08 (connection exception) counts as a whole,
+# and so does any error of severity FATAL (the server ends the session after sending it: an
+# idle-in-transaction timeout, 25P03, say).
 SESSION_ENDED = frozenset({"57P01", "57P02", "57P03", "57P05"})
 
 
@@ -176,7 +178,9 @@ def connection_lost(exc: psycopg.Error) -> bool:
     state = exc.sqlstate
     if state is None:  # raised by the client: the connection closed, or its socket failed
         return isinstance(exc, psycopg.OperationalError)
-    return state.startswith("08") or state in SESSION_ENDED
+    if state.startswith("08") or state in SESSION_ENDED:
+        return True
+    return exc.diag.severity_nonlocalized in ("FATAL", "PANIC")
 
 
 def _prepared_statement_mixup(exc: psycopg.Error) -> bool:
