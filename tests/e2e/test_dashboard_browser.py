@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from dashboard_client import TOKEN, serving, serving_asgi
 from skiplock import App
+from skiplock.dashboard import create_dashboard
 
 pytestmark = pytest.mark.slow
 
@@ -165,9 +166,11 @@ def foreign_site(action: str, csrf: str, *, referrer_policy: str) -> Starlette:
         # Origin: the other page's, with the dashboard's own CSRF value (as if it had leaked):
         # the Origin check alone refuses it.
         ("strict-origin-when-cross-origin", "ours", "403: cross-origin request refused"),
-        # Origin: null, without a CSRF value or with one that is not the cookie's.
-        ("no-referrer", "", "403: missing or wrong CSRF token"),
-        ("no-referrer", "forged", "403: missing or wrong CSRF token"),
+        # Origin: null, without a CSRF value, with one that is not the cookie's, or with the
+        # dashboard's own: the browser's Sec-Fetch-Site (same-site, not same-origin) refuses it.
+        ("no-referrer", "", "403: cross-origin request refused"),
+        ("no-referrer", "forged", "403: cross-origin request refused"),
+        ("no-referrer", "ours", "403: cross-origin request refused"),
     ],
 )
 def test_a_post_from_another_origin_is_refused(
@@ -188,3 +191,69 @@ def test_a_post_from_another_origin_is_refused(
             assert page.inner_text("body").startswith(refusal), page.inner_text("body")
     assert not paused(shop, "emails")
     assert statuses(db, shop) == {job: "pending"}
+
+
+def cookie_tossing_site(action: str, csrf: str) -> Starlette:
+    """Another port of the dashboard's host (the same site) that sets the dashboard's CSRF
+    cookie to a value it chose (cookies are per host, not per port, and a Set-Cookie header
+    may replace an HttpOnly cookie), then posts that value with its origin hidden."""
+
+    async def form(request: Request) -> HTMLResponse:
+        html = (
+            f'<form method="post" action="{action}">'
+            f'<input type="hidden" name="csrf" value="{csrf}"><button>Go</button></form>'
+        )
+        response = HTMLResponse(html, headers={"Referrer-Policy": "no-referrer"})
+        response.set_cookie("skiplock_csrf", csrf, path="/", httponly=True, samesite="strict")
+        return response
+
+    return Starlette(routes=[Route("/", form)])
+
+
+def test_a_csrf_cookie_set_by_another_port_of_the_host_does_not_pass(
+    shop: App, db: Any, page: Any
+) -> None:
+    """``Origin: null`` is left to the CSRF value, but the value and the cookie are both the
+    other site's here: the browser's own word on where the form came from refuses it."""
+    job = shop.enqueue("mail.send", {"to": "a@example.com"}).id
+    chosen = "c" * 43
+    with serving(shop) as base:
+        page.goto(f"{base}/?token={TOKEN}")  # logged in: the browser holds both cookies
+        page.goto(f"{base}/jobs/{job}")
+        evil = cookie_tossing_site(f"{base}/queues/emails/pause", chosen)
+        with serving_asgi(evil) as other:
+            page.goto(f"{other}/")
+            assert any(
+                c["name"] == "skiplock_csrf" and c["value"] == chosen
+                for c in page.context.cookies(base)
+            )  # the dashboard's cookie was replaced
+            with page.expect_navigation():
+                page.get_by_role("button", name="Go").click()
+            assert page.inner_text("body").startswith("403: "), page.inner_text("body")
+    assert not paused(shop, "emails")
+
+
+def test_own_forms_work_when_a_proxy_hides_the_origin(shop: App, db: Any, page: Any) -> None:
+    """A proxy in front of the dashboard that sets ``Referrer-Policy: no-referrer`` makes the
+    browser send ``Origin: null`` with the dashboard's own forms: still accepted (the browser
+    says ``Sec-Fetch-Site: same-origin``)."""
+    job = shop.enqueue("mail.send", {"to": "a@example.com"}).id
+    dashboard = create_dashboard(shop, token=TOKEN)
+
+    async def proxy(scope: Any, receive: Any, send: Any) -> None:
+        async def rewritten(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message["headers"] if k != b"referrer-policy"]
+                message = {**message, "headers": [*headers, (b"referrer-policy", b"no-referrer")]}
+            await send(message)
+
+        await dashboard(scope, receive, rewritten if scope["type"] == "http" else send)
+
+    origins: list[str | None] = []
+    page.on("request", lambda r: origins.append(r.headers.get("origin")))
+    with serving_asgi(proxy) as base:
+        page.goto(f"{base}/?token={TOKEN}")
+        page.goto(f"{base}/jobs/{job}")
+        click(page, "Cancel", f"**/jobs/{job}?notice=cancelled*")
+    assert "null" in origins  # the browser did hide the origin
+    assert statuses(db, shop) == {job: "cancelled"}

@@ -8,8 +8,11 @@
 - **Changes.** Only POST requests change anything, and only from a form the dashboard
   rendered: its ``csrf`` field must equal the ``skiplock_csrf`` cookie (a value another site
   can neither read nor set), and an ``Origin`` header, when the browser sends one, must name
-  this host (or, behind a proxy, its ``X-Forwarded-Host``).  ``Origin: null`` (what a browser
-  sends when told to hide origins) names no host: the CSRF value alone decides then.
+  this host (or, behind a proxy, its ``X-Forwarded-Host``).  A ``Sec-Fetch-Site`` header, which
+  browsers set and pages cannot, must say ``same-origin``: another port of this host, or a
+  sibling subdomain, is the same *site*, and may replace the CSRF cookie with a value of its
+  own (cookies are per host, not per port).  ``Origin: null`` (what a browser sends when told
+  to hide origins) names no host: it passes only with ``Sec-Fetch-Site: same-origin``.
   :func:`checked_form` is the one way a POST handler reads its form.
 - **Every response** is not cached, cannot be framed, and may run no script.  Its referrer
   policy is ``same-origin``: the dashboard's own form POSTs carry its real ``Origin`` (under
@@ -161,6 +164,11 @@ async def checked_form(request: Request) -> FormData:
         request.headers.get("x-forwarded-host", "").split(",")[0].strip(),
     }
     if origin not in (None, "null") and urlsplit(origin).netloc not in hosts - {None, ""}:
+        raise HTTPException(403, "cross-origin request refused")
+    # The browser's word on where the form came from (another port of this host, or a sibling
+    # subdomain, can set the CSRF cookie: the value alone does not prove the page was ours).
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site not in (None, "same-origin") or (origin == "null" and fetch_site is None):
         raise HTTPException(403, "cross-origin request refused")
     form = await request.form()
     given: Any = form.get("csrf")
