@@ -14,8 +14,11 @@ write that has not returned still count as unwritten (:attr:`Completer.pending`)
 written, and drained 100,000 no-op jobs about 7% faster with two writes than with one (median
 of 7 alternating pairs, ``--max-in-flight 150``, 2 processes: 41,700 vs 39,100 jobs/s); an
 unbounded worker did about the same either way.  A failed write puts its outcomes back at the
-front of the buffer, and the next write waits a second.  A kept outcome of a claim a server
-restart forgot cannot count for a new claim of its job: every write names the claim's time.
+front of the buffer, and the next write waits a second; but a write the database refused for a
+value it held (an outcome it cannot store) is written again one outcome at a time, and the one
+refused fails its job instead, so that it does not hold up every later outcome.  A kept
+outcome of a claim a server restart forgot cannot count for a new claim of its job: every write
+names the claim's time.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ._store_async import AsyncStore
 from .errors import SkiplockError
-from .execution import Outcome
+from .execution import Outcome, storable
 from .job import Job
 
 log = logging.getLogger("skiplock.worker")
@@ -151,6 +154,10 @@ class Completer:
             finally:
                 self._writing -= len(batch)
         except (psycopg.Error, SkiplockError) as exc:
+            if _refused(exc):
+                # The database refused an outcome (not the connection): written one at a time,
+                # so that one it refuses does not hold up the others, for good.
+                return await self._write_apart(batch)
             log.warning("could not record %d job outcomes, retrying: %s", len(batch), exc)
             self._buffer[:0] = batch
             self._trouble = True
@@ -161,6 +168,57 @@ class Completer:
             raise
         self.on_recorded([Recorded(job, outcome, job.id in owned, s) for job, outcome, s in batch])
         return True
+
+    async def _write_apart(self, batch: list[Entry]) -> bool:
+        """Write a refused batch's outcomes one at a time.  An outcome the database refuses on
+        its own (a snooze past the years a timestamp holds, say) fails its job instead, saying
+        why; if even that is refused, the job is left to its lease and reported lost.  A lost
+        connection puts the outcomes not yet written back at the front of the buffer."""
+        recorded: list[Recorded] = []
+        self._writing += len(batch)
+        try:
+            for index, (job, outcome, started) in enumerate(batch):
+                try:
+                    owned, outcome = await self._write_one(job, outcome, started)
+                except (psycopg.Error, SkiplockError) as exc:
+                    if not _refused(exc):
+                        log.warning("could not record %d job outcomes, retrying: %s",
+                                    len(batch) - index, exc)  # fmt: skip
+                        self._buffer[:0] = batch[index:]
+                        self._trouble = True
+                        self._ready.set()
+                        return False
+                    log.error("job %s: its outcome could not be recorded: %s", job.id, exc)
+                    owned = False
+                self._writing -= 1
+                recorded.append(Recorded(job, outcome, owned, started))
+        finally:
+            self._writing -= len(batch) - len(recorded)
+            if recorded:
+                self.on_recorded(recorded)
+        return True
+
+    async def _write_one(self, job: Job, outcome: Outcome, started: float) -> tuple[bool, Outcome]:
+        """Write one outcome, or, if the database refuses it, the job's failure saying why;
+        whether the claim still owned the job, and the outcome written."""
+        async with self.pool.connection() as conn:
+            try:
+                owned = await self.write(conn, [(job, outcome, started)])
+            except (psycopg.Error, SkiplockError) as exc:
+                if not _refused(exc):
+                    raise
+                error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                log.error("job %s: its outcome (%s) was refused, failing it: %s", job.id,
+                          outcome.kind, error)  # fmt: skip
+                outcome = Outcome(
+                    "failed",
+                    error=storable(
+                        f"its outcome ({outcome.kind}) could not be recorded: "
+                        f"{type(exc).__name__}: {error}"
+                    ),
+                )
+                owned = await self.write(conn, [(job, outcome, started)])
+        return job.id in owned, outcome
 
     async def write(self, conn: AsyncConnection[Any], batch: Sequence[Entry]) -> set[int]:
         """Write outcomes on ``conn``; returns the ids whose claims still owned their jobs."""
@@ -203,3 +261,15 @@ class Completer:
             (job.claim, o.error or "", o.delay if o.kind == "retry" else None) for job, o in entries
         ]
         return set(await self.store.job_fail_many(conn, failures))
+
+
+# SQLSTATE classes of a statement refused for what it wrote (a value out of range, a constraint,
+# a server limit such as an oversized index row): the same outcome would be refused again.
+# Anything else (a lost connection, a timeout, a deadlock, a full disk) may pass on another try.
+REFUSED_CLASSES = ("22", "23", "54")
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether a failed write was refused for an outcome it held, not for the state of the
+    database or the connection."""
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "")[:2] in REFUSED_CLASSES

@@ -26,10 +26,12 @@ ends (``keepalives=0`` turns the probes off, ``tcp_user_timeout=0`` the timeout)
 from __future__ import annotations
 
 import os
+import re
+from functools import cache
 from typing import Any
 
 import psycopg
-from psycopg import conninfo
+from psycopg import conninfo, pq
 
 from . import embedded
 from .errors import ConfigurationError, DatabaseUnavailable, InvalidPayload, SchemaNotMigrated
@@ -66,10 +68,23 @@ def check_dsn(dsn: str) -> str:
         conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise ConfigurationError(
-            f"invalid database URL {redact(dsn)!r}: {_first_line(exc)}; expected e.g. "
+            f"invalid database URL {redact(dsn)!r}: {_unquoted(_first_line(exc))}; expected e.g. "
             "postgresql://user:password@host:5432/dbname"
         ) from None
     return dsn
+
+
+def _unquoted(reason: str) -> str:
+    """libpq's reason for refusing a DSN without the word it quotes (``missing "=" after
+    "..."``), which may be a piece of a password (one with a space in it, unquoted), unless it
+    is one of libpq's option names."""
+    known = _conninfo_keywords()
+    return re.sub(r'"([^"]*)"', lambda m: m.group(0) if m.group(1) in known else '"***"', reason)
+
+
+@cache
+def _conninfo_keywords() -> frozenset[str]:
+    return frozenset({"=", *(d.keyword.decode() for d in pq.Conninfo.get_defaults())})
 
 
 def redact(dsn: str) -> str:
@@ -169,7 +184,9 @@ def translate(exc: psycopg.Error, schema: str) -> Exception:
 
 
 # SQLSTATEs of a server that ended or refused the session: shut down by an admin, crashed, still
-# starting up, or an idle session timed out.  Class 08 (connection exception) counts as a whole.
+# starting up, or an idle session timed out.  Class 08 (connection exception) counts as a whole,
+# and so does any error of severity FATAL (the server ends the session after sending it: an
+# idle-in-transaction timeout, 25P03, say).
 SESSION_ENDED = frozenset({"57P01", "57P02", "57P03", "57P05"})
 
 
@@ -180,7 +197,9 @@ def connection_lost(exc: psycopg.Error) -> bool:
     state = exc.sqlstate
     if state is None:  # raised by the client: the connection closed, or its socket failed
         return isinstance(exc, psycopg.OperationalError)
-    return state.startswith("08") or state in SESSION_ENDED
+    if state.startswith("08") or state in SESSION_ENDED:
+        return True
+    return exc.diag.severity_nonlocalized in ("FATAL", "PANIC")
 
 
 def _broken_bound(exc: psycopg.Error) -> InvalidPayload | None:

@@ -62,9 +62,23 @@ def failure(
         note = f"\n\nnot retried: {give_up} (attempt {job.attempts} of {job.max_attempts})"
     raised = exc.__traceback__ is not None or exc.__cause__ is not None
     error = headline + note + (f"\n\n{text}" if raised and text.strip() != headline else "")
+    error = storable(error)
     if give_up is not None or job.attempts >= job.max_attempts:
         return Outcome("failed", error=error)
     return Outcome("retry", delay=max(0.0, policy.delay(job.attempts)), error=error)
+
+
+def storable(text: str) -> str:
+    """``text`` as a text column holds it: NUL characters (which PostgreSQL text refuses) and
+    lone surrogates (which UTF-8 cannot encode) escaped.  An exception's message may hold
+    either, and an error that cannot be written would lose the outcomes recorded with it."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def task_failure(job: Job, exc: BaseException, task: Task[Any, Any]) -> Outcome:
@@ -107,7 +121,7 @@ def redact(text: str, payload: Any, secret: Collection[str]) -> str:
 def rolled_back(job: Job, task: Task[Any, Any] | None, exc: Exception) -> tuple[str, float]:
     """Error text and retry delay for a held-lock attempt whose transaction rolled back."""
     policy = task.settings.retry if task else _UNKNOWN_TASK_RETRY
-    return f"the held-lock transaction rolled back: {type(exc).__name__}: {exc}", max(
+    return storable(f"the held-lock transaction rolled back: {type(exc).__name__}: {exc}"), max(
         0.0, policy.delay(job.attempts)
     )
 

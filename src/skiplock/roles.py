@@ -45,12 +45,18 @@ TABLE_COUNT = 9  # the tables role_check_owner looks for (grants.sql)
 LOCK_TIMEOUT_MS = 5000  # longest wait for the jobs table's lock (role_lock_timeout)
 
 
+ANY_ROW_POLICY = "skiplock_any_row"  # the jobs table's permissive policy (grants.sql)
+
+
 def check_role_name(name: str) -> str:
     if not isinstance(name, str) or not _ROLE_NAME.fullmatch(name) or name.startswith("pg_"):
         raise InvalidName(
             f"invalid role name {name!r}: use 1-63 lower-case letters, digits or '_', not "
             "starting with a digit or 'pg_'"
         )
+    if name == ANY_ROW_POLICY:
+        # The enqueuer's policy is named after its role: it would replace this one.
+        raise InvalidName(f"invalid role name {name!r}: skiplock names a policy so")
     return name
 
 

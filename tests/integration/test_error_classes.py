@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,7 @@ def test_enqueue_refused_by_a_server_limit_is_not_database_unavailable(app: App,
 
 WORKER_MODULE = """
 import os
+import time
 
 from skiplock import App
 
@@ -137,3 +139,21 @@ def test_a_burst_whose_claims_fail_exits_non_zero_and_says_why(
         (job,),
     ).fetchone()
     assert status == ("pending",)
+
+
+def test_a_session_the_server_ended_for_idling_in_a_transaction_is_unavailable(
+    app: App, pg_dsn: str
+) -> None:
+    """idle_in_transaction_session_timeout ends the session with a FATAL error of class 25
+    (25P03), not 08 or 57: the connection is gone all the same, on the caller's own
+    connection as anywhere."""
+
+    @app.task(name="t")
+    def t() -> None: ...
+
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute("SET idle_in_transaction_session_timeout = '200ms'")
+        conn.execute("SELECT 1")  # in a transaction, then idle in it
+        time.sleep(1.0)
+        with pytest.raises(DatabaseUnavailable, match="lost the connection"):
+            app.enqueue("t", {}, conn=conn)

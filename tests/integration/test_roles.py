@@ -522,6 +522,9 @@ def test_roles_refuses_bad_names_and_unprivileged_installers(
         ["--schema", schema, "--worker", 'w"; DROP TABLE y; --'],
         ["--schema", schema, "--admin", "pg_monitor"],
         ["--schema", schema, "--enqueuer", "same", "--worker", "same"],
+        # The name of the jobs table's permissive policy: an enqueuer of that name would
+        # replace it with its restrictive one, and no login but the owner would see a job.
+        ["--schema", schema, "--enqueuer", "skiplock_any_row"],
     ):
         result = run_cli("roles", "--sql", *args)
         assert result.returncode == 1, (args, result.stdout)

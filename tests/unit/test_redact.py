@@ -60,3 +60,24 @@ def test_dsn_passwords_are_hidden_in_connection_errors() -> None:
     assert "pw-canary" not in shown and "127.0.0.1" in shown
     assert "pw-canary" not in redact_dsn(dsn)
     assert "sslpassword=***" in redact_dsn(dsn) and "password=***" in redact_dsn(dsn)
+
+
+def test_an_unparseable_dsn_shows_no_word_of_its_password() -> None:
+    """libpq names the word it stopped at, which may be part of a password: one with a space,
+    unquoted, in a key=value DSN, or a URL's badly %-encoded password."""
+    import pytest
+
+    from skiplock.database import check_dsn
+    from skiplock.errors import ConfigurationError
+
+    for dsn in (
+        "host=db user=app password=hunter2 pw-canary-1",
+        "host=db user=app password=hunter2 pw-canary-2=x",
+        "postgresql://app:pw%zzcanary-3@db/x",
+    ):
+        with pytest.raises(ConfigurationError) as refused:
+            check_dsn(dsn)
+        assert "canary" not in str(refused.value), str(refused.value)
+    # The problem is still named (the word too, when it is one of libpq's own option names).
+    with pytest.raises(ConfigurationError, match="invalid URI query parameter"):
+        check_dsn("postgresql://app@db/x?bogus=1")

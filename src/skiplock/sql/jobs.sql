@@ -458,11 +458,12 @@ RETURNING j.id, j.status;
 
 -- name: job_snooze_many
 -- Put claimed jobs back to run after delay seconds without spending an attempt
--- (max_attempts grows by one so the attempt counter stays a unique claim token).
+-- (max_attempts grows by one so the attempt counter stays a unique claim token; but not past
+-- the column's largest value, which enqueue accepts: such a job spends the attempt instead).
 UPDATE {jobs} AS j
 SET status = CASE WHEN s.delay > 0 THEN 'scheduled' ELSE 'pending' END,
     run_at = now() + make_interval(secs => s.delay),
-    max_attempts = j.max_attempts + 1,
+    max_attempts = j.max_attempts + (j.max_attempts < 2147483647)::int,
     locked_until = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[],
             %(delays)s::float8[]) AS s(id, attempts, claim_time, delay)
