@@ -4,6 +4,7 @@ made by ``@app.task``, by ``@app.periodic`` (with ``pass_context=True`` too) and
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -93,3 +94,27 @@ def test_mypy_checks_enqueue_against_the_tasks_signature(tmp_path: Path) -> None
     wrong = {n for n, text in enumerate(lines, 1) if text.endswith("# wrong")}
     assert len(wrong) == 8, wrong
     assert flagged == wrong, result.stdout + result.stderr
+
+
+def test_pyright_checks_enqueue_against_the_tasks_signature(tmp_path: Path) -> None:
+    """The same file under pyright (strict): the same lines are flagged, no others.  pyright's
+    PyPI package runs the npm package of the same version (fetched on first use)."""
+    source = textwrap.dedent(SOURCE).lstrip()
+    (tmp_path / "shop.py").write_text(source)
+    src = Path(skiplock.__file__).parent.parent
+    config = {"typeCheckingMode": "strict", "extraPaths": [str(src)], "include": ["shop.py"]}
+    (tmp_path / "pyrightconfig.json").write_text(json.dumps(config))
+    result = subprocess.run(
+        [sys.executable, "-m", "pyright", "--outputjson", "--pythonpath", sys.executable],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.stdout.strip().startswith("{"), result.stdout[-2000:] + result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    flagged = {
+        d["range"]["start"]["line"] + 1
+        for d in report["generalDiagnostics"]
+        if d["severity"] == "error"
+    }
+    lines = source.splitlines()
+    wrong = {n for n, text in enumerate(lines, 1) if text.endswith("# wrong")}
+    assert flagged == wrong, json.dumps(report["generalDiagnostics"], indent=1)[:4000]
