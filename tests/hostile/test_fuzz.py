@@ -11,6 +11,7 @@ Invariants (issue 41):
 - every row renders in ``jobs list`` (table and ``--json``), ``jobs show`` and the dashboard's
   pages and API.
 
+Each test runs once per worker model (lease, held-lock), on inputs of its own.
 ``SKIPLOCK_FUZZ_EXAMPLES`` sets the number of generated inputs per test (CI's quick mode: 40);
 ``python tests/hostile/run.py --full`` runs many more and prints what was tried, by kind.
 """
@@ -39,6 +40,7 @@ from skiplock.roles import RoleNames
 DOCUMENTED = (InvalidPayload, InvalidName, ValueError, TypeError)
 GOOD_JOBS = 20
 FINAL = ("done", "failed", "cancelled")
+MODELS = ("lease", "held")  # each test runs once per worker model, on inputs of its own
 FUZZ_SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -76,11 +78,11 @@ def enqueue_good(app: App) -> None:
     app.tasks["fuzz.good"].enqueue_many([{"n": n} for n in range(GOOD_JOBS)])
 
 
-def run_workers(app: App) -> None:
-    """A lease worker, then a held-lock one, each until nothing is due (a minute at most)."""
-    for model in ("lease", "held"):
-        worker = Worker(app, queues=["fuzz"], burst=True, poll_interval=0.05, model=model)  # type: ignore[arg-type]
-        asyncio.run(asyncio.wait_for(worker.run(), 60))
+def run_worker(app: App, model: str) -> None:
+    """A worker of ``model`` until nothing is due (a minute at most).  One model per run: a
+    second worker after the first would find nothing left to claim."""
+    worker = Worker(app, queues=["fuzz"], burst=True, poll_interval=0.05, model=model)  # type: ignore[arg-type]
+    asyncio.run(asyncio.wait_for(worker.run(), 60))
 
 
 def check_outcomes(db: psycopg.Connection[Any], schema: str, runs: Counter[int]) -> None:
@@ -149,8 +151,14 @@ def check_rendering(app: App, db: psycopg.Connection[Any], pg_dsn: str, schema: 
     TALLY["rows: rendered by every admin surface"] += len(ids)
 
 
+@pytest.mark.parametrize("model", MODELS)
 def test_every_client_input_is_refused_cleanly_or_runs(
-    app: App, db: psycopg.Connection[Any], schema: str, pg_dsn: str, good: Counter[int]
+    app: App,
+    db: psycopg.Connection[Any],
+    schema: str,
+    pg_dsn: str,
+    good: Counter[int],
+    model: str,
 ) -> None:
     any_task = app.tasks["fuzz.any"]
 
@@ -181,7 +189,7 @@ def test_every_client_input_is_refused_cleanly_or_runs(
 
     attempt()
     enqueue_good(app)
-    run_workers(app)
+    run_worker(app, model)
     check_outcomes(db, schema, good)
     check_rendering(app, db, pg_dsn, schema)
 
@@ -226,6 +234,7 @@ def insert_as(
     return None
 
 
+@pytest.mark.parametrize("model", MODELS)
 def test_every_row_the_enqueuer_role_can_insert_runs_or_fails_alone(
     app: App,
     db: psycopg.Connection[Any],
@@ -233,6 +242,7 @@ def test_every_row_the_enqueuer_role_can_insert_runs_or_fails_alone(
     pg_dsn: str,
     good: Counter[int],
     enqueuer: str,
+    model: str,
 ) -> None:
     tasks = sorted(set(app.tasks) - {"fuzz.good"})  # the good jobs' task counts only theirs
 
@@ -252,6 +262,6 @@ def test_every_row_the_enqueuer_role_can_insert_runs_or_fails_alone(
 
     attempt()
     enqueue_good(app)
-    run_workers(app)
+    run_worker(app, model)
     check_outcomes(db, schema, good)
     check_rendering(app, db, pg_dsn, schema)
