@@ -425,3 +425,47 @@ def test_a_strangers_lock_on_an_entity_key_does_not_stop_leased_claims_of_it(
         other = enqueue(app, "q", 1, entity_key="k2")
         jobs = store.job_claim(leased, ["q", "elsewhere"], 10, "w2", 30.0)
         assert [j.id for j in jobs] == other
+
+
+def test_a_noinherit_worker_login_counts_as_a_worker(app: App, db: Any) -> None:
+    """A worker login made NOINHERIT, that sets the worker role after connecting, has no
+    privilege of its own: its held-lock job's key lock and marker must still count as a
+    worker's, or leased claims took the key's other job and waited on the unique index (5 s,
+    then nothing claimed), and the queue's running count missed the job."""
+    role, login = f"w_{secrets.token_hex(4)}", f"wl_{secrets.token_hex(4)}"
+    schema, jobs = sql.Identifier(app.schema), sql.Identifier(app.schema, "jobs")
+    db.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
+    db.execute(
+        sql.SQL("CREATE ROLE {} LOGIN NOINHERIT IN ROLE {}").format(
+            sql.Identifier(login), sql.Identifier(role)
+        )
+    )
+    try:
+        db.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, sql.Identifier(role)))
+        db.execute(
+            sql.SQL("GRANT ALL ON ALL TABLES IN SCHEMA {} TO {}").format(
+                schema, sql.Identifier(role)
+            )
+        )
+        db.execute(sql.SQL("GRANT ALL ON ALL SEQUENCES IN SCHEMA {} TO {}").format(
+            schema, sql.Identifier(role)))  # fmt: skip
+        keyed = enqueue(app, "q", 2, entity_key="k")
+        (free,) = enqueue(app, "q", 1)
+        store = SyncStore(app.queries)
+        worker_dsn = conninfo.make_conninfo(app.dsn, user=login, options=f"-c role={role}")
+        with psycopg.connect(worker_dsn, autocommit=True) as held, connect(app) as leased:
+            job = store.job_claim_held(held, ["q"], "w1", 30.0)
+            assert job is not None and job.id == keyed[0]
+            running = store._rows(
+                leased, "queue_running_count", {"schema": app.schema, "queue": "q"}
+            )
+            assert running == [(1, False)]  # its marker counts, and not as a stranger's
+            started = time.monotonic()
+            jobs = store.job_claim(leased, ["q"], 10, "w2", 30.0)
+            assert [j.id for j in jobs] == [free]
+            assert time.monotonic() - started < 1.0  # never waited on the key's running job
+            held.rollback()
+    finally:
+        for name in (login, role):
+            db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+            db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))

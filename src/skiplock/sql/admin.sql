@@ -23,7 +23,7 @@ WITH held_jobs AS MATERIALIZED (
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
       AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
-      AND has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs', 'UPDATE')
+      AND {may_write_jobs}(a.usesysid)
 )
 SELECT * FROM (
     SELECT id, queue, task, payload,

@@ -165,7 +165,7 @@ WHERE l.locktype = 'advisory' AND l.objsubid = 2
   AND l.classid IN (hashtext('skiplock_held_job')::oid,
                     hashtext('skiplock_held_job_id/' || %(schema)s)::oid,
                     hashtext('skiplock_held_key/' || %(schema)s)::oid)
-  AND NOT has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs', 'UPDATE')
+  AND NOT {may_write_jobs}(a.usesysid)
 UNION ALL
 SELECT l.pid, a.usename::text, a.application_name, 'rows of the queues table', l.mode, l.granted,
        extract(epoch FROM now() - a.xact_start)::float8

@@ -554,8 +554,7 @@ SELECT queue, count(*) FROM cancelled GROUP BY queue;
                    AND l.database = (SELECT oid FROM pg_database
                                      WHERE datname = current_database())
                    AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
-                   AND has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs',
-                                           'UPDATE')))
+                   AND {may_write_jobs}(a.usesysid)))
              THEN 'running' ELSE status END,
         priority, run_at, attempts, max_attempts, locked_by,
         locked_until, locked_at, entity_key, idempotency_key, created_at, meta, expires_at,

@@ -83,7 +83,7 @@ SELECT (SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue
      + count(*) FILTER (WHERE m.trusted AND m.mode = 'ShareLock'),
        coalesce(bool_or(NOT m.trusted AND m.mode = 'ExclusiveLock'), false)
 FROM (
-    SELECT l.mode, has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs', 'UPDATE')
+    SELECT l.mode, {may_write_jobs}(a.usesysid)
                AS trusted
     FROM pg_locks AS l
     JOIN pg_stat_activity AS a ON a.pid = l.pid
@@ -110,7 +110,7 @@ WHERE l.locktype = 'advisory' AND l.objsubid = 2
   AND l.classid IN (hashtext('skiplock_held_job')::oid,
                     hashtext('skiplock_held_job_id/' || %(schema)s)::oid,
                     hashtext('skiplock_held_key/' || %(schema)s)::oid)
-  AND NOT has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs', 'UPDATE')
+  AND NOT {may_write_jobs}(a.usesysid)
 ORDER BY 1, 3, 4;
 
 -- name: leader_acquire
@@ -224,7 +224,7 @@ WITH markers AS MATERIALIZED (
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
       AND l.classid IN (hashtext('skiplock_held_job')::oid,
                         hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
-      AND has_table_privilege(a.usesysid, quote_ident(%(schema)s) || '.jobs', 'UPDATE')
+      AND {may_write_jobs}(a.usesysid)
 ), held AS (
     SELECT objid, count(*) AS running
     FROM markers

@@ -18,6 +18,18 @@ AS $$
                 ELSE true END
 $$;
 
+-- Whether a login may write the jobs table, by its own privileges or by those of any role it
+-- is a member of (a NOINHERIT worker login that sets the worker role too): where skiplock
+-- reads pg_locks, only such sessions' locks count as a worker's; a stranger's count for
+-- nothing.
+CREATE FUNCTION {schema}.may_write_jobs(login oid) RETURNS boolean
+    LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_roles AS r
+                   WHERE pg_has_role(login, r.oid, 'MEMBER')
+                     AND has_table_privilege(r.oid, '{schema}.jobs', 'UPDATE'))
+$$;
+
 -- Whether the session holding the lock of an entity key may write the jobs table (a held-lock
 -- worker): asked by a leased claim only when entity_key_held found the lock taken.  A
 -- stranger's lock on the key (any login can take an advisory lock) counts for nothing there:
@@ -34,7 +46,7 @@ BEGIN
           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
           AND l.classid = hashtext('skiplock_held_key/' || schema_name)::oid
           AND l.objid = hashtext(key)::oid
-          AND has_table_privilege(a.usesysid, quote_ident(schema_name) || '.jobs', 'UPDATE'));
+          AND {schema}.may_write_jobs(a.usesysid));
 END
 $$;
 

@@ -104,7 +104,7 @@ CREATE POLICY {enqueuer} ON {jobs} AS RESTRICTIVE FOR INSERT TO {enqueuer}
 GRANT USAGE ON SCHEMA {schema} TO {worker};
 GRANT EXECUTE ON FUNCTION {schema}.entity_key_running(text) TO {worker};
 GRANT EXECUTE ON FUNCTION {schema}.entity_key_held(text, text), {schema}.entity_key_hold(text, text),
-    {schema}.entity_key_locked_by_worker(text, text)
+    {schema}.entity_key_locked_by_worker(text, text), {schema}.may_write_jobs(oid)
     TO {worker};
 GRANT SELECT ON {migrations} TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {jobs} TO {worker};
@@ -124,6 +124,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE
        {dependencies} TO {admin};
 GRANT SELECT ON SEQUENCE {jobs_id_seq} TO {admin};
 GRANT SELECT ON {migrations} TO {admin};
+GRANT EXECUTE ON FUNCTION {schema}.may_write_jobs(oid) TO {admin};  -- doctor: which sessions are workers
 
 -- name: role_grant_viewer
 -- Viewer: read jobs, archived jobs, queue settings, workers and the migration record; change
@@ -131,6 +132,7 @@ GRANT SELECT ON {migrations} TO {admin};
 GRANT USAGE ON SCHEMA {schema} TO {viewer};
 GRANT SELECT ON {jobs}, {archive}, {queues}, {workers}, {dependencies}, {migrations}
     TO {viewer};
+GRANT EXECUTE ON FUNCTION {schema}.may_write_jobs(oid) TO {viewer};  -- held-lock jobs shown running
 
 -- name: role_grant_monitor
 -- Let the admin role see every session's state, so `skiplock doctor` can name the sessions
