@@ -162,7 +162,9 @@ class ArgumentCheck:
     def named(self, conn: Any, args: tuple[Any, ...], payload: dict[str, Any]) -> dict[str, Any]:
         """``payload`` with ``args`` (given by position after ``conn``, as the typed enqueue
         allows) under the names of the parameters they fill: a job's payload is a JSON object."""
-        if isinstance(conn, (Mapping, str, int, float, list, tuple)):  # JSON, not a connection
+        # A payload given as enqueue()'s only argument lands in conn: say so.  (With arguments by
+        # name beside it, conn's own check says what conn must be.)
+        if not payload and not args and isinstance(conn, (Mapping, str, int, float, list, tuple)):
             raise InvalidArguments(
                 f"task {self.name!r}: enqueue()'s first positional argument is conn, a database "
                 f"connection, not a {type(conn).__name__}: give the task's arguments by name "

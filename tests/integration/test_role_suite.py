@@ -283,7 +283,11 @@ def test_roles_of_one_database_give_nothing_in_another(
     database reused the first one's roles ("created none (all existed)"), so a worker login of
     tenant A could read and delete tenant B's jobs.  Now it refuses and says why."""
     schema = f"t_{secrets.token_hex(5)}"
-    other_dsn = conninfo.make_conninfo(pg_dsn, dbname="postgres")
+    # Tenant B's database is made here: the test's own may be any one, ``postgres`` included
+    # (the embedded server's).
+    other_db = f"skiplock_tenant_{secrets.token_hex(4)}"
+    db.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(other_db)))
+    other_dsn = conninfo.make_conninfo(pg_dsn, dbname=other_db)
     tenant_a, tenant_b = App(pg_dsn, schema), App(other_dsn, schema)
     names = RoleNames.for_schema(schema)
     users: list[str] = []
@@ -305,7 +309,7 @@ def test_roles_of_one_database_give_nothing_in_another(
         # Each login of tenant A, on tenant B's database.
         reach = {}
         for kind in KINDS:
-            on_b = conninfo.make_conninfo(dsns[kind], dbname="postgres")
+            on_b = conninfo.make_conninfo(dsns[kind], dbname=other_db)
             reach[kind] = [
                 attempt(on_b, sql.SQL(move).format(table(schema)))
                 for move in ("SELECT id FROM {}", "DELETE FROM {}")
@@ -319,10 +323,12 @@ def test_roles_of_one_database_give_nothing_in_another(
         for tenant in (tenant_a, tenant_b):
             tenant.sync_client.drop_schema()
             tenant.close()
+        db.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(other_db)))
     assert second.returncode == 1, second.stdout
     assert "already have privileges in another database" in second.stderr, second.stderr
     assert "--enqueuer" in second.stderr and "created" not in second.stdout
-    assert "already has privileges in database test" in script.stderr, script.stderr
+    first_db = conninfo.conninfo_to_dict(pg_dsn).get("dbname")
+    assert f"already has privileges in database {first_db}" in script.stderr, script.stderr
     assert reach == {kind: ["InsufficientPrivilege"] * 2 for kind in KINDS}
     assert kept == [(b_job,)]
 
