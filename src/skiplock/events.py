@@ -82,17 +82,25 @@ def finished_level(outcome: str) -> int:
 
 def log_event(event: JobEvent) -> None:
     job = event.job
+    fields = {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts,
+              "max_attempts": job.max_attempts}  # fmt: skip
     if event.kind == "started":
         log.debug(
             "event=started job_id=%s task=%s queue=%s attempt=%s/%s worker=%s",
             job.id, job.task, job.queue, job.attempts, job.max_attempts, event.worker_id,
+            extra={"event": "started", **fields, "worker": event.worker_id},
         )  # fmt: skip
         return
     level = finished_level(event.outcome or "done")
-    error = f" error={event.error.splitlines()[0]!r}" if event.error else ""
+    first_line = event.error.splitlines()[0] if event.error else None
+    error = f" error={first_line!r}" if first_line is not None else ""
+    duration_ms = (event.duration or 0.0) * 1000
+    extra = {"event": "finished", **fields, "outcome": event.outcome, "duration_ms": duration_ms}
+    if first_line is not None:
+        extra["error"] = first_line
     log.log(
         level,
         "event=finished job_id=%s task=%s queue=%s attempt=%s/%s outcome=%s duration_ms=%.1f%s",
         job.id, job.task, job.queue, job.attempts, job.max_attempts, event.outcome,
-        (event.duration or 0.0) * 1000, error,
+        duration_ms, error, extra=extra,
     )  # fmt: skip

@@ -8,7 +8,6 @@ import asyncio
 import gc
 import logging
 import os
-import sys
 
 import click
 
@@ -16,6 +15,8 @@ from . import __version__
 from .admin import dsn_option
 from .app_loader import load_app
 from .events import new_worker_id
+from .log_format import LogFormat
+from .log_format import configure as log_format_configure
 from .metrics import SnapshotWriter, WorkerMetrics
 from .recycling import RECYCLED_EXIT
 from .supervisor import SUPERVISED_VAR, Supervisor
@@ -155,6 +156,15 @@ GC_YOUNG_THRESHOLD = 10_000
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
 @click.option(
+    "--log-format",
+    envvar="SKIPLOCK_LOG_FORMAT",
+    show_envvar=True,
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="text: key=value lines; json: one JSON object a line, a job's fields as keys.",
+)
+@click.option(
     "--metrics-port",
     envvar="SKIPLOCK_METRICS_PORT",
     show_envvar=True,
@@ -190,16 +200,13 @@ def command(
     shutdown_grace: float,
     burst: bool,
     log_level: str,
+    log_format: LogFormat,
     metrics_port: int | None,
     metrics_addr: str,
     metrics_dir: str | None,
 ) -> None:
     """Run the tasks of APP (module:attribute) until SIGTERM/SIGINT (or, with --burst, done)."""
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
-    )
+    log_format_configure(log_level, log_format)
     if log_level.upper() != "DEBUG":
         # skiplock says in one line that it uses the embedded server; the package's progress
         # (pg_ctl's command lines and their output) is for --log-level debug.
@@ -218,7 +225,7 @@ def command(
         args = [app_spec, "--concurrency", str(concurrency), "--prefetch", str(prefetch),
                 "--lease", str(lease_seconds),
                 "--poll-interval", str(poll_interval), "--shutdown-grace", str(shutdown_grace),
-                "--log-level", log_level]  # fmt: skip
+                "--log-level", log_level, "--log-format", log_format]  # fmt: skip
         args += ["--max-in-flight", str(max_in_flight)] if max_in_flight else []
         args += ["--queues", queues] if queues else []
         args += ["--model", model] if model else []

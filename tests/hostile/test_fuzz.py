@@ -92,7 +92,8 @@ def check_outcomes(db: psycopg.Connection[Any], schema: str, runs: Counter[int])
         sql.SQL(
             "SELECT id, task, status, coalesce(last_error, '') FROM {}.jobs "
             "WHERE queue = 'fuzz' AND (status IN ('pending', 'running') "
-            "  OR (status = 'failed' AND (last_error IS NULL OR last_error LIKE 'lease expired:%%'))"
+            "  OR (status = 'failed'"
+            "      AND (last_error IS NULL OR last_error LIKE 'lease expired:%%'))"
             "  OR (status = 'scheduled' AND run_at <= now())"
             "  OR (status = 'waiting' AND NOT EXISTS (SELECT 1 FROM {}.job_dependencies AS d"
             "      JOIN {}.jobs AS j ON j.id = d.depends_on"
