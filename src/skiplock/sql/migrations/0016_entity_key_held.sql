@@ -25,7 +25,9 @@ $$;
 CREATE FUNCTION {schema}.may_write_jobs(login oid) RETURNS boolean
     LANGUAGE sql STABLE
 AS $$
-    SELECT EXISTS (SELECT 1 FROM pg_roles AS r
+    -- Its own or inherited privileges first: the common case, without reading pg_roles.
+    SELECT has_table_privilege(login, '{schema}.jobs', 'UPDATE')
+        OR EXISTS (SELECT 1 FROM pg_roles AS r
                    WHERE pg_has_role(login, r.oid, 'MEMBER')
                      AND has_table_privilege(r.oid, '{schema}.jobs', 'UPDATE'))
 $$;
