@@ -45,7 +45,7 @@ from skiplock.job import Job
 SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "kill": (
         {
-            "jobs": 700,
+            "jobs": 1200,
             "workers": 3,
             "concurrency": 4,
             "lease": 2.0,
@@ -70,7 +70,7 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "terminate-held-long": ({"jobs": 4, "seconds": 10.0}, {"jobs": 8, "seconds": 30.0}),
     "race": ({"iterations": 200}, {"iterations": 2000}),
     "terminate": (
-        {"jobs": 800, "workers": 3, "concurrency": 4, "every": (0.5, 1.0)},
+        {"jobs": 1500, "workers": 3, "concurrency": 4, "every": (0.5, 1.0)},
         {"jobs": 6000, "workers": 3, "concurrency": 4, "every": (1.0, 3.0)},
     ),
     "restart": (
