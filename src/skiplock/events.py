@@ -81,6 +81,11 @@ def finished_level(outcome: str) -> int:
 
 
 def log_event(event: JobEvent) -> None:
+    # Listeners (metrics) get every event: build the log line's fields only for a level that
+    # is logged, as log.debug would itself have skipped its arguments.
+    level = logging.DEBUG if event.kind == "started" else finished_level(event.outcome or "done")
+    if not log.isEnabledFor(level):
+        return
     job = event.job
     # (keywords, not string keys: a literal named like a statement reads as one to the SQL tests)
     fields = dict(job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempts,
@@ -92,7 +97,6 @@ def log_event(event: JobEvent) -> None:
             extra={"event": "started", **fields, "worker": event.worker_id},
         )  # fmt: skip
         return
-    level = finished_level(event.outcome or "done")
     first_line = event.error.splitlines()[0] if event.error else None
     error = f" error={first_line!r}" if first_line is not None else ""
     duration_ms = (event.duration or 0.0) * 1000
