@@ -61,3 +61,26 @@ def job_state(db: psycopg.Connection[Any], schema: str, job_id: int) -> tuple[st
     ).fetchone()
     assert row is not None
     return row[0], row[1], row[2] or ""
+
+
+def nested_payload(depth: int) -> dict[str, Any]:
+    """A payload whose nesting depth (objects and arrays, the payload itself counting) is
+    ``depth``."""
+    value: Any = 1
+    for _ in range(depth - 1):
+        value = [value]
+    return {"v": value}
+
+
+def insert_sql(db: psycopg.Connection[Any], schema: str, **columns: Any) -> int:
+    """Insert one job by SQL, as a non-Python producer would; its id."""
+    values = {"queue": "q", "task": "t", "payload": "{}", **columns}
+    names = list(values)
+    query = sql.SQL("INSERT INTO {} ({}) VALUES ({}) RETURNING id").format(
+        sql.Identifier(schema, "jobs"),
+        sql.SQL(", ").join(map(sql.Identifier, names)),
+        sql.SQL(", ").join(sql.Placeholder() * len(names)),
+    )
+    row = db.execute(query, [values[n] for n in names]).fetchone()
+    assert row is not None
+    return int(row[0])

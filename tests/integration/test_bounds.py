@@ -15,6 +15,8 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
+from bad_rows import insert_sql
+from bad_rows import nested_payload as nested
 from skiplock import App, InvalidName, InvalidPayload, Worker
 from skiplock.cli import main as cli_main
 from skiplock.database import translate
@@ -30,29 +32,6 @@ from skiplock.payload import (
 def count_jobs(db: psycopg.Connection[Any], schema: str) -> int:
     row = db.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(schema, "jobs")))
     return int(row.fetchone()[0])  # type: ignore[index]
-
-
-def nested(depth: int) -> dict[str, Any]:
-    """A payload whose nesting depth (objects and arrays, the payload itself counting) is
-    ``depth``."""
-    value: Any = 1
-    for _ in range(depth - 1):
-        value = [value]
-    return {"v": value}
-
-
-def insert_sql(db: psycopg.Connection[Any], schema: str, **columns: Any) -> int:
-    """Insert one job by SQL, as a non-Python producer would; its id."""
-    values = {"queue": "q", "task": "t", "payload": "{}", **columns}
-    names = list(values)
-    query = sql.SQL("INSERT INTO {} ({}) VALUES ({}) RETURNING id").format(
-        sql.Identifier(schema, "jobs"),
-        sql.SQL(", ").join(map(sql.Identifier, names)),
-        sql.SQL(", ").join(sql.Placeholder() * len(names)),
-    )
-    row = db.execute(query, [values[n] for n in names]).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 # -- finding 2: keys longer than an index row can hold ------------------------------------

@@ -14,6 +14,8 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
+from bad_rows import insert_sql
+from bad_rows import nested_payload as nested
 from dashboard_client import Browser, serving
 from skiplock import App, InvalidPayload
 from skiplock.bulk import JobFilter
@@ -22,26 +24,6 @@ from skiplock.job import JobStatus
 from skiplock.migrations import all_migrations
 
 BOUNDS_MIGRATION = next(m.version for m in all_migrations() if m.name == "value_bounds")
-
-
-def nested(depth: int) -> dict[str, Any]:
-    value: Any = 1
-    for _ in range(depth - 1):
-        value = [value]
-    return {"v": value}
-
-
-def insert_sql(db: psycopg.Connection[Any], schema: str, **columns: Any) -> int:
-    values = {"queue": "q", "task": "t", "payload": "{}", **columns}
-    names = list(values)
-    query = sql.SQL("INSERT INTO {} ({}) VALUES ({}) RETURNING id").format(
-        sql.Identifier(schema, "jobs"),
-        sql.SQL(", ").join(map(sql.Identifier, names)),
-        sql.SQL(", ").join(sql.Placeholder() * len(names)),
-    )
-    row = db.execute(query, [values[n] for n in names]).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 @pytest.fixture
