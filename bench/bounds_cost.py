@@ -20,8 +20,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from skiplock import App, payload
-from skiplock.enqueue import EnqueueOptions
+from skiplock import App
+from skiplock._db import payload
+from skiplock._db.enqueue import EnqueueOptions
 
 SCHEMA = "bench_bounds"
 JOBS = sql.Identifier(SCHEMA, "jobs")

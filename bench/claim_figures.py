@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from skiplock import App
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 
 SCHEMA = "bench_claim_figures"
 

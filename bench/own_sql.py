@@ -23,8 +23,8 @@ from typing import Any
 from psycopg import sql
 
 from skiplock import App
-from skiplock.sql import Queries
-from skiplock.statement_params import claim_statement
+from skiplock._db.sql import Queries
+from skiplock._db.statement_params import claim_statement
 
 from .ceiling import Statements
 from .db import BenchDatabase, connect

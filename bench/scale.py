@@ -118,7 +118,7 @@ def skiplock_setup(ctx: Context, case: str, background: int, due: int) -> None:
 def skiplock_claim() -> tuple[Any, dict[str, Any]]:
     """skiplock's claim of 10 and its parameters, from the start of the index (as a worker's
     first claim: the costliest)."""
-    from skiplock.sql import Queries
+    from skiplock._db.sql import Queries
 
     params = {
         "queue": "bench",
@@ -178,7 +178,7 @@ def skiplock_case(
     """On a table :func:`prepare_cases` built: the client latency of ``claims`` claims of 10,
     then the drain rate of a worker."""
     from skiplock import App
-    from skiplock._store_sync import SyncStore
+    from skiplock._db.store_sync import SyncStore
 
     system = Skiplock()
     app = App(ctx.db.dsn, "skiplock")

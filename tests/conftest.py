@@ -22,7 +22,7 @@ from skiplock import App
 
 
 def _embedded_dsn() -> str:
-    from skiplock import embedded
+    from skiplock._db import embedded
 
     folder = os.environ.get("SKIPLOCK_EMBEDDED_DIR") or f"/tmp/skiplock-test-pg-{os.getuid()}"
     return embedded.start(Path(folder), announce=False)

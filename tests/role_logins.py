@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, sql
 
-from skiplock.roles import RoleNames
+from skiplock._cli.roles import RoleNames
 
 KINDS = ("enqueuer", "worker", "admin", "viewer")
 

@@ -15,14 +15,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "src" / "skiplock"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "src" / "skiplock" / "_db"
 
 PAIRS = {
-    "_statements_async.py": "_statements_sync.py",
-    "_dependencies_async.py": "_dependencies_sync.py",
-    "_held_async.py": "_held_sync.py",
-    "_store_async.py": "_store_sync.py",
-    "_client_async.py": "_client_sync.py",
+    "statements_async.py": "statements_sync.py",
+    "dependencies_async.py": "dependencies_sync.py",
+    "held_async.py": "held_sync.py",
+    "store_async.py": "store_sync.py",
+    "client_async.py": "client_sync.py",
 }
 
 NAMES = {
@@ -35,11 +36,11 @@ NAMES = {
     "AsyncClient": "SyncClient",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
-    "_statements_async": "_statements_sync",
-    "_dependencies_async": "_dependencies_sync",
-    "_held_async": "_held_sync",
-    "_store_async": "_store_sync",
-    "_client_async": "_client_sync",
+    "statements_async": "statements_sync",
+    "dependencies_async": "dependencies_sync",
+    "held_async": "held_sync",
+    "store_async": "store_sync",
+    "client_async": "client_sync",
     "AsyncCallerConnection": "CallerConnection",
     "caller_connection_async": "caller_connection",
 }
@@ -69,7 +70,7 @@ def convert(source: str, source_name: str) -> str:
             capture_output=True,
             text=True,
             check=True,
-            cwd=PACKAGE.parent.parent,
+            cwd=ROOT,
         ).stdout
     return text
 

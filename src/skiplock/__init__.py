@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .app import App
-from .bulk import CancelledJobs, RetriedJobs
-from .errors import (
+from skiplock.app import App
+from skiplock.bulk import CancelledJobs, RetriedJobs
+from skiplock.errors import (
     ConfigurationError,
     DatabaseUnavailable,
     Fail,
@@ -18,11 +18,11 @@ from .errors import (
     SkiplockError,
     UnknownTask,
 )
-from .events import JobEvent
-from .job import Claim, Enqueued, Job, JobStatus
-from .retry import ExponentialBackoff, FixedDelay, RetryPolicy
-from .task import JobContext, Task
-from .worker import Worker, WorkerStats
+from skiplock.events import JobEvent
+from skiplock.job import Claim, Enqueued, Job, JobStatus
+from skiplock.retry import ExponentialBackoff, FixedDelay, RetryPolicy
+from skiplock.task import JobContext, Task
+from skiplock.worker import Worker, WorkerStats
 
 __all__ = [
     "App",

@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from .cli import main
+from skiplock._cli.main import main
 
 main()

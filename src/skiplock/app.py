@@ -1,5 +1,5 @@
 """The application object: task registry, settings, and the enqueue entry points (job and schema
-administration come from :class:`~skiplock.app_admin.JobAdmin`)."""
+administration come from :class:`~skiplock._app_admin.JobAdmin`)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,12 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, cast, overload
 
-from ._client_async import AsyncClient
-from ._client_sync import SyncClient
-from ._store_async import AsyncStore
-from ._store_sync import SyncStore
-from .app_admin import JobAdmin
-from .caller_connection import AsyncCallerConnection, CallerConnection
-from .database import check_dsn, prepared_statements_setting, resolve_dsn
-from .enqueue import (
+from skiplock._app_admin import JobAdmin
+from skiplock._db.caller_connection import AsyncCallerConnection, CallerConnection
+from skiplock._db.client_async import AsyncClient
+from skiplock._db.client_sync import SyncClient
+from skiplock._db.connections import check_dsn, prepared_statements_setting, resolve_dsn
+from skiplock._db.enqueue import (
     EnqueueOptions,
     MetaProvider,
     NewJob,
@@ -23,14 +21,21 @@ from .enqueue import (
     build_jobs,
     with_provided_meta,
 )
-from .errors import ConfigurationError, UnknownTask
-from .events import JobEvent
-from .job import Enqueued
-from .payload import DEFAULT_MAX_PAYLOAD_BYTES, check_queue_name, check_schema_name, check_task_name
-from .periodic import PeriodicTask, Schedule
-from .retry import RetryPolicy
-from .sql import Queries
-from .task import (
+from skiplock._db.payload import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    check_queue_name,
+    check_schema_name,
+    check_task_name,
+)
+from skiplock._db.sql import Queries
+from skiplock._db.store_async import AsyncStore
+from skiplock._db.store_sync import SyncStore
+from skiplock._runtime.periodic import PeriodicTask, Schedule
+from skiplock.errors import ConfigurationError, UnknownTask
+from skiplock.events import JobEvent
+from skiplock.job import Enqueued
+from skiplock.retry import RetryPolicy
+from skiplock.task import (
     ContextTask,
     ExceptionTypes,
     JobContext,
@@ -335,7 +340,7 @@ class App(JobAdmin):
         **task_options: Any,
     ) -> PeriodicDecorator | ContextPeriodicDecorator:
         """Register a task that runs on a schedule: ``cron`` (5 fields, read in ``timezone``,
-        an IANA name, UTC by default; see :class:`~skiplock.periodic.Schedule` for daylight
+        an IANA name, UTC by default; see :class:`~skiplock._runtime.periodic.Schedule` for daylight
         saving time) or ``every`` seconds.
 
         Exactly one job is enqueued per tick however many workers run; ticks missed for longer

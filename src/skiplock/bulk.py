@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .job import JobStatus
-from .payload import check_queue_name, check_task_name
+from skiplock._db.payload import check_queue_name, check_task_name
+from skiplock.job import JobStatus
 
 # Jobs per statement: small enough that a batch's locks and WAL stay short, large enough that a
 # million jobs take a thousand statements, not a million.

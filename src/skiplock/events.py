@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from .job import Job
+from skiplock.job import Job
 
 log = logging.getLogger("skiplock.worker")
 

@@ -7,7 +7,7 @@ from dataclasses import MISSING, dataclass, fields
 from datetime import datetime
 from typing import Any, NamedTuple, Self
 
-from .payload import load_json
+from skiplock._db.payload import load_json
 
 
 class JobStatus(enum.StrEnum):
@@ -110,7 +110,7 @@ class Job:
 @dataclass(frozen=True)
 class UnrunnableJob(Job):
     """A claimed row that its worker cannot run as it is: a payload or meta Python cannot
-    decode, a time outside Python's datetime (see :mod:`skiplock.claimed_rows`).  Its
+    decode, a time outside Python's datetime (see :mod:`skiplock._db.claimed_rows`).  Its
     ``reason`` says what is wrong; the worker fails it at once, without running it.  Its
     payload is empty, and a time it could not read is the earliest or latest datetime."""
 

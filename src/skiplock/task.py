@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, cas
 
 from psycopg import AsyncConnection
 
-from .caller_connection import AsyncCallerConnection, CallerConnection
-from .enqueue import EnqueueOptions, build_job
-from .errors import ConfigurationError, InvalidArguments
-from .job import Enqueued, Job
-from .payload import check_queue_name
-from .retry import ExponentialBackoff, RetryPolicy
+from skiplock._db.caller_connection import AsyncCallerConnection, CallerConnection
+from skiplock._db.enqueue import EnqueueOptions, build_job
+from skiplock._db.payload import check_queue_name
+from skiplock.errors import ConfigurationError, InvalidArguments
+from skiplock.job import Enqueued, Job
+from skiplock.retry import ExponentialBackoff, RetryPolicy
 
 if TYPE_CHECKING:
-    from .app import App
+    from skiplock.app import App
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -26,12 +26,12 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from .app import App
-from .caller_connection import CallerConnection
-from .events import WorkerStats
-from .job import Job
-from .task import Task
-from .worker import Worker
+from skiplock._db.caller_connection import CallerConnection
+from skiplock.app import App
+from skiplock.events import WorkerStats
+from skiplock.job import Job
+from skiplock.task import Task
+from skiplock.worker import Worker
 
 __all__ = ["assert_enqueued", "assert_not_enqueued", "drain", "drain_async", "enqueued"]
 

@@ -2,21 +2,23 @@
 
 Lease model (default): the claim commits at once with ``locked_until``; one heartbeat statement
 per tick extends the leases of all claimed jobs; outcomes are written in batches by the
-:class:`~skiplock.completer.Completer`, each naming its claim (worker id, attempt and claim
+:class:`~skiplock._runtime.completer.Completer`, each naming its claim (worker id, attempt and claim
 time) so a worker whose lease was reclaimed changes nothing.  A claim may take more jobs than
-there are free slots; :class:`~skiplock.capacity.Capacity` decides how many, and the extra ones
+there are free slots; :class:`~skiplock._runtime.capacity.Capacity` decides how many, and the extra
+ones
 wait in the worker, leased, until a slot frees.  Held model: claim, task and finish share one
 transaction that keeps the row locked; a crash rolls it back and the job is claimable at once.
 
 Shutdown (:meth:`Worker.stop`): stop claiming, give running jobs ``shutdown_grace`` seconds,
-cancel the rest and give them back without spending their attempt, flush, resign leadership.
-A worker given ``max_jobs`` or ``max_memory`` (:mod:`skiplock.recycling`) stops claiming once
-due, and :meth:`Worker.run` returns when every job it claimed has been run and recorded.
+cancel the rest and give them back without spending their attempt, flush, resign
+leadership.  A worker given ``max_jobs`` or ``max_memory`` (:mod:`skiplock._runtime.recycling`)
+stops claiming once due, and :meth:`Worker.run` returns when every job it claimed has been run
+and recorded.
 
-This module has the worker's life cycle; claiming is in :mod:`skiplock.claiming`, the slots
-that run leased jobs in :mod:`skiplock.leased_slots`, the held-lock slots in
-:mod:`skiplock.held_slots`, running jobs and reporting their outcomes in
-:mod:`skiplock.job_outcomes` (mixins of :class:`Worker`).
+This module has the worker's life cycle; claiming is in :mod:`skiplock._runtime.claiming`, the slots
+that run leased jobs in :mod:`skiplock._runtime.leased_slots`, the held-lock slots in
+:mod:`skiplock._runtime.held_slots`, running jobs and reporting their outcomes in
+:mod:`skiplock._runtime.job_outcomes` (mixins of :class:`Worker`).
 """
 
 from __future__ import annotations
@@ -30,34 +32,34 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from ._client_async import open_pool
-from ._store_async import AsyncStore
-from .app import App
-from .capacity import Capacity
-from .claim_cursor import ClaimCursor
-from .claiming import Claiming
-from .completer import Completer
-from .errors import SkiplockError
-from .events import JobEvent, WorkerStats, new_worker_id
-from .heartbeat import Heartbeat
-from .held_cancels import watch_held_cancels
-from .held_sessions import watch_held_sessions
-from .held_slots import HeldSlots
-from .job import Job
-from .job_outcomes import JobOutcomes
-from .leader import LeaderElector
-from .leased_slots import LeasedSlots, ParkedSlot
-from .listener import Listener
-from .maintenance import Maintenance
-from .migrations import all_migrations, check_migrated
-from .payload import check_queue_name
-from .presence import Presence
-from .queue_locks import QueueLockWaits
-from .queue_settings import QueueSettings
-from .recycling import Recycling
-from .running import RunningJob
-from .task import WorkerModel
-from .task_threads import TaskThreads
+from skiplock._db.client_async import open_pool
+from skiplock._db.migrations import all_migrations, check_migrated
+from skiplock._db.payload import check_queue_name
+from skiplock._db.queue_locks import QueueLockWaits
+from skiplock._db.store_async import AsyncStore
+from skiplock._runtime.capacity import Capacity
+from skiplock._runtime.claim_cursor import ClaimCursor
+from skiplock._runtime.claiming import Claiming
+from skiplock._runtime.completer import Completer
+from skiplock._runtime.heartbeat import Heartbeat
+from skiplock._runtime.held_cancels import watch_held_cancels
+from skiplock._runtime.held_sessions import watch_held_sessions
+from skiplock._runtime.held_slots import HeldSlots
+from skiplock._runtime.job_outcomes import JobOutcomes
+from skiplock._runtime.leader import LeaderElector
+from skiplock._runtime.leased_slots import LeasedSlots, ParkedSlot
+from skiplock._runtime.listener import Listener
+from skiplock._runtime.maintenance import Maintenance
+from skiplock._runtime.presence import Presence
+from skiplock._runtime.queue_settings import QueueSettings
+from skiplock._runtime.recycling import Recycling
+from skiplock._runtime.running import RunningJob
+from skiplock._runtime.task_threads import TaskThreads
+from skiplock.app import App
+from skiplock.errors import SkiplockError
+from skiplock.events import JobEvent, WorkerStats, new_worker_id
+from skiplock.job import Job
+from skiplock.task import WorkerModel
 
 log = logging.getLogger("skiplock.worker")
 

@@ -38,7 +38,7 @@ from chaos_harness import (
 from psycopg import sql
 
 from scratch_pg import scratch_cluster
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 from skiplock.job import Job
 
 # quick (CI) and full sizes of every scenario

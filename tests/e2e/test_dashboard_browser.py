@@ -43,8 +43,8 @@ from starlette.routing import Route
 from dashboard_client import TOKEN, serving, serving_asgi
 from skiplock import App
 from skiplock.dashboard import create_dashboard
-from skiplock.dashboard.access import token_cookie
-from skiplock.dashboard.views import PAGE_SIZE
+from skiplock.dashboard._access import token_cookie
+from skiplock.dashboard._views import PAGE_SIZE
 from skiplock.testing import drain
 from skiplock.worker import Worker
 

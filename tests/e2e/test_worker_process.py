@@ -24,8 +24,8 @@ import pytest
 from psycopg import sql
 
 from skiplock import App, FixedDelay, JobStatus
-from skiplock._store_sync import SyncStore
-from skiplock.migrations import all_migrations
+from skiplock._db.migrations import all_migrations
+from skiplock._db.store_sync import SyncStore
 
 pytestmark = pytest.mark.slow
 

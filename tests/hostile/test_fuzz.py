@@ -35,7 +35,7 @@ from psycopg import sql
 
 from dashboard_client import Browser, serving
 from skiplock import App, InvalidName, InvalidPayload, Worker
-from skiplock.roles import RoleNames
+from skiplock._cli.roles import RoleNames
 
 DOCUMENTED = (InvalidPayload, InvalidName, ValueError, TypeError)
 GOOD_JOBS = 20

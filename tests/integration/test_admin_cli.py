@@ -650,7 +650,7 @@ def test_counts_and_limits_read_as_english(tasks: App, db: Any) -> None:
 
 
 def test_help_options_environment_variables_and_error_prefix(tasks: App) -> None:
-    from skiplock.worker_cli import command as worker_command
+    from skiplock._cli.worker import command as worker_command
 
     def cli(*args: str) -> Result:
         argv = [sys.executable, "-m", "skiplock", *args]

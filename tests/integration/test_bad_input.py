@@ -29,7 +29,7 @@ from skiplock import (
     UnknownTask,
     Worker,
 )
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/test"
 INJECTIONS = [

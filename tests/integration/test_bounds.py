@@ -18,9 +18,9 @@ from psycopg import sql
 from bad_rows import insert_sql
 from bad_rows import nested_payload as nested
 from skiplock import App, InvalidName, InvalidPayload, Worker
-from skiplock.cli import main as cli_main
-from skiplock.database import translate
-from skiplock.payload import (
+from skiplock._cli.main import main as cli_main
+from skiplock._db.connections import translate
+from skiplock._db.payload import (
     EARLIEST_TIME,
     LATEST_TIME,
     MAX_JSON_DEPTH,

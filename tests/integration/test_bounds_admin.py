@@ -18,10 +18,10 @@ from bad_rows import insert_sql
 from bad_rows import nested_payload as nested
 from dashboard_client import Browser, serving
 from skiplock import App, InvalidPayload
+from skiplock._cli.main import main as cli_main
+from skiplock._db.migrations import all_migrations
 from skiplock.bulk import JobFilter
-from skiplock.cli import main as cli_main
 from skiplock.job import JobStatus
-from skiplock.migrations import all_migrations
 
 BOUNDS_MIGRATION = next(m.version for m in all_migrations() if m.name == "value_bounds")
 

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from skiplock import App, CancelledJobs, IdempotencyConflict, RetriedJobs, Worker
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 from skiplock.bulk import JobFilter
 
 

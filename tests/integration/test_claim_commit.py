@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from skiplock import App
-from skiplock._store_sync import SyncStore
-from skiplock.statement_params import claim_statement
+from skiplock._db.statement_params import claim_statement
+from skiplock._db.store_sync import SyncStore
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Claims that start after the worker's last claimed key (see skiplock/claim_cursor.py).
+"""Claims that start after the worker's last claimed key (see skiplock/_runtime/claim_cursor.py).
 
 A long transaction keeps the index entries of every job claimed since it began; a claim that
 reads its queue from the start walks all of them.  Starting after the last claimed key skips
@@ -19,7 +19,7 @@ import pytest
 
 from polling import wait_for
 from skiplock import App, Worker
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 from skiplock.job import ClaimKey, Job
 
 
@@ -199,7 +199,8 @@ def test_under_a_long_transaction_reads_from_the_start_are_rationed(
 ) -> None:
     """A worker that keeps up with its producer comes up short at most claims; each claim from
     the start walks every entry claimed since the held snapshot began.  Such claims may take a
-    tenth of the time at most (see skiplock/claim_cursor.py), not one claim in two or more."""
+    tenth of the time at most (see skiplock/_runtime/claim_cursor.py), not one claim in two or
+    more."""
     ran: list[int] = []
 
     @app.task(name="t")

@@ -20,8 +20,8 @@ from psycopg import ClientCursor
 
 from plans import explain, explain_generic, nodes
 from skiplock import App, Job
-from skiplock._store_sync import SyncStore
-from skiplock.sql import SMALL_CLAIM
+from skiplock._db.sql import SMALL_CLAIM
+from skiplock._db.store_sync import SyncStore
 
 QUEUES = ["default", "mail", "reports"]
 DONE_ROWS = 100_000
@@ -420,7 +420,7 @@ def test_keyed_claim_keeps_the_first_job_of_each_key_in_claim_order(keyed: App) 
 def test_small_claims_reuse_one_plan_and_big_ones_are_planned_each_time(due_only: App) -> None:
     """A claim of at most SMALL_CLAIM jobs runs a statement with its LIMIT written in, whose
     generic plan the server reuses once psycopg has prepared it; a bigger claim is planned for
-    its parameters every time (see skiplock.sql.SMALL_CLAIM)."""
+    its parameters every time (see skiplock._db.sql.SMALL_CLAIM)."""
     store = SyncStore(due_only.queries)
     with psycopg.connect(due_only.dsn) as conn:  # one transaction, rolled back at the end
         for _ in range(15):

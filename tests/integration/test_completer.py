@@ -13,10 +13,10 @@ import pytest
 
 from polling import wait_for
 from skiplock import App
-from skiplock._client_async import open_pool
-from skiplock._store_async import AsyncStore
-from skiplock.completer import Completer, Recorded
-from skiplock.execution import DONE
+from skiplock._db.client_async import open_pool
+from skiplock._db.store_async import AsyncStore
+from skiplock._runtime.completer import Completer, Recorded
+from skiplock._runtime.execution import DONE
 from skiplock.job import Job
 
 

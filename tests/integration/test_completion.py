@@ -12,7 +12,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from skiplock import App, FixedDelay, JobContext, JobStatus, Worker, WorkerStats
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 
 pytestmark = pytest.mark.smoke
 

@@ -23,8 +23,8 @@ import psycopg
 import pytest
 
 from skiplock import App, Enqueued, JobStatus
-from skiplock._store_sync import SyncStore
-from skiplock.enqueue import EnqueueOptions
+from skiplock._db.enqueue import EnqueueOptions
+from skiplock._db.store_sync import SyncStore
 
 # One script for every multi-process scenario: argv = mode, index, sync dir.
 CLIENT_SCRIPT = r"""
@@ -40,7 +40,7 @@ import psycopg
 from psycopg import sql
 
 from skiplock import App
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 
 mode, index, sync_dir = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 dsn, schema = os.environ["DSN"], os.environ["SCHEMA"]

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from skiplock import App, JobStatus, Worker, WorkerStats
-from skiplock._store_sync import SyncStore
-from skiplock.enqueue import EnqueueOptions
+from skiplock._db.enqueue import EnqueueOptions
+from skiplock._db.store_sync import SyncStore
 
 
 def burst(app: App) -> WorkerStats:

@@ -20,9 +20,9 @@ import pytest
 from psycopg import conninfo, sql
 
 from skiplock import App, JobStatus, Worker
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
+from skiplock._doctor.command import Doctor, Finding, Thresholds
 from skiplock.app import DEFAULT_RETENTION
-from skiplock.doctor import Doctor, Finding, Thresholds
 
 
 def findings(dsn: str, schema: str, **thresholds: Any) -> dict[str, Finding]:

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from skiplock import App, JobStatus
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 
 pytestmark = pytest.mark.smoke
 

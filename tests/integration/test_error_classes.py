@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 
 from skiplock import App, DatabaseUnavailable
-from skiplock.database import translate
+from skiplock._db.connections import translate
 
 
 def server_error(pg_dsn: str, statement: str) -> psycopg.Error:

@@ -21,7 +21,7 @@ from psycopg import ClientCursor
 
 from plans import explain, explain_generic, nodes
 from skiplock import App, Claim
-from skiplock.statement_params import claim_arrays
+from skiplock._db.statement_params import claim_arrays
 
 JOBS = 20_000
 RUNNING = 10_000

@@ -10,8 +10,8 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 from skiplock import App, JobStatus
-from skiplock._store_async import AsyncStore
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_async import AsyncStore
+from skiplock._db.store_sync import SyncStore
 
 
 def test_claims_one_job_in_an_open_transaction_that_keeps_its_row_locked(app: App, db: Any) -> None:

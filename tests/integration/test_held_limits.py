@@ -13,8 +13,8 @@ from psycopg.pq import TransactionStatus
 
 from running_peak import RunningPeak
 from skiplock import App, Worker
-from skiplock._store_async import AsyncStore
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_async import AsyncStore
+from skiplock._db.store_sync import SyncStore
 
 pytestmark = pytest.mark.smoke
 

@@ -19,7 +19,7 @@ from psycopg.conninfo import make_conninfo
 
 from polling import wait_for
 from skiplock import App, Worker
-from skiplock.held_sessions import session_ended
+from skiplock._runtime.held_sessions import session_ended
 
 
 def terminate(dsn: str, pid: int) -> None:

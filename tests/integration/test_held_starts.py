@@ -19,9 +19,9 @@ import pytest
 from psycopg import sql
 
 from skiplock import App, FixedDelay, Job, JobContext, JobStatus, Retry, Worker
-from skiplock._store_async import AsyncStore
-from skiplock.execution import dead_starts
-from skiplock.sql import Queries
+from skiplock._db.sql import Queries
+from skiplock._db.store_async import AsyncStore
+from skiplock._runtime.execution import dead_starts
 
 QUEUE = "held"
 

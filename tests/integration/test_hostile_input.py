@@ -25,8 +25,8 @@ import pytest
 from psycopg import conninfo, sql
 
 from skiplock import App, InvalidName, InvalidPayload, JobStatus, UnknownTask, Worker
-from skiplock.doctor import Doctor
-from skiplock.roles import RoleNames
+from skiplock._cli.roles import RoleNames
+from skiplock._doctor.command import Doctor
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/test"
 INJECTIONS = [

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from skiplock import App, JobContext, JobStatus, Worker, WorkerStats
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 
 
 def burst(app: App) -> WorkerStats:

@@ -127,14 +127,15 @@ def test_archived_jobs_keep_their_meta(pg_dsn: str, schema: str, db: Any) -> Non
 
 
 def test_tracing_instrument_links_job_spans_to_the_request(app: App, db: Any) -> None:
-    """skiplock.tracing.instrument with a real OpenTelemetry SDK: the job's span is a child of
+    """skiplock.observability.tracing.instrument with a real OpenTelemetry SDK: the job's span is a
+    child of
     the span that enqueued it, current inside the task (sync and async), and records a failure."""
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from skiplock.tracing import instrument
+    from skiplock.observability.tracing import instrument
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 
 from skiplock import App, ConfigurationError, JobContext, JobStatus, Worker
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 from skiplock.job import Claim
 
 

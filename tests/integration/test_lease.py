@@ -16,7 +16,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from skiplock import App, Claim, JobStatus, Worker
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 
 pytestmark = pytest.mark.smoke
 

@@ -18,7 +18,7 @@ import pytest
 
 from polling import wait_for
 from skiplock import App, Worker
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 from worker_faults import failing_calls, failing_heartbeats
 
 

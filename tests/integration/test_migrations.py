@@ -19,9 +19,9 @@ from psycopg import sql
 from psycopg.pq import ExecStatus
 
 from skiplock import App
-from skiplock._store_sync import SyncStore
-from skiplock.migrations import all_migrations, render_sql
-from skiplock.sql import Queries, statements
+from skiplock._db.migrations import all_migrations, render_sql
+from skiplock._db.sql import Queries, statements
+from skiplock._db.store_sync import SyncStore
 
 VERSIONS = [m.version for m in all_migrations()]
 
@@ -169,7 +169,7 @@ def test_cli_migrate_reports_applied_then_up_to_date(
 _RACER = """
 import sys, time
 start = float(sys.argv[1])
-from skiplock.cli import main
+from skiplock._cli.main import main
 time.sleep(max(0.0, start - time.time()))
 main(["migrate", "--dsn", sys.argv[2], "--schema", sys.argv[3]])
 """

@@ -27,7 +27,7 @@ import pytest
 
 from polling import wait_for
 from skiplock import App, JobContext, Worker
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 
 FAST = {"poll_interval": 0.1, "leader_ttl": 1.0}
 

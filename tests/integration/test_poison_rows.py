@@ -16,7 +16,7 @@ import pytest
 
 from bad_rows import insert_row, job_state, nested
 from skiplock import App, JobStatus, Worker
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 from skiplock.job import UnrunnableJob
 from skiplock.task import WorkerModel
 

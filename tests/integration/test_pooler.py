@@ -23,11 +23,12 @@ import pytest
 
 from pgbouncer import running_pgbouncer
 from running_peak import RunningPeak
-from skiplock import App, ConfigurationError, Worker, listener
-from skiplock._store_async import AsyncStore
-from skiplock.listener import Listener
-from skiplock.migrations import all_migrations
-from skiplock.sql import Queries
+from skiplock import App, ConfigurationError, Worker
+from skiplock._db.migrations import all_migrations
+from skiplock._db.sql import Queries
+from skiplock._db.store_async import AsyncStore
+from skiplock._runtime import listener
+from skiplock._runtime.listener import Listener
 from skiplock.worker import cancel_and_wait
 
 pytestmark = pytest.mark.slow

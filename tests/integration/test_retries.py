@@ -20,7 +20,7 @@ from skiplock import (
     Worker,
     WorkerStats,
 )
-from skiplock._store_sync import SyncStore
+from skiplock._db.store_sync import SyncStore
 
 
 def jobs_table(app: App) -> str:

@@ -22,10 +22,10 @@ from psycopg import conninfo, sql
 
 from role_logins import KINDS, Roles, drop_roles, login_users, role_logins, run_cli
 from skiplock import App, Worker
-from skiplock.doctor import Doctor
-from skiplock.migrations import all_migrations
-from skiplock.roles import RoleNames
-from skiplock.sql import Queries
+from skiplock._cli.roles import RoleNames
+from skiplock._db.migrations import all_migrations
+from skiplock._db.sql import Queries
+from skiplock._doctor.command import Doctor
 
 REFUSED = (psycopg.errors.InsufficientPrivilege, psycopg.errors.CheckViolation)
 

@@ -25,8 +25,8 @@ from psycopg import conninfo, sql
 from dashboard_client import Browser, serving
 from role_logins import KINDS, Roles, drop_roles, role_logins, run_cli
 from skiplock import App, CancelledJobs, FixedDelay, RetriedJobs, Retry, SkiplockError, Worker
-from skiplock.doctor import Doctor, Thresholds
-from skiplock.roles import RoleNames
+from skiplock._cli.roles import RoleNames
+from skiplock._doctor.command import Doctor, Thresholds
 
 
 @pytest.fixture

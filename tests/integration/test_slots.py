@@ -13,7 +13,7 @@ import pytest
 
 from polling import wait_for
 from skiplock import App, FixedDelay, JobContext, JobStatus, Task, Worker
-from skiplock.capacity import Capacity, Throughput
+from skiplock._runtime.capacity import Capacity, Throughput
 
 pytestmark = pytest.mark.smoke
 

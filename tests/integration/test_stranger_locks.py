@@ -22,9 +22,9 @@ import pytest
 from psycopg import conninfo, sql
 
 from skiplock import App, Worker
-from skiplock._store_async import AsyncStore
-from skiplock._store_sync import SyncStore
-from skiplock.doctor import Doctor, Thresholds
+from skiplock._db.store_async import AsyncStore
+from skiplock._db.store_sync import SyncStore
+from skiplock._doctor.command import Doctor, Thresholds
 from skiplock.errors import QueueLockBusy
 
 WAIT_GUARD_MS = 5000  # a claim that waits this long fails (it must not wait at all)
@@ -386,7 +386,7 @@ def test_the_maintenance_leader_logs_a_stranger_holding_a_key_once(
     job = t.with_options(entity_key="k").enqueue(n=1)
     other = t.enqueue(n=2)
     worker = Worker(app, burst=True, poll_interval=0.05)
-    with caplog.at_level(logging.WARNING, logger="skiplock.maintenance"):
+    with caplog.at_level(logging.WARNING, logger="skiplock._runtime.maintenance"):
         asyncio.run(asyncio.wait_for(worker.run(), 30))
     said = [
         r.getMessage() for r in caplog.records if "may not write the jobs table" in r.getMessage()

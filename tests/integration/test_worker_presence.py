@@ -14,13 +14,13 @@ import pytest
 
 import skiplock
 from skiplock import App, Worker
-from skiplock.presence import GONE_AFTER, SILENT_AFTER, is_silent
-from skiplock.status_cli import duration
+from skiplock._cli.status import duration
+from skiplock._runtime.presence import GONE_AFTER, SILENT_AFTER, is_silent
 
 
 @pytest.fixture(autouse=True)
 def quick_reports(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("skiplock.presence.PRESENCE_INTERVAL", 0.1)
+    monkeypatch.setattr("skiplock._runtime.presence.PRESENCE_INTERVAL", 0.1)
 
 
 async def until(check: Any, timeout: float = 10.0) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from skiplock._db.payload import check_queue_name
+from skiplock._runtime.listener import cancel_payload
 from skiplock.errors import InvalidName
-from skiplock.listener import cancel_payload
-from skiplock.payload import check_queue_name
 
 
 @pytest.mark.parametrize("job_id", [1, 2**31, 2**63 - 1])

@@ -1,11 +1,11 @@
-"""How many jobs a worker claims ahead and starts: the arithmetic of skiplock.capacity."""
+"""How many jobs a worker claims ahead and starts: the arithmetic of skiplock._runtime.capacity."""
 
 from __future__ import annotations
 
 import pytest
 
 from fake_clock import FakeClock
-from skiplock.capacity import UNWRITTEN_FLOOR, Capacity, Throughput
+from skiplock._runtime.capacity import UNWRITTEN_FLOOR, Capacity, Throughput
 
 
 def test_throughput_counts_the_last_window_only() -> None:

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from skiplock._db.statement_params import claim_arrays, int_array
 from skiplock.job import Claim
-from skiplock.statement_params import claim_arrays, int_array
 
 T0 = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 

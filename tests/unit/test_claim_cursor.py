@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from fake_clock import FakeClock
-from skiplock.claim_cursor import ClaimCursor
+from skiplock._runtime.claim_cursor import ClaimCursor
 from skiplock.job import ClaimKey, Job, JobStatus
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

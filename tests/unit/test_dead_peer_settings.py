@@ -4,7 +4,7 @@ own values winning one by one."""
 
 from __future__ import annotations
 
-from skiplock.database import DEAD_PEER_PARAMS, connect_kwargs, server_watch_settings
+from skiplock._db.connections import DEAD_PEER_PARAMS, connect_kwargs, server_watch_settings
 
 DSN = "postgresql://app@db.example:5432/shop"
 

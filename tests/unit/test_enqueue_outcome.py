@@ -1,4 +1,4 @@
-"""Enqueue bookkeeping (skiplock.enqueue): options, job validation, insert outcomes.  No I/O."""
+"""Enqueue bookkeeping (skiplock._db.enqueue): options, job validation, insert outcomes.  No I/O."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from skiplock import Enqueued, InvalidName, InvalidPayload
-from skiplock.enqueue import (
+from skiplock._db.enqueue import (
     EnqueueOptions,
     InsertOutcome,
     NewJob,

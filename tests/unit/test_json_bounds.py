@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from skiplock import InvalidPayload
-from skiplock.payload import (
+from skiplock._db.payload import (
     MAX_JSON_DEPTH,
     MAX_JSON_INT_DIGITS,
     encode_payload,

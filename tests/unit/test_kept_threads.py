@@ -10,7 +10,7 @@ from concurrent.futures import Future, wait
 
 import pytest
 
-from skiplock.task_threads import TaskThreads
+from skiplock._runtime.task_threads import TaskThreads
 
 
 def start_blocked(threads: TaskThreads, release: threading.Event) -> Future[None]:

@@ -1,4 +1,4 @@
-"""Name validation and payload encoding (skiplock.payload): pure, no database."""
+"""Name validation and payload encoding (skiplock._db.payload): pure, no database."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from skiplock import InvalidName, InvalidPayload, SkiplockError
-from skiplock import payload as payload_module
-from skiplock.payload import (
+from skiplock._db import payload as payload_module
+from skiplock._db.payload import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     check_delay,
     check_max_attempts,
@@ -400,7 +400,7 @@ def test_load_json_raises_json_loads_error_on_bad_text(text: str) -> None:
 
 
 def test_a_result_is_encoded_with_the_payload_checks_and_named_as_a_return_value() -> None:
-    from skiplock.payload import encode_result
+    from skiplock._db.payload import encode_result
 
     assert encode_result({"a": [1, "é"]}, max_bytes=100, task="t") == '{"a":[1,"é"]}'
     assert encode_result(3.5, max_bytes=100, task="t") == "3.5"

@@ -1,4 +1,4 @@
-"""Periodic schedules (skiplock.periodic.Schedule): tick arithmetic; pure, no database."""
+"""Periodic schedules (skiplock._runtime.periodic.Schedule): tick arithmetic; pure, no database."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from skiplock import ConfigurationError
-from skiplock.periodic import Schedule
+from skiplock._runtime.periodic import Schedule
 
 US = timedelta(microseconds=1)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

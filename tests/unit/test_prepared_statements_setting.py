@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 from skiplock import App, ConfigurationError
-from skiplock.database import connect_kwargs, prepared_statements_setting, translate
+from skiplock._db.connections import connect_kwargs, prepared_statements_setting, translate
 
 DSN = "postgresql://u@db.example:5432/app"
 

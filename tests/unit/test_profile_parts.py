@@ -6,12 +6,12 @@ from __future__ import annotations
 from bench.profile import OTHER, heaviest_frames, part_of, read_collapsed, shares
 
 ROOT = ('process 41:"python -m skiplock worker app"', "<module> (skiplock/__main__.py:5)")
-CLAIM = "Claiming._claim_on (skiplock/claiming.py:227)"
+CLAIM = "Claiming._claim_on (skiplock/_runtime/claiming.py:227)"
 DECODE = "Job.from_claimed_row (skiplock/job.py:76)"
-WRITE = "Completer._write_batch (skiplock/completer.py:150)"
-PARAMS = "claim_arrays (skiplock/statement_params.py:28)"
-RECORDED = "JobOutcomes._recorded (skiplock/job_outcomes.py:111)"
-SLOT = "LeasedSlots._run_slot (skiplock/leased_slots.py:159)"
+WRITE = "Completer._write_batch (skiplock/_runtime/completer.py:150)"
+PARAMS = "claim_arrays (skiplock/_db/statement_params.py:28)"
+RECORDED = "JobOutcomes._recorded (skiplock/_runtime/job_outcomes.py:111)"
+SLOT = "LeasedSlots._run_slot (skiplock/_runtime/leased_slots.py:159)"
 SELECT = "EpollSelector.select (selectors.py:468)"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from skiplock import ConfigurationError
-from skiplock.rate_limit import check_rate_limit, describe, parse_rate
+from skiplock._rate_limit import check_rate_limit, describe, parse_rate
 
 
 @pytest.mark.parametrize(

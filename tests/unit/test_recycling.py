@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from skiplock.recycling import Recycling, resident_bytes
+from skiplock._runtime.recycling import Recycling, resident_bytes
 
 
 def test_max_jobs_caps_each_claim_then_makes_the_worker_due() -> None:
@@ -53,7 +53,7 @@ def test_the_memory_watch_calls_back_once_due() -> None:
     async def watch() -> None:
         await asyncio.wait_for(recycling.watch_memory(lambda: calls.append("due")), 10)
 
-    import skiplock.recycling as module
+    import skiplock._runtime.recycling as module
 
     interval, module.MEMORY_CHECK_INTERVAL = module.MEMORY_CHECK_INTERVAL, 0.001
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from skiplock.execution import failure, redact
+from skiplock._runtime.execution import failure, redact
 from skiplock.job import Job, JobStatus
 from skiplock.retry import FixedDelay
 
@@ -52,8 +52,8 @@ def test_redact_handles_numbers_short_values_and_missing_fields() -> None:
 
 def test_dsn_passwords_are_hidden_in_connection_errors() -> None:
     """Both libpq passwords: the server's and the one that decrypts the client's TLS key."""
-    from skiplock.database import redact as redact_dsn
-    from skiplock.database import unavailable
+    from skiplock._db.connections import redact as redact_dsn
+    from skiplock._db.connections import unavailable
 
     dsn = "postgresql://ann:pw-canary-1@127.0.0.1:1/db?sslpassword=pw-canary-2&sslmode=disable"
     shown = str(unavailable(OSError("connection refused"), dsn))
@@ -67,7 +67,7 @@ def test_an_unparseable_dsn_shows_no_word_of_its_password() -> None:
     unquoted, in a key=value DSN, or a URL's badly %-encoded password."""
     import pytest
 
-    from skiplock.database import check_dsn
+    from skiplock._db.connections import check_dsn
     from skiplock.errors import ConfigurationError
 
     for dsn in (

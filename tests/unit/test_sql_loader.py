@@ -1,4 +1,4 @@
-"""The named SQL statements and the migrations script (skiplock.sql, skiplock.migrations).
+"""The named SQL statements and the migrations script (skiplock._db.sql, skiplock._db.migrations).
 
 Pure: parsing and composing only, no database (the server-side check that every statement
 is valid SQL is in tests/integration/test_migrations.py).
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import skiplock
-from skiplock import migrations
-from skiplock.sql import Queries, Statement, notify_channel, parse_blocks, statements
+from skiplock._db import migrations
+from skiplock._db.sql import Queries, Statement, notify_channel, parse_blocks, statements
 
 PACKAGE = Path(skiplock.__file__).parent
-SQL_FILES = sorted((PACKAGE / "sql").glob("*.sql"))
+SQL_FILES = sorted((PACKAGE / "_db" / "sql").glob("*.sql"))
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
@@ -219,7 +219,7 @@ def test_migrations_are_numbered_one_to_n_with_names_and_sql() -> None:
 
 
 def test_migration_files_on_disk_match_all_migrations() -> None:
-    files = sorted(p.name for p in (PACKAGE / "sql" / "migrations").glob("*.sql"))
+    files = sorted(p.name for p in (PACKAGE / "_db" / "sql" / "migrations").glob("*.sql"))
     assert files == [f"{m.version:04d}_{m.name}.sql" for m in migrations.all_migrations()]
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from skiplock import supervisor
-from skiplock.supervisor import Supervisor
+from skiplock._runtime import supervisor
+from skiplock._runtime.supervisor import Supervisor
 
 # Exits 0 on SIGTERM, like a worker that shuts down cleanly; otherwise waits 20 s.
 CHILD = (

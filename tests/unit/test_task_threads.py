@@ -26,7 +26,7 @@ def test_django_counts_as_set_up_only_after_setup(case: str) -> None:
         import sys
         {before}
         import skiplock
-        from skiplock.task_threads import TaskThreads, django_is_set_up
+        from skiplock._runtime.task_threads import TaskThreads, django_is_set_up
 
         with TaskThreads(2) as threads:
             assert threads.submit(lambda a, b: a + b, 2, b=3).result() == 5
@@ -46,7 +46,7 @@ def test_a_failure_to_close_connections_after_a_task_does_not_change_its_outcome
         from django.conf import settings; settings.configure()
         import django; django.setup()
         import django.db
-        from skiplock.task_threads import TaskThreads
+        from skiplock._runtime.task_threads import TaskThreads
 
         logging.basicConfig(level="WARNING", format="%(message)s")
         calls = []

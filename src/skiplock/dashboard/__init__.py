@@ -15,6 +15,6 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
         "the skiplock dashboard needs its extra: pip install 'skiplock[dashboard]'"
     ) from exc
 
-from .server import create_dashboard
+from skiplock.dashboard._server import create_dashboard
 
 __all__ = ["create_dashboard"]

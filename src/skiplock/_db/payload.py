@@ -1,0 +1,359 @@
+"""Checks on what callers hand to enqueue (names, payloads, options), payload encoding, and
+the decoding of the JSON the server sends back.  Pure, no I/O."""
+
+from __future__ import annotations
+
+import json
+import json.scanner
+import math
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from skiplock.errors import InvalidName, InvalidPayload
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_META_BYTES = 8 * 1024  # a job's meta, as JSON
+
+# The bounds of what enqueue accepts, which the jobs table enforces too (its jobs_bound_*
+# constraints, migration 0015; a test keeps both in step).  docs/security.md explains each.
+# An entity or idempotency key, in characters: 4 bytes each at most, well within what a btree
+# index row holds (about 2.7 kB), so a claim can always index a running job's key.
+MAX_KEY_LENGTH = 512
+# Nesting of objects and arrays in a payload, meta or result (the value itself is level 1):
+# deep enough for any real data, shallow enough for every decoder and renderer on the way.
+MAX_JSON_DEPTH = 64
+# Digits of an integer in a payload, meta or result: Python's int-from-text limit, which
+# json.loads would otherwise hit (jsonb writes any number, 1e400 too, without an exponent).
+MAX_JSON_INT_DIGITS = 4300
+# run_at and expires_at: times that PostgreSQL and Python's datetime both represent, a day
+# inside datetime's years 1-9999 so that they stay representable in every time zone.
+EARLIEST_TIME = datetime(1, 1, 2, tzinfo=UTC)
+LATEST_TIME = datetime(9999, 12, 30, tzinfo=UTC)
+INT_MAX = 2**31 - 1  # PostgreSQL's integer: priorities, attempts, queue limits
+BIGINT_MAX = 2**63 - 1  # PostgreSQL's bigint: job ids
+TIME_RANGE = f"{EARLIEST_TIME.date().isoformat()} to {LATEST_TIME.date().isoformat()} UTC"
+_JSON_BOUNDS = (
+    f"at most {MAX_JSON_DEPTH} levels deep, integers of at most {MAX_JSON_INT_DIGITS} digits"
+)
+# The jobs table's constraints for these bounds, by name, in words.
+TABLE_BOUNDS = {
+    "jobs_bound_queue": "a queue name of 1-63 letters, digits, '_', '.', ':' or '-'",
+    "jobs_bound_task": "a task name of 1-200 letters, digits, '_', '.', ':' or '-'",
+    "jobs_bound_entity_key": f"an entity_key of 1-{MAX_KEY_LENGTH} characters",
+    "jobs_bound_idempotency_key": f"an idempotency_key of 1-{MAX_KEY_LENGTH} characters",
+    "jobs_bound_run_at": f"run_at within {TIME_RANGE}",
+    "jobs_bound_expires_at": f"expires_at within {TIME_RANGE}",
+    "jobs_bound_payload": f"a payload {_JSON_BOUNDS}",
+    "jobs_bound_meta": f"a meta {_JSON_BOUNDS}",
+}
+
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$")
+_TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
+# A JSON string in the encoder's output (every quote inside one is escaped), and what is left
+# of the text's structure once strings are gone.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+# Outside strings, JSON text is ASCII: keep its brackets, all as [ and ].
+_BRACKETS_ONLY = {i: None for i in range(128) if chr(i) not in "[]{}"} | {
+    ord("{"): "[",
+    ord("}"): "]",
+}
+_LONG_INT = re.compile(rf"\d{{{MAX_JSON_INT_DIGITS + 1}}}")
+
+# What json.dumps(..., allow_nan=False, separators=(",", ":"), ensure_ascii=False) would build
+# on every call; made once.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+# Payloads encoded per call of the encoder by encode_payloads.
+_CHUNK = 256
+# The C scanner json.loads ends up in, without the encoding detection and whitespace checks
+# around it (see load_json).
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]  # typeshed wants a scanner; any decoder works
+)
+
+
+def check_queue_name(name: str) -> str:
+    if not isinstance(name, str) or not _QUEUE_NAME.fullmatch(name):
+        raise InvalidName(
+            f"invalid queue name {name!r}: use 1-63 letters, digits, '_', '.', ':' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def check_task_name(name: str) -> str:
+    if not isinstance(name, str) or not _TASK_NAME.fullmatch(name):
+        raise InvalidName(
+            f"invalid task name {name!r}: use letters, digits, '_', '.', ':' or '-', "
+            "starting with a letter or '_' (at most 200 characters)"
+        )
+    return name
+
+
+def check_schema_name(name: str) -> str:
+    if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
+        raise InvalidName(
+            f"invalid schema name {name!r}: use 1-40 lower-case letters, digits or '_', "
+            "not starting with a digit"
+        )
+    return name
+
+
+def encode_payload(payload: Mapping[str, Any], *, max_bytes: int, task: str) -> str:
+    """The payload as JSON text, or :class:`InvalidPayload` naming what is wrong."""
+    if not isinstance(payload, Mapping):
+        raise InvalidPayload(f"payload of task {task!r} must be a mapping of keyword arguments")
+    return _encode_checked(
+        payload,
+        f"payload of task {task!r}",
+        max_bytes,
+        "store large data elsewhere and pass a reference (or raise App(max_payload_bytes=...))",
+    )
+
+
+def encode_meta(meta: Mapping[str, Any] | None, *, task: str) -> str | None:
+    """A job's meta as JSON text (None when there is none), or :class:`InvalidPayload`."""
+    if meta is None or (isinstance(meta, Mapping) and not meta):
+        return None
+    if not isinstance(meta, Mapping) or not all(isinstance(k, str) for k in meta):
+        raise InvalidPayload(f"meta of a job of task {task!r} must be a mapping with str keys")
+    return _encode_checked(
+        dict(meta),
+        f"meta of a job of task {task!r}",
+        MAX_META_BYTES,
+        "meta is for small values (trace context, request ids, tags): put data in the payload",
+    )
+
+
+def encode_result(value: Any, *, max_bytes: int, task: str) -> str:
+    """What a task returned, as JSON text, or :class:`InvalidPayload` naming what is wrong."""
+    return _encode_checked(
+        value,
+        f"the return value of task {task!r}",
+        max_bytes,
+        "store large results elsewhere and return a reference "
+        "(or raise App(max_payload_bytes=...))",
+    )
+
+
+def _encode_checked(value: Any, what: str, max_bytes: int, too_large_hint: str) -> str:
+    try:
+        text = _ENCODER.encode(value)
+    except RecursionError:
+        raise InvalidPayload(f"{what} {_TOO_DEEP}") from None
+    except (TypeError, ValueError) as exc:
+        if _INT_DIGITS_ERROR in str(exc):
+            raise InvalidPayload(f"{what} {_TOO_LONG_INT}") from None
+        raise InvalidPayload(
+            f"{what} is not JSON-serialisable ({exc}); use only str, int, float, bool, None, "
+            "lists and dicts (convert dates, UUIDs and objects first)"
+        ) from None
+    if "\\u0000" in text and _contains_nul(value):
+        raise InvalidPayload(f"{what} contains a NUL character, which jsonb rejects")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidPayload(
+            f"{what} contains text that is not valid Unicode (a lone surrogate)"
+        ) from None
+    if size > max_bytes:
+        raise InvalidPayload(
+            f"{what} is {size} bytes, over the limit of {max_bytes} bytes: {too_large_hint}"
+        )
+    shape = json_shape_error(text)
+    if shape is not None:
+        raise InvalidPayload(f"{what} {shape}")
+    return text
+
+
+_TOO_DEEP = (
+    f"is nested deeper than the limit of {MAX_JSON_DEPTH} levels of objects and arrays "
+    "(the value itself counting as one)"
+)
+_TOO_LONG_INT = (
+    f"holds an integer of more than {MAX_JSON_INT_DIGITS} digits, over the limit of "
+    f"{MAX_JSON_INT_DIGITS} digits (pass such a number as a string)"
+)
+_INT_DIGITS_ERROR = "integer string conversion"  # in Python's error past its digits limit
+
+
+def json_shape_error(text: str, levels: int = MAX_JSON_DEPTH) -> str | None:
+    """What puts JSON text out of bounds (the text of a value of at most ``levels`` levels):
+    deeper nesting, or an integer of more than MAX_JSON_INT_DIGITS digits; None if nothing."""
+    if text.count("{") + text.count("[") > levels and _depth_over(text, levels):
+        return _TOO_DEEP
+    # Python writes no integer that long unless its limit was raised (sys.set_int_max_str_digits).
+    if (
+        len(text) > MAX_JSON_INT_DIGITS
+        and not 0 < sys.get_int_max_str_digits() <= MAX_JSON_INT_DIGITS
+        and _LONG_INT.search(_outside_strings(text))
+    ):
+        return _TOO_LONG_INT
+    return None
+
+
+def _depth_over(text: str, levels: int) -> bool:
+    """Whether the JSON text nests objects and arrays deeper than ``levels``."""
+    brackets = _outside_strings(text).translate(_BRACKETS_ONLY)
+    # Each pass removes the innermost pairs (valid JSON: they match): passes are the depth.
+    for _ in range(levels):
+        brackets = brackets.replace("[]", "")
+        if not brackets:
+            return False
+    return True
+
+
+def _outside_strings(text: str) -> str:
+    """The JSON text without the contents of its strings."""
+    if '\\"' in text:  # an escaped quote: find the strings the slow way
+        return _JSON_STRING.sub('""', text)
+    return '""'.join(text.split('"')[::2])
+
+
+def encode_payloads(payloads: Sequence[Mapping[str, Any]], *, max_bytes: int, task: str) -> str:
+    """The payloads as one JSON array, element i being what :func:`encode_payload` gives for
+    payload i; :class:`InvalidPayload` names the first one that is wrong.
+
+    Plain dicts are encoded a chunk per call: the checks on the chunk's text hold for each of
+    its elements (no NUL escape, valid Unicode, the total within the limit bounds each
+    payload).  When they do not, each half is encoded the same way, down to single payloads,
+    which get the precise check and message (left first, so the first bad payload is named).
+    """
+    if len(payloads) > _CHUNK:
+        # In chunks: one that fails its checks is encoded again, not the whole batch.
+        parts = [
+            encode_payloads(payloads[i : i + _CHUNK], max_bytes=max_bytes, task=task)[1:-1]
+            for i in range(0, len(payloads), _CHUNK)
+        ]
+        return "[" + ",".join(parts) + "]"
+    if len(payloads) > 1 and all(type(payload) is dict for payload in payloads):
+        text = _encode_if_clean(payloads, max_bytes)
+        if text is not None:
+            return text
+        middle = len(payloads) // 2
+        left = encode_payloads(payloads[:middle], max_bytes=max_bytes, task=task)
+        right = encode_payloads(payloads[middle:], max_bytes=max_bytes, task=task)
+        return f"[{left[1:-1]},{right[1:-1]}]"
+    texts = [encode_payload(payload, max_bytes=max_bytes, task=task) for payload in payloads]
+    return "[" + ",".join(texts) + "]"
+
+
+def _encode_if_clean(value: Any, max_bytes: int) -> str | None:
+    """``value`` as JSON if it encodes, has no NUL escape, is valid Unicode and fits."""
+    try:
+        text = _ENCODER.encode(value)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if "\\u0000" in text:
+        return None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
+    if size > max_bytes or json_shape_error(text, MAX_JSON_DEPTH + 1) is not None:
+        return None  # (the list around the values is one more level)
+    return text
+
+
+def check_priority(priority: int) -> int:
+    if not isinstance(priority, int) or isinstance(priority, bool) or abs(priority) >= 2**31:
+        raise ValueError(f"priority must be a 32-bit integer, got {priority!r}")
+    return priority
+
+
+def check_max_attempts(max_attempts: int) -> int:
+    if (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or not 1 <= max_attempts < 2**31
+    ):
+        raise ValueError(f"max_attempts must be an integer >= 1 (32-bit), got {max_attempts!r}")
+    return max_attempts
+
+
+def check_seconds_ahead(seconds: Any, label: str, *, positive: bool = False) -> float:
+    """A number of seconds from now (``label`` names it in errors): finite, >= 0 (> 0 if
+    ``positive``), not a bool, and landing no later than LATEST_TIME by this machine's clock."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ValueError(f"{label} must be a number of seconds, got {seconds!r}")
+    try:
+        value = float(seconds)
+    except OverflowError:  # an int beyond any float: far past the bound
+        value = math.inf if seconds > 0 else -math.inf
+    else:
+        if not math.isfinite(value):
+            value = math.nan
+    if math.isnan(value) or value < 0 or (positive and value == 0):
+        what = "a positive number of seconds" if positive else "a finite number of seconds >= 0"
+        raise ValueError(f"{label} must be {what}, got {seconds!r}")
+    if value > (LATEST_TIME - datetime.now(UTC)).total_seconds():
+        raise ValueError(
+            f"{label} of {value:g} s lands after {LATEST_TIME.date().isoformat()} UTC: a job's "
+            f"times must lie within {TIME_RANGE}"
+        )
+    return value
+
+
+def check_delay(delay: float | None) -> float | None:
+    return None if delay is None else check_seconds_ahead(delay, "delay")
+
+
+def check_time(value: Any, label: str) -> datetime:
+    """A timezone-aware datetime within EARLIEST_TIME..LATEST_TIME."""
+    if not isinstance(value, datetime):
+        raise ValueError(f"{label} must be a datetime, got {value!r}")
+    if value.utcoffset() is None:
+        raise ValueError(f"{label} must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    if not EARLIEST_TIME <= value <= LATEST_TIME:
+        raise ValueError(f"{label} {value.isoformat()} is outside {TIME_RANGE}")
+    return value
+
+
+def check_key(key: Any, label: str) -> str | None:
+    """An entity or idempotency key: None, or 1 to MAX_KEY_LENGTH characters that PostgreSQL's
+    text holds (no NUL, no lone surrogate)."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"{label} must be a non-empty string, got {key!r}")
+    if len(key) > MAX_KEY_LENGTH:
+        raise ValueError(
+            f"{label} is {len(key)} characters, over the limit of {MAX_KEY_LENGTH} characters "
+            "(hash a longer key first)"
+        )
+    if "\x00" in key:
+        raise ValueError(f"{label} contains a NUL character, which PostgreSQL text rejects")
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{label} contains text that is not valid Unicode (a lone surrogate)"
+            ) from None
+    return key
+
+
+def _contains_nul(value: Any) -> bool:
+    """Whether a NUL character hides in any key or string of a JSON-able value."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(_contains_nul(k) or _contains_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_contains_nul(v) for v in value)
+    return False
+
+
+def load_json(data: str | bytes) -> Any:
+    """``json.loads`` for the JSON text PostgreSQL sends (jsonb's canonical form), about 3x
+    faster: a worker decodes one payload per job.  Text that does not parse to its end in one
+    go (leading whitespace, say) goes through ``json.loads``, errors and all."""
+    text = data if isinstance(data, str) else str(data, "utf-8")
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)

@@ -1,0 +1,597 @@
+-- Every statement skiplock runs against the jobs table.  Each block starts with
+-- "-- name: <noun>_<verb>" and a one-line description.  {jobs}, {archive} and
+-- {migrations} are replaced by quoted, schema-qualified identifiers; %(x)s are bound
+-- parameters.  State changes always name the state they expect and, for a claimed job,
+-- the claim: its owner (locked_by), attempt number and time (locked_at).  The time makes a
+-- claim unique: a worker and attempt can repeat (a claim the server forgot in a crash, its
+-- attempt with it; a job given back unstarted, its attempt unspent).  A write names each
+-- claim's time by its place in %(claim_times)s (a batch's jobs share a few claim times, each
+-- claim statement's now()), so a job costs one more small integer, not a timestamp.
+--
+-- A claimed job is found by id, one primary-key lookup per claim.  Its ownership test is
+-- wrapped in coalesce(..., false), which means the same in a WHERE clause but hides it from
+-- the planner.  With statistics taken while the jobs were pending, the planner believes no row
+-- is running: it then scanned the partial index of running jobs (every worker's claims) for
+-- each write and, once prepared, compared every claim with every row.  Measured with 10,000
+-- jobs running: finishing 50 took 2.0-3.9 ms before, 0.3-0.6 ms after; finishing 1,000 took
+-- 209 ms in the prepared plan before, 10 ms after.
+--
+-- The claims are planned for their parameters at every run (PostgreSQL never prefers their
+-- generic plan: a known LIMIT makes each custom plan look far cheaper); planning takes about
+-- 0.5 ms here.  Hiding the LIMIT in a subquery gets the generic plan, but then the planner
+-- expects a tenth of the due jobs claimed: with a million due it sorted them all (760 ms a
+-- claim) and with ten thousand it joined them back by a sequential scan.  Keep it visible.
+-- A claim of a few jobs (at most SMALL_CLAIM, in skiplock/_db/sql/__init__.py) runs a copy of its
+-- statement with the number written in for %(limit)s: that generic plan knows the LIMIT, and
+-- the server reuses it (a claim of 10: 0.68 -> 0.39 ms back to back, 2.84 -> 2.17 ms when
+-- paced at 20 ms, as on an idle worker).
+
+-- name: job_insert_many
+-- Insert jobs given as parallel arrays, each with its own options (a mixed batch; one call's
+-- jobs go through job_insert_batch or job_insert_one); skip those whose idempotency key is
+-- already unfinished.
+-- Sends one NOTIFY per queue that got a due job; delivered when the caller's transaction commits.
+WITH input AS (
+    SELECT i.*, coalesce(i.at, now() + make_interval(secs => coalesce(i.delay, 0))) AS due
+    FROM unnest(
+        %(queue)s::text[], %(task)s::text[], %(payload)s::jsonb[], %(priority)s::int[],
+        %(run_at)s::timestamptz[], %(delay)s::float8[], %(max_attempts)s::int[],
+        %(entity_key)s::text[], %(idempotency_key)s::text[], %(meta)s::jsonb[],
+        %(expires_at)s::timestamptz[], %(expires_in)s::float8[]
+    ) WITH ORDINALITY AS i(queue, task, payload, priority, at, delay, max_attempts,
+                           entity_key, idempotency_key, meta, expires_at, expires_in, ord)
+), inserted AS (
+    INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts,
+                        entity_key, idempotency_key, meta, expires_at, status)
+    SELECT queue, task, payload, priority, due, max_attempts, entity_key, idempotency_key, meta,
+           coalesce(expires_at, now() + make_interval(secs => expires_in)),
+           CASE WHEN due > now() THEN 'scheduled' ELSE 'pending' END
+    FROM input
+    ORDER BY ord
+    ON CONFLICT (idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND status IN ('waiting', 'scheduled', 'pending', 'running')
+        DO NOTHING
+    RETURNING id, queue, status, idempotency_key
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted WHERE status = 'pending') AS q
+)
+SELECT inserted.id, inserted.idempotency_key FROM inserted, woken ORDER BY inserted.id;
+
+-- name: job_insert_batch
+-- Insert jobs that share every column but the payload, given as one JSON array, none having an
+-- idempotency key (so no conflict to arbitrate); returns their ids in input order.  One
+-- NOTIFY for the queue if they are due; delivered when the caller's transaction commits.
+WITH input AS (
+    SELECT coalesce(%(run_at)s::timestamptz,
+                    now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS due
+), inserted AS (
+    INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts, entity_key, meta,
+                        expires_at, status)
+    SELECT %(queue)s::text, %(task)s::text, p.payload, %(priority)s::int, input.due,
+           %(max_attempts)s::int, %(entity_key)s::text, %(meta)s::jsonb,
+           coalesce(%(expires_at)s::timestamptz,
+                    now() + make_interval(secs => %(expires_in)s::float8)),
+           CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
+    FROM input, jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(payload, ord)
+    ORDER BY p.ord
+    RETURNING id, status
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, %(queue)s::text)) AS n
+    FROM (SELECT 1 FROM inserted WHERE status = 'pending' LIMIT 1) AS due
+)
+SELECT array_agg(inserted.id ORDER BY inserted.id) FROM inserted, woken;
+
+-- name: job_insert_one
+-- Insert one job, unless an unfinished job holds its idempotency key; returns its id (no row
+-- when skipped).  NOTIFY for its queue if it is due; delivered when the transaction commits.
+WITH input AS (
+    SELECT coalesce(%(run_at)s::timestamptz,
+                    now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS due
+), inserted AS (
+    INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts,
+                        entity_key, idempotency_key, meta, expires_at, status)
+    SELECT %(queue)s::text, %(task)s::text, %(payload)s::jsonb, %(priority)s::int, input.due,
+           %(max_attempts)s::int, %(entity_key)s::text, %(idempotency_key)s::text,
+           %(meta)s::jsonb,
+           coalesce(%(expires_at)s::timestamptz,
+                    now() + make_interval(secs => %(expires_in)s::float8)),
+           CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
+    FROM input
+    ON CONFLICT (idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND status IN ('waiting', 'scheduled', 'pending', 'running')
+        DO NOTHING
+    RETURNING id, status
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, %(queue)s::text)) AS n
+    FROM inserted WHERE status = 'pending'
+)
+SELECT inserted.id FROM inserted, woken;
+
+-- name: job_find_unfinished_by_idempotency_keys
+-- The unfinished job holding each of the given idempotency keys.
+SELECT id, idempotency_key FROM {jobs}
+WHERE idempotency_key = ANY(%(keys)s::text[])
+  AND status IN ('waiting', 'scheduled', 'pending', 'running');
+
+-- name: job_claim
+-- Claim up to %(limit)s pending jobs of one queue, best priority then oldest run_at first.
+-- Rows other workers hold are skipped, not waited on; jobs whose entity key already has a
+-- running job are left alone (one index probe each: see migration 0004), and at most one job
+-- per entity key is taken (the first in claim order; a sort of the locked jobs that have a key,
+-- not a comparison of each with all the others).
+-- Jobs past their expires_at are skipped (the maintenance leader cancels them): a NULL check
+-- per candidate for jobs without one (the claim of 100 took 2-3% longer with it under pgbench).
+-- The claim index is read from the worker's last claimed key (after_priority, after_run_at,
+-- after_id; NULLs read the whole index): every job of a better priority, then the jobs after
+-- that key.  Skipped are the same priority's entries before the key: mostly jobs already
+-- claimed, whose entries stay in the index until vacuum may remove them (which a long
+-- transaction holds off: they pile up, and a claim from the lowest key walks all of them),
+-- plus the few jobs that became due since with an older run_at (promoted, released).  The
+-- worker claims from the lowest key again at least every second and after a short claim.
+-- A leased claim commits asynchronously (commit_async): losing it in a server crash puts the
+-- jobs back to pending, which an at-least-once queue allows, and saves the claim the WAL flush
+-- (the one slow step of an idle worker's pick-up).  A held-lock claim must not: its
+-- transaction also writes the job's outcome.
+-- The payload comes back as JSON text, which the worker decodes itself (Job.from_claimed_row):
+-- psycopg's jsonb loader, a Python call per value, took 1.3 us more per job.
+-- A held-lock claim (held_marker) also marks its transaction as running a job of the queue
+-- until the transaction ends: a shared advisory lock, one holder per running held-lock job,
+-- which queue_running_count and queue_status count (every other session sees the job's row
+-- as pending); and as running that job: a shared advisory lock keyed by the low 32 bits of
+-- its id, by which job_get and job_list show it running.  Both are taken here, not by a
+-- statement of their own: that round trip cost a held-lock drain 5-18% of its jobs/s (nor
+-- pipelined with BEGIN and the claim: psycopg's pipeline sends a Flush after its Sync, after
+-- which PostgreSQL 15 leaves idle_in_transaction_session_timeout unarmed, and a held-lock
+-- job's session would outlive it; see test_held_sessions.py).  A claim that takes no job
+-- commits at once, ending its marker.
+WITH better AS (
+    SELECT id, entity_key, priority, run_at
+    FROM {jobs} AS c
+    WHERE c.status = 'pending' AND c.queue = %(queue)s
+      AND c.priority < coalesce(%(after_priority)s::int, -2147483648)
+      AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+           AND NOT CASE WHEN NOT {entity_key_held}(%(schema)s, c.entity_key) THEN false
+                        WHEN %(held_marker)s::bool THEN true
+                        ELSE {entity_key_locked_by_worker}(%(schema)s, c.entity_key) END)
+      AND (c.expires_at IS NULL OR c.expires_at > now())
+    ORDER BY c.priority, c.run_at, c.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), after AS (
+    SELECT id, entity_key, priority, run_at
+    FROM {jobs} AS c
+    WHERE c.status = 'pending' AND c.queue = %(queue)s
+      AND (c.priority, c.run_at, c.id)
+          > (coalesce(%(after_priority)s::int, -2147483648),
+             coalesce(%(after_run_at)s::timestamptz, '-infinity'),
+             coalesce(%(after_id)s::bigint, 0))
+      AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+           AND NOT CASE WHEN NOT {entity_key_held}(%(schema)s, c.entity_key) THEN false
+                        WHEN %(held_marker)s::bool THEN true
+                        ELSE {entity_key_locked_by_worker}(%(schema)s, c.entity_key) END)
+      AND (c.expires_at IS NULL OR c.expires_at > now())
+    ORDER BY c.priority, c.run_at, c.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), locked AS (
+    -- All the better jobs and the first of the others; rows locked but not taken here are
+    -- unlocked when the claim commits.
+    SELECT * FROM better UNION ALL SELECT * FROM after
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+), picked AS (
+    -- Of locked jobs sharing an entity key, only the first in claim order.  Jobs without a
+    -- key are taken as they are: only the keyed ones are sorted.  (A window over all of them
+    -- sorted every claimed job: the claim of 100 took 8-12%% longer, EXPLAIN ANALYZE.)  The
+    -- UPDATE finds the picked rows by primary key (= ANY of an array): joined to this union,
+    -- whose row count the planner cannot guess, it chose a hash join over a scan of the table
+    -- once statistics showed many rows.
+    SELECT l.id, l.entity_key FROM locked AS l WHERE l.entity_key IS NULL
+    UNION ALL
+    (SELECT DISTINCT ON (l.entity_key) l.id, l.entity_key
+     FROM locked AS l
+     WHERE l.entity_key IS NOT NULL
+     ORDER BY l.entity_key, l.priority, l.run_at, l.id)
+), commit_mode AS MATERIALIZED (
+    -- With commit_async, the commit of this transaction does not wait for its WAL to reach
+    -- disk (a setting local to the transaction: never left on a session or pooled server).
+    SELECT set_config('synchronous_commit',
+        CASE WHEN %(commit_async)s::bool THEN 'off' ELSE current_setting('synchronous_commit') END,
+        true) AS setting,
+        -- A leased claim waits at most 1 s on a lock (a claim taking the same entity key: see
+        -- migration 0016); not a held-lock claim, whose transaction runs the job.
+        set_config('lock_timeout',
+            CASE WHEN %(held_marker)s::bool THEN current_setting('lock_timeout') ELSE '1s' END,
+            true) AS lock_wait
+), held_marker AS MATERIALIZED (
+    -- Tried, never waited for: a stranger may hold the key (the count of a limited queue then
+    -- refuses to count: see queue_running_count).
+    SELECT count(*) FILTER (WHERE pg_try_advisory_xact_lock_shared(
+               hashtext('skiplock_held_job'), hashtext(%(schema)s || '/' || %(queue)s))) AS taken
+    FROM (SELECT WHERE %(held_marker)s::bool) AS held
+)
+UPDATE {jobs} AS j
+SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM commit_mode, held_marker
+-- A held-lock claim marks each job it takes here, where only the picked jobs are read (as a
+-- condition of the UPDATE, a scan of a small table marked every row it read; as a CTE of its
+-- own, picked was read twice, and so stored: the claim of 100 took 3.5%% longer).  The job
+-- marker is tried and its outcome ignored (only a stranger's lock can refuse it: the job runs,
+-- shown pending).  The job's entity key is taken too (entity_key_hold, migration 0016), or the
+-- claim fails as a lost entity-key race.  A leased claim checks the keys of its picks again,
+-- so that a held-lock claim that took one since its scan is not waited for.
+WHERE j.id = ANY (ARRAY(
+    SELECT p.id FROM picked AS p
+    WHERE CASE WHEN NOT %(held_marker)s::bool
+               THEN p.entity_key IS NULL
+                    OR NOT CASE WHEN {entity_key_held}(%(schema)s, p.entity_key)
+                                THEN {entity_key_locked_by_worker}(%(schema)s, p.entity_key)
+                                ELSE false END
+               WHEN pg_try_advisory_xact_lock_shared(
+                        hashtext('skiplock_held_job_id/' || %(schema)s), p.id::bit(32)::int)
+               THEN p.entity_key IS NULL OR {entity_key_hold}(%(schema)s, p.entity_key)
+               ELSE p.entity_key IS NULL OR {entity_key_hold}(%(schema)s, p.entity_key) END))
+RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
+          j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
+          j.idempotency_key, j.created_at, j.meta, j.expires_at;
+
+-- name: transaction_begin
+-- Start a transaction on an autocommit connection (a held-lock claim, before its claim).
+BEGIN;
+
+-- name: job_claim_candidates_from_queues
+-- The best pending job of each of %(queues)s (id, queue), best first: the jobs a held-lock
+-- claim across several queues tries in turn (job_claim_by_id).  Run on its own, in
+-- autocommit: it locks one job per queue to skip the rows other sessions hold, and those locks
+-- end with it.  In the held-lock transaction, the jobs it did not take would stay locked,
+-- unclaimable by anyone, for as long as the job it took runs.  Locking gives the statement a
+-- transaction: it commits without waiting for a WAL flush, as it writes nothing worth one.
+WITH commit_mode AS MATERIALIZED (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+)
+SELECT c.id, q.name
+FROM commit_mode, unnest(%(queues)s::text[]) AS q(name)
+CROSS JOIN LATERAL (
+    SELECT id, priority, run_at
+    FROM {jobs} AS c
+    WHERE c.status = 'pending' AND c.queue = q.name
+      AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+           AND NOT {entity_key_held}(%(schema)s, c.entity_key))
+      AND (c.expires_at IS NULL OR c.expires_at > now())
+    ORDER BY c.priority, c.run_at, c.id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+) AS c
+ORDER BY c.priority, c.run_at, c.id;
+
+-- name: job_claim_by_id
+-- Claim one pending job by id, in a held-lock claim's transaction (after
+-- job_claim_candidates_from_queues chose it); nothing if another session took or holds it
+-- meanwhile, or its entity key has a running job now.  Takes the held-lock markers of the
+-- job's queue, %(queue)s, and of the job, and its entity key, as job_claim does for a
+-- held-lock claim.
+WITH held_marker AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock_shared(hashtext('skiplock_held_job'),
+                                            hashtext(%(schema)s || '/' || %(queue)s)) AS taken
+)
+UPDATE {jobs} AS j
+SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM held_marker
+WHERE j.id = (SELECT c.id FROM {jobs} AS c
+              WHERE c.id = %(id)s AND c.status = 'pending'
+                          AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+                     AND NOT {entity_key_held}(%(schema)s, c.entity_key))
+                AND (c.expires_at IS NULL OR c.expires_at > now())
+              FOR UPDATE SKIP LOCKED)
+  AND CASE WHEN pg_try_advisory_xact_lock_shared(hashtext('skiplock_held_job_id/' || %(schema)s),
+                                                 j.id::bit(32)::int)
+           THEN j.entity_key IS NULL OR {entity_key_hold}(%(schema)s, j.entity_key)
+           ELSE j.entity_key IS NULL OR {entity_key_hold}(%(schema)s, j.entity_key) END
+RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
+          j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
+          j.idempotency_key, j.created_at, j.meta, j.expires_at;
+
+-- name: job_claim_from_queues
+-- The same claim across several queues, each read from its own starting key (the arrays
+-- after_priority, after_run_at, after_id, in the order of %(queues)s): the best jobs of each
+-- queue, then the best of those.
+WITH locked AS (
+    SELECT c.*
+    FROM unnest(%(queues)s::text[], %(after_priority)s::int[], %(after_run_at)s::timestamptz[],
+                %(after_id)s::bigint[]) AS q(name, after_priority, after_run_at, after_id)
+    CROSS JOIN LATERAL (
+        SELECT * FROM (
+            SELECT id, entity_key, priority, run_at
+            FROM {jobs} AS c
+            WHERE c.status = 'pending' AND c.queue = q.name
+              AND c.priority < coalesce(q.after_priority, -2147483648)
+              AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+                   AND NOT CASE WHEN {entity_key_held}(%(schema)s, c.entity_key)
+                                THEN {entity_key_locked_by_worker}(%(schema)s, c.entity_key)
+                                ELSE false END)
+              AND (c.expires_at IS NULL OR c.expires_at > now())
+            ORDER BY c.priority, c.run_at, c.id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS better
+        UNION ALL
+        SELECT * FROM (
+            SELECT id, entity_key, priority, run_at
+            FROM {jobs} AS c
+            WHERE c.status = 'pending' AND c.queue = q.name
+              AND (c.priority, c.run_at, c.id) > (coalesce(q.after_priority, -2147483648),
+                                                   coalesce(q.after_run_at, '-infinity'),
+                                                   coalesce(q.after_id, 0))
+              AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+                   AND NOT CASE WHEN {entity_key_held}(%(schema)s, c.entity_key)
+                                THEN {entity_key_locked_by_worker}(%(schema)s, c.entity_key)
+                                ELSE false END)
+              AND (c.expires_at IS NULL OR c.expires_at > now())
+            ORDER BY c.priority, c.run_at, c.id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS after
+    ) AS c
+    ORDER BY c.priority, c.run_at, c.id
+    LIMIT %(limit)s
+), picked AS (
+    -- Of locked jobs sharing an entity key, only the first in claim order; found by primary
+    -- key below, as in job_claim.
+    SELECT l.id, l.entity_key FROM locked AS l WHERE l.entity_key IS NULL
+    UNION ALL
+    (SELECT DISTINCT ON (l.entity_key) l.id, l.entity_key
+     FROM locked AS l
+     WHERE l.entity_key IS NOT NULL
+     ORDER BY l.entity_key, l.priority, l.run_at, l.id)
+), commit_mode AS MATERIALIZED (
+    -- With commit_async, the commit of this transaction does not wait for its WAL to reach
+    -- disk (a setting local to the transaction: never left on a session or pooled server).
+    SELECT set_config('synchronous_commit',
+        CASE WHEN %(commit_async)s::bool THEN 'off' ELSE current_setting('synchronous_commit') END,
+        true) AS setting,
+        set_config('lock_timeout', '1s', true) AS lock_wait  -- as in job_claim
+)
+UPDATE {jobs} AS j
+SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM commit_mode
+WHERE j.id = ANY (ARRAY(
+    SELECT p.id FROM picked AS p
+    WHERE p.entity_key IS NULL
+          OR NOT CASE WHEN {entity_key_held}(%(schema)s, p.entity_key)
+                      THEN {entity_key_locked_by_worker}(%(schema)s, p.entity_key)
+                      ELSE false END))
+RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
+          j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
+          j.idempotency_key, j.created_at, j.meta, j.expires_at;
+
+-- name: job_complete_many
+-- Mark claimed jobs done, if each claim still owns its job; returns the ids it changed.
+UPDATE {jobs} AS j
+SET status = 'done', finished_at = now(), locked_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
+     AS c(id, attempts, claim_time)
+WHERE j.id = c.id
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
+RETURNING j.id;
+
+-- name: job_complete_with_results_many
+-- Mark claimed jobs done with what their tasks returned (tasks with store_result=True), if
+-- each claim still owns its job; returns the ids it changed.
+UPDATE {jobs} AS j
+SET status = 'done', finished_at = now(), locked_until = NULL, result = c.result
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[],
+            %(results)s::jsonb[])
+     AS c(id, attempts, claim_time, result)
+WHERE j.id = c.id
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
+RETURNING j.id;
+
+-- name: job_record_results
+-- Store what the tasks of claimed jobs returned, just before they are archived in the same
+-- transaction, if each claim still owns its job.
+UPDATE {jobs} AS j
+SET result = r.result
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[],
+            %(results)s::jsonb[])
+     AS r(id, attempts, claim_time, result)
+WHERE j.id = r.id
+  AND coalesce(j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[r.claim_time], false);
+
+-- name: job_delete_many
+-- Delete claimed jobs that finished, if each claim still owns its job.
+DELETE FROM {jobs} AS j
+USING unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
+     AS c(id, attempts, claim_time)
+WHERE j.id = c.id
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
+RETURNING j.id;
+
+-- name: job_archive_many
+-- Move claimed jobs that finished to the archive table, if each claim still owns its job.
+WITH moved AS (
+    DELETE FROM {jobs} AS j
+    USING unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
+          AS c(id, attempts, claim_time)
+    WHERE j.id = c.id
+      AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+                   AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
+    RETURNING j.*
+)
+INSERT INTO {archive} (id, queue, task, payload, status, priority, run_at, attempts,
+                       max_attempts, locked_by, entity_key, idempotency_key, last_error,
+                       created_at, finished_at, result, meta, expires_at)
+SELECT id, queue, task, payload, 'done', priority, run_at, attempts, max_attempts, locked_by,
+       entity_key, idempotency_key, last_error, created_at, now(), result, meta, expires_at
+FROM moved
+RETURNING id;
+
+-- name: job_fail_many
+-- Record failed attempts of claimed jobs that still own them: back to the queue after
+-- retry_in seconds, or 'failed' when retry_in is NULL or the attempts are spent.
+WITH f AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[],
+                         %(errors)s::text[], %(retry_in)s::float8[])
+                  AS f(id, attempts, claim_time, error, retry_in)
+)
+UPDATE {jobs} AS j
+SET status = CASE WHEN f.retry_in IS NULL OR j.attempts >= j.max_attempts THEN 'failed'
+                  WHEN f.retry_in > 0 THEN 'scheduled'
+                  ELSE 'pending' END,
+    run_at = CASE WHEN f.retry_in IS NULL OR j.attempts >= j.max_attempts THEN j.run_at
+                  ELSE now() + make_interval(secs => f.retry_in) END,
+    finished_at = CASE WHEN f.retry_in IS NULL OR j.attempts >= j.max_attempts THEN now() END,
+    last_error = f.error,
+    locked_until = NULL
+FROM f
+WHERE j.id = f.id
+  AND coalesce(j.attempts = f.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[f.claim_time], false)
+RETURNING j.id, j.status;
+
+-- name: job_snooze_many
+-- Put claimed jobs back to run after delay seconds without spending an attempt
+-- (max_attempts grows by one so the attempt counter stays a unique claim token; but not past
+-- the column's largest value, which enqueue accepts: such a job spends the attempt instead).
+UPDATE {jobs} AS j
+SET status = CASE WHEN s.delay > 0 THEN 'scheduled' ELSE 'pending' END,
+    run_at = now() + make_interval(secs => s.delay),
+    max_attempts = j.max_attempts + (j.max_attempts < 2147483647)::int,
+    locked_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[],
+            %(delays)s::float8[]) AS s(id, attempts, claim_time, delay)
+WHERE j.id = s.id
+  AND coalesce(j.attempts = s.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[s.claim_time], false)
+RETURNING j.id;
+
+-- name: job_extend_leases
+-- Heartbeat: push the lease of each claim that still owns its job; returns those it extended,
+-- each with whether an admin asked to cancel it.
+UPDATE {jobs} AS j
+SET locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
+     AS c(id, attempts, claim_time)
+WHERE j.id = c.id
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
+RETURNING j.id, j.cancel_requested;
+
+-- name: job_reclaim_expired
+-- Requeue running jobs whose lease expired (the attempt stays spent); 'failed' when none is left.
+-- run_at is kept, so a reclaimed job is among the first claimed again, not behind the backlog.
+WITH expired AS (
+    SELECT id FROM {jobs}
+    WHERE status = 'running' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {jobs} AS j
+SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    last_error = format('lease expired: worker %%s did not finish attempt %%s by %%s',
+                        j.locked_by, j.attempts, j.locked_until),
+    locked_until = NULL
+FROM expired
+WHERE j.id = expired.id AND j.status = 'running'
+RETURNING j.id, j.status;
+
+-- name: job_promote_due
+-- Make scheduled jobs whose run_at has come claimable, and wake workers of their queues.
+WITH due AS (
+    SELECT id FROM {jobs}
+    WHERE status = 'scheduled' AND run_at <= now()
+    ORDER BY run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), promoted AS (
+    UPDATE {jobs} AS j SET status = 'pending'
+    FROM due WHERE j.id = due.id AND j.status = 'scheduled'
+    RETURNING j.queue
+)
+SELECT q.queue, q.n, pg_notify(%(channel)s, q.queue)
+FROM (SELECT queue, count(*) AS n FROM promoted GROUP BY queue) AS q;
+
+-- name: job_cancel_expired
+-- Cancel jobs not started by their expires_at (claims skip them already); returns how many
+-- per queue.
+WITH expired AS (
+    SELECT id FROM {jobs}
+    WHERE expires_at < now() AND status IN ('waiting', 'scheduled', 'pending')
+    ORDER BY expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), cancelled AS (
+    UPDATE {jobs} AS j
+    SET status = 'cancelled', finished_at = now(),
+        last_error = format('expired: not run by %%s', j.expires_at)
+    FROM expired
+    WHERE j.id = expired.id AND j.status IN ('waiting', 'scheduled', 'pending')
+    RETURNING j.queue
+)
+SELECT queue, count(*) FROM cancelled GROUP BY queue;
+
+-- name: job_get
+-- One job by id, with its current state; a done job moved to the archive (completion
+-- 'archive') is read from there (the move is one statement: a job is never in both).  A
+-- held-lock job's row looks pending while its transaction runs it: it is shown running when a
+-- transaction holds its job marker (see job_claim), whose key is the low 32 bits of its id,
+-- in a session that may write the jobs table (another login's lock on the key shows nothing).
+(SELECT id, queue, task, payload,
+        CASE WHEN status = 'pending' AND (id & 4294967295) = ANY (ARRAY(
+                 SELECT l.objid::int8 FROM pg_locks AS l
+                 JOIN pg_stat_activity AS a ON a.pid = l.pid
+                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                   AND l.mode = 'ShareLock'
+                   AND l.database = (SELECT oid FROM pg_database
+                                     WHERE datname = current_database())
+                   AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+                   AND {may_write_jobs}(a.usesysid)))
+             THEN 'running' ELSE status END,
+        priority, run_at, attempts, max_attempts, locked_by,
+        locked_until, locked_at, entity_key, idempotency_key, created_at, meta, expires_at,
+        last_error, finished_at, result
+ FROM {jobs} WHERE id = %(id)s)
+UNION ALL
+(SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
+        NULL::timestamptz, NULL::timestamptz, entity_key, idempotency_key, created_at, meta,
+        expires_at, last_error, finished_at, result
+ FROM {archive} WHERE id = %(id)s)
+LIMIT 1;
+
+-- name: job_count_by_queue_and_status
+-- How many jobs each queue has in each status.
+SELECT queue, status, count(*) AS n FROM {jobs} GROUP BY queue, status ORDER BY queue, status;
+
+-- name: channel_listen
+-- Subscribe this session to the schema's wake-up notifications (payload: a queue name).
+LISTEN {channel};
+
+-- name: channel_notify
+-- Send one notification on the schema's channel (the listener's self-test, admin wake-ups).
+SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: channel_notify_many
+-- Send several notifications on the schema's channel in one statement (an admin's requests to
+-- cancel held-lock jobs).
+SELECT pg_notify(%(channel)s, payload) FROM unnest(%(payloads)s::text[]) AS payload;
+
+-- name: job_cancel_claimed_many
+-- Mark running jobs cancelled (an admin asked while they ran), if each claim still owns its job.
+UPDATE {jobs} AS j
+SET status = 'cancelled', finished_at = now(), locked_until = NULL,
+    last_error = 'cancelled while running'
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
+     AS c(id, attempts, claim_time)
+WHERE j.id = c.id
+  AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
+RETURNING j.id;

@@ -1,0 +1,52 @@
+"""``skiplock doctor``'s ``locks`` check: sessions holding locks that delay skiplock's claims.
+
+Claims never wait long on a lock another session can take (see docs/security.md): a limited
+queue's claim lock (its row of the ``queues`` table) is waited for a bounded time, then that
+queue is passed over; a held-lock marker or an entity key's lock taken by a login that is no
+worker makes the jobs it names wait.  Either way the jobs are delayed, not lost, and this
+check names the session, so that it can be ended.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from psycopg import Connection
+
+from skiplock._doctor.findings import Finding, duration
+
+if TYPE_CHECKING:
+    from skiplock._doctor.runner import Doctor
+
+SHOWN = 20  # sessions listed at most
+
+
+def check_locks(doctor: Doctor, conn: Connection[Any]) -> Finding:
+    holders = doctor.rows(
+        conn,
+        "doctor_lock_holders",
+        schema=doctor.schema,
+        older_than=doctor.thresholds.lock_seconds,
+        limit=SHOWN,
+    )
+    if not holders:
+        return Finding(
+            "locks", "ok", "no session holds a lock that delays skiplock's claims", "", {}
+        )
+    described = [
+        f"pid {h['pid']} ({h['usename']}, {h['application_name'] or 'no application name'}) "
+        f"{'holds' if h['granted'] else 'waits for'} {h['what']} ({h['mode']})"
+        + (f" in a transaction of {duration(h['xact_seconds'])}" if h["xact_seconds"] else "")
+        for h in holders
+    ]
+    pids = sorted({h["pid"] for h in holders})
+    return Finding(
+        "locks",
+        "warn",
+        "sessions delay claims: " + "; ".join(described) + ". A limited queue whose row is "
+        "locked is passed over by claims while it stays locked; jobs of a held-lock marker or "
+        "entity key locked by a login that is not a worker wait meanwhile",
+        "end those sessions' transactions, or the sessions: SELECT pg_terminate_backend(pid) "
+        f"for pid in {pids}; give CONNECT on the database only to logins that need it",
+        {"holders": holders},
+    )

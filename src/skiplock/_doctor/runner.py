@@ -1,0 +1,117 @@
+"""The :class:`Doctor`: runs ``skiplock doctor``'s checks on one database and schema.
+
+Its seam to the server is small: :meth:`Doctor.connect` and :meth:`Doctor.rows`, which runs one
+named statement of ``doctor.sql``.  The checks themselves are in :mod:`skiplock._doctor.upkeep`,
+:mod:`skiplock._doctor.vacuum` and :mod:`skiplock._doctor.server`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import Connection
+from psycopg.rows import dict_row
+
+from skiplock._db.payload import check_schema_name
+from skiplock._db.sql import Queries
+from skiplock._db.store_sync import SyncStore
+from skiplock._doctor import locks as doctor_locks
+from skiplock._doctor import server as doctor_server
+from skiplock._doctor import upkeep as doctor_upkeep
+from skiplock._doctor import vacuum as doctor_vacuum
+from skiplock._doctor.findings import Finding, Thresholds
+
+
+class Doctor:
+    """Runs the checks on one database and schema; each ``check_*`` method returns findings."""
+
+    def __init__(self, dsn: str, schema: str, thresholds: Thresholds | None = None) -> None:
+        self.dsn = dsn
+        self.schema = check_schema_name(schema)
+        self.thresholds = thresholds or Thresholds()
+        self.queries = Queries(self.schema)
+        self.store = SyncStore(self.queries)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def connect(self) -> Connection[Any]:
+        return doctor_server.connect(self.dsn)
+
+    def rows(self, conn: Connection[Any], name: str, **params: Any) -> list[dict[str, Any]]:
+        """Run one named statement of ``doctor.sql``; its rows as dicts."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self.queries[name], params)
+            return cur.fetchall()
+
+    def run(self) -> list[Finding]:
+        """Every check, in order; the table checks only when the schema is in place."""
+        with self.connect() as conn:
+            findings = self._guard("schema", lambda: [self.check_schema(conn)])
+            tables = findings[0].status == "ok"
+            findings += self._guard("xmin_horizon", lambda: self.check_xmin_horizon(conn))
+            if tables:
+                findings += self._guard("dead_tuples", lambda: self.check_dead_tuples(conn))
+                findings += self._guard("workers", lambda: [self.check_workers(conn)])
+                findings += self._guard("expired_leases", lambda: [self.check_expired_leases(conn)])
+                findings += self._guard(
+                    "impossible_states", lambda: [self.check_impossible_states(conn)]
+                )
+                findings += self._guard("claim_index", lambda: self.check_claim_index(conn))
+                findings += self._guard("retention", lambda: [self.check_retention(conn)])
+                findings += self._guard("locks", lambda: [self.check_locks(conn)])
+            findings += self._guard("listen", lambda: [self.check_listen()])
+            findings += self._guard("connections", lambda: [self.check_connections(conn)])
+        return findings
+
+    def _guard(self, check: str, run: Callable[[], list[Finding]]) -> list[Finding]:
+        """The check's findings, or one saying this role may not look (a ``warn``)."""
+        try:
+            return run()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            return [
+                Finding(
+                    check,
+                    "warn",
+                    f"cannot check: {str(exc).strip().splitlines()[0]}",
+                    "run doctor as the schema's owner or its admin role (`skiplock roles`)",
+                )
+            ]
+
+    # -- checks --------------------------------------------------------------------------
+
+    def check_schema(self, conn: Connection[Any]) -> Finding:
+        return doctor_upkeep.check_schema(self, conn)
+
+    def check_xmin_horizon(self, conn: Connection[Any]) -> list[Finding]:
+        return doctor_vacuum.check_xmin_horizon(self, conn)
+
+    def check_dead_tuples(self, conn: Connection[Any]) -> list[Finding]:
+        return doctor_vacuum.check_dead_tuples(self, conn)
+
+    def check_workers(self, conn: Connection[Any]) -> Finding:
+        return doctor_upkeep.check_workers(self, conn)
+
+    def check_expired_leases(self, conn: Connection[Any]) -> Finding:
+        return doctor_upkeep.check_expired_leases(self, conn)
+
+    def check_impossible_states(self, conn: Connection[Any]) -> Finding:
+        return doctor_upkeep.check_impossible_states(self, conn)
+
+    def check_claim_index(self, conn: Connection[Any]) -> list[Finding]:
+        return doctor_vacuum.check_claim_index(self, conn)
+
+    def check_retention(self, conn: Connection[Any]) -> Finding:
+        return doctor_upkeep.check_retention(self, conn)
+
+    def check_locks(self, conn: Connection[Any]) -> Finding:
+        return doctor_locks.check_locks(self, conn)
+
+    def check_listen(self, notify_dsn: str | None = None) -> Finding:
+        """LISTEN on one connection, NOTIFY from another (``notify_dsn``, default the same
+        database), and wait for it: what a worker's wake-ups rely on."""
+        return doctor_server.check_listen(self, notify_dsn)
+
+    def check_connections(self, conn: Connection[Any]) -> Finding:
+        return doctor_server.check_connections(self, conn)

@@ -1,0 +1,112 @@
+"""``skiplock doctor``'s checks of the server around the queue: ``listen`` (a notification
+reaches a listening session, as a worker's wake-ups need) and ``connections`` (slots left for
+more workers); and :func:`connect`, how doctor opens its sessions (as ``skiplock-doctor``)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import Connection
+
+from skiplock._db.connections import connect_kwargs, unavailable
+from skiplock._db.sql import Queries
+from skiplock._db.store_sync import SyncStore
+from skiplock._doctor.findings import Finding, duration
+
+if TYPE_CHECKING:
+    from skiplock._doctor.runner import Doctor
+
+APPLICATION_NAME = "skiplock-doctor"
+
+
+def connect(dsn: str) -> Connection[Any]:
+    """A session on ``dsn`` named ``skiplock-doctor``; a clear error when there is none."""
+    kwargs = {**connect_kwargs(dsn), "application_name": APPLICATION_NAME}
+    try:
+        return Connection.connect(dsn, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise unavailable(exc, dsn) from None
+
+
+def check_listen(doctor: Doctor, notify_dsn: str | None = None) -> Finding:
+    """LISTEN on one connection, NOTIFY from another (``notify_dsn``, default the same
+    database), and wait for it: what a worker's wake-ups rely on."""
+    ok, waited = probe_listen(
+        doctor.dsn,
+        notify_dsn or doctor.dsn,
+        doctor.queries,
+        doctor.store,
+        timeout=doctor.thresholds.listen_timeout,
+    )
+    if ok:
+        return Finding(
+            "listen",
+            "ok",
+            f"LISTEN/NOTIFY works: a notification arrived in {waited * 1000:.0f} ms",
+            "",
+            {"seconds": waited},
+        )
+    return Finding(
+        "listen",
+        "warn",
+        f"a notification sent on {doctor.queries.channel!r} did not arrive within "
+        f"{duration(waited)}: workers will not be woken by new jobs and wait up to their poll "
+        "interval instead (a transaction-mode pooler such as PgBouncer "
+        "pool_mode=transaction does this)",
+        "point workers at PostgreSQL directly or through a session-mode pool; or run them "
+        "with --poll-only and a short --poll-interval (and, unless the pooler tracks prepared "
+        "statements, with SKIPLOCK_PREPARED_STATEMENTS=off: see docs/operations.md)",
+        {"seconds": waited},
+    )
+
+
+def check_connections(doctor: Doctor, conn: Connection[Any]) -> Finding:
+    per_worker = doctor.thresholds.connections_per_worker
+    row = doctor.rows(conn, "doctor_connections")[0]
+    usable = row["max_connections"] - row["reserved"]
+    free = usable - row["in_use"]
+    room = max(free, 0) // per_worker
+    details = {**row, "free": free, "room_for_workers": room}
+    message = (
+        f"{row['in_use']} of {usable} connection slots in use (max_connections "
+        f"{row['max_connections']}, {row['reserved']} reserved for superusers), "
+        f"{row['skiplock_sessions']} of them skiplock's ({row['listeners']} worker "
+        f"listeners); room for about {room} more worker processes at {per_worker} each"
+    )
+    if room >= 2:
+        return Finding("connections", "ok", message, "", details)
+    return Finding(
+        "connections",
+        "fail" if room < 1 else "warn",
+        message,
+        "raise max_connections (needs a restart), run fewer worker processes with a "
+        "higher --concurrency each, or put a session-mode pooler in front of enqueuers",
+        details,
+    )
+
+
+def probe_listen(
+    listen_dsn: str,
+    notify_dsn: str,
+    queries: Queries,
+    store: SyncStore,
+    *,
+    timeout: float = 1.0,
+) -> tuple[bool, float]:
+    """Whether a notification sent through ``notify_dsn`` reaches a session LISTENing through
+    ``listen_dsn`` within ``timeout`` seconds; and the seconds it took (or waited)."""
+    payload = f"doctor:{secrets.token_hex(8)}"
+    with connect(listen_dsn) as listener:
+        store.channel_listen(listener)
+        with connect(notify_dsn) as sender:
+            started = time.monotonic()
+            store.channel_notify(sender, payload)
+        deadline = started + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            for notify in listener.notifies(timeout=left, stop_after=1):
+                if notify.channel == queries.channel and notify.payload == payload:
+                    return True, time.monotonic() - started
+    return False, timeout

@@ -1,0 +1,257 @@
+"""Maintenance that one worker runs for everybody (the leader): promote due scheduled jobs,
+cancel jobs past their expiry, release (or cancel) jobs waiting for others, prune finished jobs
+past their retention (and workers gone for an hour), reclaim expired leases.
+Reclaiming is also done by every other worker, so that the death of the leader itself does
+not hold up the recovery of its jobs.  Periodic ticks are enqueued by every worker that serves
+the periodic task's queue, leader or not (the ticks table makes each tick one job), and by no
+other: a worker never makes jobs that it may be the only one around to ignore."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from skiplock._db.enqueue import EnqueueOptions
+from skiplock._db.store_async import AsyncStore
+from skiplock._runtime.leader import LeaderElector
+from skiplock._runtime.periodic import PeriodicTask
+from skiplock._runtime.presence import GONE_AFTER
+from skiplock.app import App
+from skiplock.errors import SkiplockError
+
+log = logging.getLogger("skiplock._runtime.maintenance")
+
+RELEASE_BATCH = 1000  # waiting jobs read by one statement
+RELEASE_ROUNDS = 5  # statements a round at most, while they cancel jobs (chains of dependents)
+# While jobs wait for others, the leader looks for the ones it can release this often between
+# its rounds: a chain of jobs moves on a step per interval at most (promotion and the rest keep
+# to the round's interval).
+WAITING_RELEASE_INTERVAL = 0.1
+
+
+@dataclass
+class MaintenanceStats:
+    promoted: int = 0
+    released: int = 0
+    dependents_cancelled: int = 0
+    expired: int = 0
+    reclaimed: int = 0
+    pruned: int = 0
+    periodic_enqueued: int = 0
+    runs: int = 0
+    errors: int = 0
+
+
+class Maintenance:
+    def __init__(
+        self,
+        app: App,
+        store: AsyncStore,
+        pool: AsyncConnectionPool,
+        elector: LeaderElector,
+        *,
+        interval: float = 1.0,
+        reclaim_interval: float = 5.0,
+        prune_interval: float = 60.0,
+        on_work: Callable[[], None] = lambda: None,
+        queues: Collection[str] | None = None,
+    ) -> None:
+        """``queues``: those the worker serves (None: every one), whose periodic tasks it
+        enqueues."""
+        self.app = app
+        self.store = store
+        self.pool = pool
+        self.elector = elector
+        self.interval = interval
+        self.reclaim_interval = reclaim_interval
+        self.prune_interval = prune_interval
+        self.on_work = on_work
+        self.stats = MaintenanceStats()
+        self._next_reclaim = 0.0
+        self._next_prune = 0.0
+        self._strangers: set[tuple[int, str, str, str, bool]] = set()  # see _report_strangers
+        self._waiting_after = 0  # where the next read of waiting jobs starts (release_waiting)
+        self._jobs_waiting = False  # whether the last read found any
+        self.periodic = [
+            p
+            for p in app.periodic_tasks.values()
+            if queues is None or app.get_task(p.task).queue in queues
+        ]
+        self._ticks_handled: dict[str, datetime] = {}  # the latest tick of each, once recorded
+        others = [p for p in app.periodic_tasks.values() if p not in self.periodic]
+        if others:
+            # If no worker serves their queues, these never run: say so where it shows.
+            log.info(
+                "periodic tasks not enqueued by this worker, which does not serve their "
+                "queues (a worker that does enqueues them): %s",
+                ", ".join(f"{p.name} (queue {app.get_task(p.task).queue})" for p in others),
+            )
+
+    async def run(self) -> None:
+        while True:
+            if self.elector.is_leader:
+                await self.run_once()
+            else:
+                await self.reclaim_if_due()
+                if self._periodic_due():
+                    await self._run_step("periodic", self._enqueue_periodic)
+            await self._until_next_round()
+
+    async def _until_next_round(self) -> None:
+        """Sleep for the interval; a leader with jobs waiting for others reads them more often
+        meanwhile, so that each is released soon after what it waits for is done."""
+        next_round = time.monotonic() + self.interval
+        while self.elector.is_leader and self._jobs_waiting:
+            if next_round - time.monotonic() <= WAITING_RELEASE_INTERVAL:
+                break
+            await asyncio.sleep(WAITING_RELEASE_INTERVAL)
+            await self._run_step("release", self._release_waiting)
+        await asyncio.sleep(max(0.0, next_round - time.monotonic()))
+
+    async def reclaim_if_due(self) -> None:
+        """Every worker, leader or not, reclaims expired leases at the reclaim interval: the
+        statement is safe to run concurrently, and a dead leader must not delay recovery."""
+        now = time.monotonic()
+        if now < self._next_reclaim:
+            return
+        self._next_reclaim = now + self.reclaim_interval
+        try:
+            async with self.pool.connection() as conn:
+                await self._reclaim(conn)
+        except (psycopg.Error, SkiplockError) as exc:
+            self.stats.errors += 1
+            log.warning("reclaim failed, retrying next round: %s", exc)
+
+    async def run_once(self, *, force: bool = False) -> None:
+        """One round; ``force`` runs the reclaim and prune whatever their intervals say.  Each
+        step stands alone: one failing (logged, retried next round) does not stop the others."""
+        now = time.monotonic()
+        self.stats.runs += 1
+        steps: list[tuple[str, Callable[[AsyncConnection[Any]], Awaitable[None]]]] = [
+            ("promote", self._promote),
+            ("expire", self._cancel_expired),
+            ("release", self._release_waiting),
+            ("periodic", self._enqueue_periodic),
+        ]
+        if force or now >= self._next_reclaim:
+            self._next_reclaim = now + self.reclaim_interval
+            steps.append(("reclaim", self._reclaim))
+            steps.append(("locks", self._report_strangers))
+        if force or now >= self._next_prune:
+            self._next_prune = now + self.prune_interval
+            steps.append(("prune", self._prune))
+        for name, step in steps:
+            await self._run_step(name, step)
+
+    async def _run_step(
+        self, name: str, step: Callable[[AsyncConnection[Any]], Awaitable[None]]
+    ) -> None:
+        try:
+            async with self.pool.connection() as conn:
+                await step(conn)
+        except (psycopg.Error, SkiplockError) as exc:
+            self.stats.errors += 1
+            log.warning("maintenance step %s failed, retrying next round: %s", name, exc)
+
+    async def _promote(self, conn: AsyncConnection[Any]) -> None:
+        promoted = await self.store.job_promote_due(conn)
+        if promoted:
+            self.stats.promoted += sum(promoted.values())
+            self.on_work()
+
+    async def _cancel_expired(self, conn: AsyncConnection[Any]) -> None:
+        expired = await self.store.job_cancel_expired(conn)
+        if expired:
+            self.stats.expired += sum(expired.values())
+            log.info(
+                "cancelled %d jobs not started by their expiry: %s", sum(expired.values()), expired
+            )
+
+    async def _release_waiting(self, conn: AsyncConnection[Any]) -> None:
+        """Release the waiting jobs whose dependencies are done, cancel those with a failed
+        one: a batch a round, each from where the last stopped, so that every waiting job is
+        read in turn however many wait.  A cancellation may end the wait of jobs depending on
+        the cancelled job: read again at once, a few times, so a chain is cancelled together."""
+        for _ in range(RELEASE_ROUNDS):
+            done = await self.store.job_release_waiting(conn, self._waiting_after, RELEASE_BATCH)
+            self._waiting_after = done.last_id or 0 if done.read >= RELEASE_BATCH else 0
+            released, cancelled = sum(done.released.values()), sum(done.cancelled.values())
+            # Some still wait: the read left some, or stopped at its batch before the end.
+            self._jobs_waiting = done.read > released + cancelled or bool(self._waiting_after)
+            self.stats.released += released
+            self.stats.dependents_cancelled += cancelled
+            if released:
+                self.on_work()
+            if cancelled:
+                log.warning(
+                    "cancelled %d jobs whose dependencies failed or were cancelled: %s",
+                    cancelled,
+                    done.cancelled,
+                )
+            else:
+                return
+
+    async def _reclaim(self, conn: AsyncConnection[Any]) -> None:
+        reclaimed = await self.store.job_reclaim_expired(conn)
+        if reclaimed:
+            self.stats.reclaimed += len(reclaimed)
+            log.warning("reclaimed %d jobs whose lease expired: %s", len(reclaimed), reclaimed)
+            self.on_work()
+
+    def _periodic_due(self) -> list[tuple[PeriodicTask, datetime]]:
+        """The ticks of this worker's periodic tasks to enqueue now, but those it has already
+        recorded (or found recorded by another worker)."""
+        now = datetime.now(UTC)
+        due = []
+        for periodic in self.periodic:
+            handled = self._ticks_handled.get(periodic.name)
+            for tick in periodic.schedule.ticks_due(now):
+                if handled is None or tick > handled:
+                    due.append((periodic, tick))
+        return due
+
+    async def _enqueue_periodic(self, conn: AsyncConnection[Any]) -> None:
+        for periodic, tick in self._periodic_due():
+            job = self.app.build_jobs(periodic.task, [periodic.payload], EnqueueOptions())
+            job_id = await self.store.periodic_enqueue_tick(conn, periodic.name, tick, job)
+            self._ticks_handled[periodic.name] = tick
+            if job_id is not None:
+                self.stats.periodic_enqueued += 1
+                log.info("periodic %s: enqueued job %s for tick %s", periodic.name, job_id, tick)
+
+    async def _report_strangers(self, conn: AsyncConnection[Any]) -> None:
+        """Log each session that holds one of skiplock's advisory keys without being a worker
+        (the jobs the key names wait meanwhile; see docs/security.md) once when it is first
+        seen, and once when it has let go."""
+        now = set(await self.store.session_list_lock_strangers(conn))
+        for pid, user, what, mode, granted in sorted(now - self._strangers):
+            log.warning(
+                "session %s (%s), which may not write the jobs table, %s %s (%s): the jobs it "
+                "names wait meanwhile; `skiplock doctor` reports it",
+                pid,
+                user,
+                "holds" if granted else "waits for",
+                what,
+                mode,
+            )
+        for pid, _, what, _, _ in sorted(self._strangers - now):
+            log.warning("session %s no longer holds %s", pid, what)
+        self._strangers = now
+
+    async def _prune(self, conn: AsyncConnection[Any]) -> None:
+        pruned = await self.store.job_prune_by_retention(conn, self.app.retention)
+        self.stats.pruned += sum(pruned.values())
+        await self.store.job_held_starts_prune(conn)
+        await self.store.job_dependencies_prune(conn)
+        await self.store.presence_prune_gone(conn, GONE_AFTER)
+        if self.app.periodic_tasks:
+            await self.store.periodic_prune_ticks(conn)

@@ -1,0 +1,72 @@
+"""Queue settings every worker follows: paused queues, and queues with a cluster-wide
+concurrency or rate limit (claimed through the serialised, limited claim), re-read every poll
+interval, so a pause or a limit takes effect within one interval."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from skiplock._db.store_async import AsyncStore
+from skiplock._rate_limit import describe
+from skiplock.errors import SkiplockError
+
+log = logging.getLogger("skiplock.worker")
+
+
+class QueueSettings:
+    def __init__(
+        self,
+        store: AsyncStore,
+        pool: AsyncConnectionPool,
+        queues: list[str],
+        interval: float,
+        on_resume: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.pool = pool
+        self.queues = queues
+        self.interval = interval
+        self.on_resume = on_resume
+        self.paused: set[str] = set()
+        # Queues claimed through the limited claim: (concurrency limit or None, rate-limited).
+        self.limits: dict[str, tuple[int | None, bool]] = {}
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.refresh()
+            except (psycopg.Error, SkiplockError) as exc:
+                log.warning("could not read queue settings: %s", exc)
+
+    async def refresh(self) -> None:
+        async with self.pool.connection() as conn:
+            settings = await self.store.queue_settings(conn, self.queues)
+        paused = {name for name, (is_paused, _, _) in settings.items() if is_paused}
+        if paused != self.paused:
+            log.info("paused queues: %s", ", ".join(sorted(paused)) or "none")
+            if self.paused - paused:
+                self.on_resume()
+        self.paused = paused
+        self.limits = {
+            name: (limit, rated)
+            for name, (_, limit, rated) in settings.items()
+            if limit is not None or rated
+        }
+
+
+def describe_settings(row: dict[str, Any]) -> str:
+    """A queue's settings in words, for a row of ``queue_status`` (``skiplock status``, the
+    dashboard): "paused", "at most N running", "at most N starts per Ps", or nothing."""
+    parts = ["paused"] if row["paused"] else []
+    if row["concurrency_limit"] is not None:
+        parts.append(f"at most {row['concurrency_limit']} running")
+    if row["rate_limit"] is not None:
+        parts.append(describe(row["rate_limit"], row["rate_period"]))
+    return ", ".join(parts)

@@ -1,0 +1,282 @@
+"""The dashboard's pages and JSON (queues, jobs, one job) and its actions (retry, cancel,
+pause, resume, and retry every failed job a filter selects).
+
+It reads and changes jobs only through the App's client, with the CLI's own statements: no SQL
+of its own.  Lists are pages of :data:`PAGE_SIZE` jobs, newest first, paged by id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from skiplock._cli.admin import job_dict
+from skiplock._db.payload import check_queue_name, check_task_name
+from skiplock.app import App
+from skiplock.bulk import JobFilter
+from skiplock.dashboard._access import checked_form
+from skiplock.errors import IdempotencyConflict, InvalidName, InvalidPayload
+from skiplock.job import Job, JobStatus
+
+PAGE_SIZE = 50
+BIGINT_END = 2**63  # ids and counts beyond a bigint are refused before any statement
+NOTICES = {
+    "retried": "Job {job} will run again.",
+    "not-retried": "Job {job} is not failed or cancelled: nothing changed.",
+    "conflict": "Job {job} was not retried: unfinished job {holder} holds its idempotency key.",
+    "cancelled": "Job {job} was cancelled.",
+    "requested": "The worker running job {job} was asked to cancel it.",
+    "held": "Job {job} runs under a held row lock: its worker was asked to cancel it (at once by "
+    "NOTIFY; a worker that does not LISTEN reads the request within its poll interval).",
+    "unchanged": "Job {job} has finished: nothing changed.",
+    "paused": "Queue {queue} is paused: no worker claims its jobs until it is resumed.",
+    "resumed": "Queue {queue} runs again.",
+    "bulk-retried": "{jobs} will run again; {skipped} skipped (an unfinished job holds their "
+    "idempotency key, or they break a bound of the jobs table).",
+    "refused": "Job {job} was not retried: it breaks a bound of the jobs table (see its last "
+    "error and docs/security.md).",
+}
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class Views:
+    """The routes of one dashboard over one App."""
+
+    def __init__(self, app: App, templates: Jinja2Templates, *, read_only: bool) -> None:
+        self.app = app
+        self.client = app.async_client
+        self.templates = templates
+        self.read_only = read_only
+
+    def routes(self) -> list[Route]:
+        reading = [
+            Route("/", self.queues, name="queues"),
+            Route("/jobs", self.jobs, name="jobs"),
+            Route("/jobs/{job_id:int}", self.job, name="job"),
+            Route("/api/queues", self.api_queues),
+            Route("/api/workers", self.api_workers),
+            Route("/api/jobs", self.api_jobs),
+            Route("/api/jobs/{job_id:int}", self.api_job),
+        ]
+        changing: list[tuple[str, Endpoint]] = [
+            ("/jobs/{job_id:int}/retry", self.retry_job),
+            ("/jobs/{job_id:int}/cancel", self.cancel_job),
+            ("/jobs/retry-failed", self.retry_failed),
+            ("/queues/{queue}/pause", self.pause_queue),
+            ("/queues/{queue}/resume", self.resume_queue),
+        ]
+        return reading + [
+            Route(path, _refuse_read_only if self.read_only else fn, methods=["POST"])
+            for path, fn in changing
+        ]
+
+    # -- what the pages show ---------------------------------------------------------------
+
+    def shown(self, job: Job) -> dict[str, Any]:
+        """A job as the dashboard shows it: the values of its task's secret fields hidden."""
+        shown = job_dict(job)
+        task = self.app.tasks.get(job.task)
+        if task is not None and isinstance(job.payload, dict):
+            secret = task.settings.secret
+            shown["payload"] = {k: "***" if k in secret else v for k, v in job.payload.items()}
+        return shown
+
+    async def _shown_in_full(self, job: Job) -> dict[str, Any]:
+        """:meth:`shown`, with the jobs a waiting job depends on (id -> state)."""
+        shown = self.shown(job)
+        waits_for = await self.client.waits_for(job.id) if job.status == "waiting" else []
+        shown["waits_for"] = {str(dep): status for dep, status in waits_for}
+        return shown
+
+    async def _listed(self, request: Request) -> tuple[dict[str, Any], list[Job]]:
+        filters = _filters(request)
+        before = _int_param(request, "before")
+        found = await self.client.list_jobs(**filters, limit=PAGE_SIZE, before=before)
+        return filters, found
+
+    def _page(self, request: Request, name: str, **context: Any) -> Response:
+        notice = request.query_params.get("notice")
+        text = None
+        if notice in NOTICES:
+            params: dict[str, object] = {
+                k: _int_param(request, k) for k in ("job", "holder", "n", "skipped")
+            }
+            params["queue"] = _queue_param(request.query_params.get("queue"))
+            params["jobs"] = f"{params['n']} job" + ("" if params["n"] == 1 else "s")
+            text = NOTICES[notice].format(**params)
+        return self.templates.TemplateResponse(
+            request,
+            name,
+            {
+                "root": request.scope.get("root_path", ""),
+                "csrf": request.state.csrf,
+                "read_only": self.read_only,
+                "schema": self.app.schema,
+                "notice": text,
+                **context,
+            },
+        )
+
+    async def queues(self, request: Request) -> Response:
+        rows = await self.client.queue_status()
+        refresh = _int_param(request, "refresh")
+        return self._page(
+            request,
+            "queues.html",
+            queues=rows,
+            workers=await self._workers(),
+            refresh=refresh and max(refresh, 2),
+        )
+
+    async def _workers(self) -> list[dict[str, Any]]:
+        """The workers table's rows, as JSON can carry them."""
+        rows = await self.client.list_workers()
+        for row in rows:
+            for name in ("started_at", "seen_at"):
+                row[name] = row[name].isoformat()
+        return rows
+
+    async def jobs(self, request: Request) -> Response:
+        filters, found = await self._listed(request)
+        more = None
+        if len(found) == PAGE_SIZE:
+            kept = {k: v for k, v in filters.items() if v is not None}
+            more = urlencode({**kept, "before": found[-1].id})
+        return self._page(
+            request,
+            "jobs.html",
+            jobs=[self.shown(j) for j in found],
+            filters=filters,
+            statuses=[s.value for s in JobStatus],
+            more=more,
+        )
+
+    async def job(self, request: Request) -> Response:
+        found = await self.client.get_job(_job_id(request))
+        if found is None:
+            raise HTTPException(404, f"no job {request.path_params['job_id']}")
+        return self._page(request, "job.html", job=await self._shown_in_full(found))
+
+    async def api_queues(self, request: Request) -> Response:
+        return JSONResponse(await self.client.queue_status())
+
+    async def api_workers(self, request: Request) -> Response:
+        return JSONResponse(await self._workers())
+
+    async def api_jobs(self, request: Request) -> Response:
+        _, found = await self._listed(request)
+        following = found[-1].id if len(found) == PAGE_SIZE else None
+        return JSONResponse({"jobs": [self.shown(j) for j in found], "next_before": following})
+
+    async def api_job(self, request: Request) -> Response:
+        found = await self.client.get_job(_job_id(request))
+        if found is None:
+            return JSONResponse({"error": "no such job"}, status_code=404)
+        return JSONResponse(await self._shown_in_full(found))
+
+    # -- actions: POST from the dashboard's own forms, then back to a page ----------------
+
+    async def retry_job(self, request: Request) -> Response:
+        await checked_form(request)
+        job_id = _job_id(request)
+        try:
+            notice = "retried" if await self.client.retry_job(job_id) else "not-retried"
+        except IdempotencyConflict as exc:
+            return _back(request, f"/jobs/{job_id}", notice="conflict", job=job_id,
+                         holder=exc.holder_id)  # fmt: skip
+        except InvalidPayload:
+            notice = "refused"
+        return _back(request, f"/jobs/{job_id}", notice=notice, job=job_id)
+
+    async def cancel_job(self, request: Request) -> Response:
+        await checked_form(request)
+        job_id = _job_id(request)
+        outcome = await self.client.cancel_or_request(job_id)
+        return _back(request, f"/jobs/{job_id}", notice=outcome, job=job_id)
+
+    async def retry_failed(self, request: Request) -> Response:
+        form = await checked_form(request)
+        queue, task = (str(form.get(k) or "") or None for k in ("queue", "task"))
+        try:
+            jobs = JobFilter(queue=queue, task=task)
+        except InvalidName as exc:
+            raise HTTPException(400, str(exc)) from None
+        done = await self.client.retry_jobs(jobs, [JobStatus.FAILED.value])
+        return _back(request, "/jobs", notice="bulk-retried", n=done.retried,
+                     skipped=done.skipped, status="failed", queue=queue, task=task)  # fmt: skip
+
+    async def pause_queue(self, request: Request) -> Response:
+        return await self._set_paused(request, True)
+
+    async def resume_queue(self, request: Request) -> Response:
+        return await self._set_paused(request, False)
+
+    async def _set_paused(self, request: Request, paused: bool) -> Response:
+        await checked_form(request)
+        queue = _queue_param(request.path_params["queue"])
+        if queue is None:
+            raise HTTPException(400, "invalid queue name")
+        await self.client.set_paused(queue, paused)
+        return _back(request, "/", notice="paused" if paused else "resumed", queue=queue)
+
+
+async def _refuse_read_only(request: Request) -> Response:
+    raise HTTPException(403, "this dashboard is read-only: it changes nothing")
+
+
+def _back(request: Request, path: str, **params: Any) -> Response:
+    """303 to a page of the dashboard, with what happened in its address."""
+    query = urlencode({k: v for k, v in params.items() if v is not None})
+    return RedirectResponse(f"{request.scope.get('root_path', '')}{path}?{query}", 303)
+
+
+def _int_param(request: Request, name: str) -> int | None:
+    """A whole-number query parameter (absent: None); 400 unless it fits a bigint."""
+    value = request.query_params.get(name)
+    if not value:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 <= number < BIGINT_END:
+        raise HTTPException(400, f"{name} must be a whole number") from None
+    return number
+
+
+def _job_id(request: Request) -> int:
+    """The job id of the route; an id no bigint holds is a job that does not exist."""
+    job_id: int = request.path_params["job_id"]
+    if job_id >= BIGINT_END:
+        raise HTTPException(404, f"no job {job_id}")
+    return job_id
+
+
+def _queue_param(value: str | None) -> str | None:
+    try:
+        return check_queue_name(value) if value else None
+    except InvalidName:
+        return None
+
+
+def _filters(request: Request) -> dict[str, Any]:
+    """The list filters of a request (queue, status, task; absent: None), checked."""
+    params = request.query_params
+    queue, status, task = (params.get(k) or None for k in ("queue", "status", "task"))
+    try:
+        if queue is not None:
+            check_queue_name(queue)
+        if task is not None:
+            check_task_name(task)
+    except InvalidName as exc:
+        raise HTTPException(400, str(exc)) from None
+    if status is not None and status not in {s.value for s in JobStatus}:
+        raise HTTPException(400, f"unknown status {status!r}")
+    return {"queue": queue, "status": status, "task": task}
