@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import groupby
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import Connection
@@ -231,15 +231,34 @@ class SyncStore(SyncHeldStatements):
         return set(self.job_heartbeat(conn, claims, lease_seconds))
 
     def job_reclaim_expired(self, conn: Connection[Any], limit: int = 1000) -> dict[int, str]:
-        """Requeue (or fail) running jobs whose lease expired; returns id -> new status."""
-        return dict(self._rows(conn, "job_reclaim_expired", {"limit": limit}))
+        """Requeue (or fail) every running job whose lease expired, ``limit`` a statement
+        (each its own transaction outside the caller's); returns id -> new status."""
+        reclaimed: dict[int, str] = {}
+        while True:
+            batch = dict(self._rows(conn, "job_reclaim_expired", {"limit": limit}))
+            reclaimed.update(batch)
+            if len(batch) < limit:
+                return reclaimed
 
     def job_promote_due(self, conn: Connection[Any], limit: int = 1000) -> dict[str, int]:
-        """Make due scheduled jobs pending; returns how many per queue."""
-        rows = self._rows(
-            conn, "job_promote_due", {"limit": limit, "channel": self.queries.channel}
-        )
-        return {queue: n for queue, n, _ in rows}
+        """Make every due scheduled job pending, ``limit`` a statement (each its own
+        transaction outside the caller's, waking the workers of its queues as it commits);
+        returns how many per queue.  One batch a maintenance round throttled due work to
+        ``limit`` per poll interval for the whole cluster (bench/README.md, "Due work")."""
+        promoted: dict[str, int] = {}
+        params = {"limit": limit, "channel": self.queries.channel}
+        while True:
+            rows = self._rows(conn, "job_promote_due", params)
+            for queue, n, _ in rows:
+                promoted[queue] = promoted.get(queue, 0) + n
+            if sum(n for _, n, _ in rows) < limit:
+                return promoted
+
+    def job_next_due(self, conn: Connection[Any]) -> float | None:
+        """Seconds until the next scheduled job is due, by the server's clock (None: none is
+        scheduled; 0 or less: one is due now)."""
+        ((seconds,),) = self._rows(conn, "job_next_due", {})
+        return cast("float | None", seconds)
 
     def job_cancel_expired(self, conn: Connection[Any], limit: int = 1000) -> dict[str, int]:
         """Cancel jobs not started by their expiry; returns how many per queue."""

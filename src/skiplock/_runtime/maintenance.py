@@ -33,9 +33,13 @@ log = logging.getLogger("skiplock._runtime.maintenance")
 RELEASE_BATCH = 1000  # waiting jobs read by one statement
 RELEASE_ROUNDS = 5  # statements a round at most, while they cancel jobs (chains of dependents)
 # While jobs wait for others, the leader looks for the ones it can release this often between
-# its rounds: a chain of jobs moves on a step per interval at most (promotion and the rest keep
-# to the round's interval).
+# its rounds: a chain of jobs moves on a step per interval at most.
 WAITING_RELEASE_INTERVAL = 0.1
+# Between its rounds the leader sleeps until the next scheduled job is due (job_next_due), and
+# reads that time again this often, for jobs scheduled (or retries due) sooner than it knew:
+# one index probe.  A job due this soon after it was scheduled may start this much late; any
+# other starts within the claim latency of its run_at (bench/README.md, "Due work").
+DUE_LOOK_INTERVAL = 0.1
 
 
 @dataclass
@@ -81,6 +85,7 @@ class Maintenance:
         self._strangers: set[tuple[int, str, str, str, bool]] = set()  # see _report_strangers
         self._waiting_after = 0  # where the next read of waiting jobs starts (release_waiting)
         self._jobs_waiting = False  # whether the last read found any
+        self._next_due: float | None = None  # monotonic time the next scheduled job is due
         self.periodic = [
             p
             for p in app.periodic_tasks.values()
@@ -107,14 +112,30 @@ class Maintenance:
             await self._until_next_round()
 
     async def _until_next_round(self) -> None:
-        """Sleep for the interval; a leader with jobs waiting for others reads them more often
-        meanwhile, so that each is released soon after what it waits for is done."""
+        """Sleep for the interval.  A leader meanwhile promotes scheduled jobs as they fall
+        due (it sleeps until the next one's run_at, reading it again every
+        DUE_LOOK_INTERVAL), and, while jobs wait for others, reads them every
+        WAITING_RELEASE_INTERVAL, so that each is released soon after what it waits for is
+        done."""
         next_round = time.monotonic() + self.interval
-        while self.elector.is_leader and self._jobs_waiting:
-            if next_round - time.monotonic() <= WAITING_RELEASE_INTERVAL:
+        next_release = time.monotonic() + WAITING_RELEASE_INTERVAL
+        while self.elector.is_leader:
+            now = time.monotonic()
+            wake = min(next_round, now + DUE_LOOK_INTERVAL)
+            if self._next_due is not None:
+                wake = min(wake, self._next_due)
+            if self._jobs_waiting:
+                wake = min(wake, next_release)
+            if wake >= next_round:
                 break
-            await asyncio.sleep(WAITING_RELEASE_INTERVAL)
-            await self._run_step("release", self._release_waiting)
+            await asyncio.sleep(max(0.0, wake - now))
+            if self._jobs_waiting and time.monotonic() >= next_release:
+                next_release = time.monotonic() + WAITING_RELEASE_INTERVAL
+                await self._run_step("release", self._release_waiting)
+            if self._next_due is not None and time.monotonic() >= self._next_due:
+                await self._run_step("promote", self._promote)
+            else:
+                await self._run_step("next due", self._read_next_due)
         await asyncio.sleep(max(0.0, next_round - time.monotonic()))
 
     async def reclaim_if_due(self) -> None:
@@ -163,10 +184,26 @@ class Maintenance:
             log.warning("maintenance step %s failed, retrying next round: %s", name, exc)
 
     async def _promote(self, conn: AsyncConnection[Any]) -> None:
+        """Promote every due scheduled job, then note when the next one is due."""
+        self._next_due = None
         promoted = await self.store.job_promote_due(conn)
         if promoted:
             self.stats.promoted += sum(promoted.values())
             self.on_work()
+        await self._read_next_due(conn, promoted=True)
+
+    async def _read_next_due(self, conn: AsyncConnection[Any], *, promoted: bool = False) -> None:
+        """When (on this process's monotonic clock) the next scheduled job is due, read on
+        the server's clock, by which promotion compares; a ms late rather than early.  One
+        still due just after a promotion is locked by another transaction (which skipped
+        it): looked at again after DUE_LOOK_INTERVAL, not in a busy loop."""
+        seconds = await self.store.job_next_due(conn)
+        if seconds is None:
+            self._next_due = None
+        elif promoted and seconds <= 0:
+            self._next_due = time.monotonic() + DUE_LOOK_INTERVAL
+        else:
+            self._next_due = time.monotonic() + max(seconds, 0) + 0.001
 
     async def _cancel_expired(self, conn: AsyncConnection[Any]) -> None:
         expired = await self.store.job_cancel_expired(conn)

@@ -486,6 +486,7 @@ RETURNING j.id, j.cancel_requested;
 
 -- name: job_reclaim_expired
 -- Requeue running jobs whose lease expired (the attempt stays spent); 'failed' when none is left.
+-- A batch of %(limit)s: the caller runs it again while batches come back full.
 -- run_at is kept, so a reclaimed job is among the first claimed again, not behind the backlog.
 WITH expired AS (
     SELECT id FROM {jobs}
@@ -505,7 +506,8 @@ WHERE j.id = expired.id AND j.status = 'running'
 RETURNING j.id, j.status;
 
 -- name: job_promote_due
--- Make scheduled jobs whose run_at has come claimable, and wake workers of their queues.
+-- Make scheduled jobs whose run_at has come claimable, and wake workers of their queues.  A
+-- batch of %(limit)s: the caller runs it again while batches come back full (AsyncStore).
 WITH due AS (
     SELECT id FROM {jobs}
     WHERE status = 'scheduled' AND run_at <= now()
@@ -519,6 +521,11 @@ WITH due AS (
 )
 SELECT q.queue, q.n, pg_notify(%(channel)s, q.queue)
 FROM (SELECT queue, count(*) AS n FROM promoted GROUP BY queue) AS q;
+
+-- name: job_next_due
+-- Seconds until the next scheduled job is due, by the server's clock (NULL: none is scheduled;
+-- 0 or less: one is due now): the leader sleeps until then (one probe of jobs_scheduled_idx).
+SELECT extract(epoch FROM min(run_at) - now())::float8 FROM {jobs} WHERE status = 'scheduled';
 
 -- name: job_cancel_expired
 -- Cancel jobs not started by their expires_at (claims skip them already); returns how many
