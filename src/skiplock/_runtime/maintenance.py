@@ -9,6 +9,7 @@ other: a worker never makes jobs that it may be the only one around to ignore.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
@@ -136,7 +137,15 @@ class Maintenance:
                 await self._run_step("promote", self._promote)
             else:
                 await self._run_step("next due", self._read_next_due)
-        await asyncio.sleep(max(0.0, next_round - time.monotonic()))
+        if self.elector.is_leader:
+            await asyncio.sleep(max(0.0, next_round - time.monotonic()))
+            return
+        # A worker that becomes the leader meanwhile starts its round at once.
+        self.elector.changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                self.elector.changed.wait(), max(0.0, next_round - time.monotonic())
+            )
 
     async def reclaim_if_due(self) -> None:
         """Every worker, leader or not, reclaims expired leases at the reclaim interval: the
