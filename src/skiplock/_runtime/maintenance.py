@@ -4,7 +4,10 @@ past their retention (and workers gone for an hour), reclaim expired leases.
 Reclaiming is also done by every other worker, so that the death of the leader itself does
 not hold up the recovery of its jobs.  Periodic ticks are enqueued by every worker that serves
 the periodic task's queue, leader or not (the ticks table makes each tick one job), and by no
-other: a worker never makes jobs that it may be the only one around to ignore."""
+other: a worker never makes jobs that it may be the only one around to ignore.  Ticks fall by
+the database server's clock.  A worker that starts leading first reconciles the periodic
+schedules of the app with the ticks recorded: those of schedules removed or changed in code
+are dropped, their queued jobs cancelled, and the leader says so in its log."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -24,7 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 from skiplock._db.enqueue import EnqueueOptions
 from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.leader import LeaderElector
-from skiplock._runtime.periodic import PeriodicTask
+from skiplock._runtime.periodic import PeriodicTask, ServerClock
 from skiplock._runtime.presence import GONE_AFTER
 from skiplock.app import App
 from skiplock.errors import SkiplockError
@@ -93,6 +96,13 @@ class Maintenance:
             if queues is None or app.get_task(p.task).queue in queues
         ]
         self._ticks_handled: dict[str, datetime] = {}  # the latest tick of each, once recorded
+        self.clock = ServerClock()
+        self._started: datetime | None = None  # the first reading of the server's clock
+        self._reconciled = False  # the app's schedules against the recorded ticks, once
+        # What makes each periodic task's ticks, recorded with them (periodic_reconcile).
+        self._definitions = {
+            p.name: p.definition(app.get_task(p.task).queue) for p in app.periodic_tasks.values()
+        }
         others = [p for p in app.periodic_tasks.values() if p not in self.periodic]
         if others:
             # If no worker serves their queues, these never run: say so where it shows.
@@ -105,9 +115,13 @@ class Maintenance:
     async def run(self) -> None:
         while True:
             if self.elector.is_leader:
+                if not self._reconciled:
+                    await self._run_step("reconcile", self._reconcile)
                 await self.run_once()
             else:
                 await self.reclaim_if_due()
+                if self.periodic and self.clock.stale():
+                    await self._run_step("clock", self._read_clock)
                 if self._periodic_due():
                     await self._run_step("periodic", self._enqueue_periodic)
             await self._until_next_round()
@@ -253,10 +267,43 @@ class Maintenance:
             log.warning("reclaimed %d jobs whose lease expired: %s", len(reclaimed), reclaimed)
             self.on_work()
 
+    async def _read_clock(self, conn: AsyncConnection[Any]) -> None:
+        sent = time.monotonic()
+        server_now = await self.store.clock_read(conn)
+        self.clock.record(server_now, sent, time.monotonic())
+        if self._started is None:
+            self._started = server_now
+
+    async def _reconcile(self, conn: AsyncConnection[Any]) -> None:
+        """Drop the recorded ticks of periodic schedules the app no longer defines, or defines
+        otherwise, and cancel their queued jobs; say which.  Ticks that fell since this worker
+        started are left: another worker still running (another version of the app, in a
+        rolling deploy) makes them, and will again."""
+        if self._started is None:
+            await self._read_clock(conn)
+        assert self._started is not None
+        dropped = await self.store.periodic_reconcile(conn, self._definitions, self._started)
+        self._reconciled = True
+        for schedule in dropped:
+            # A changed schedule's tick found recorded (by its old definition) is due again.
+            self._ticks_handled.pop(schedule.name, None)
+            log.warning(
+                "periodic schedule %s: %s: dropped %d recorded ticks and cancelled %d queued "
+                "jobs %s",
+                schedule.name,
+                "its definition changed" if schedule.changed else "no longer defined by the app",
+                schedule.ticks,
+                len(schedule.cancelled),
+                schedule.cancelled,
+            )
+
     def _periodic_due(self) -> list[tuple[PeriodicTask, datetime]]:
-        """The ticks of this worker's periodic tasks to enqueue now, but those it has already
-        recorded (or found recorded by another worker)."""
-        now = datetime.now(UTC)
+        """The ticks of this worker's periodic tasks to enqueue now by the server's clock
+        (none before it is read), but those it has already recorded (or found recorded by
+        another worker)."""
+        now = self.clock.now()
+        if now is None:
+            return []
         due = []
         for periodic in self.periodic:
             handled = self._ticks_handled.get(periodic.name)
@@ -266,9 +313,13 @@ class Maintenance:
         return due
 
     async def _enqueue_periodic(self, conn: AsyncConnection[Any]) -> None:
+        if self.periodic and self.clock.stale():
+            await self._read_clock(conn)
         for periodic, tick in self._periodic_due():
             job = self.app.build_jobs(periodic.task, [periodic.payload], EnqueueOptions())
-            job_id = await self.store.periodic_enqueue_tick(conn, periodic.name, tick, job)
+            job_id = await self.store.periodic_enqueue_tick(
+                conn, periodic.name, tick, job, self._definitions[periodic.name]
+            )
             self._ticks_handled[periodic.name] = tick
             if job_id is not None:
                 self.stats.periodic_enqueued += 1

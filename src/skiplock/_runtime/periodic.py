@@ -4,12 +4,16 @@ The maintenance leader enqueues the job of the latest tick that has come; the ti
 ``periodic_ticks`` makes a second enqueue of the same tick impossible, even from another
 worker.  A tick is enqueued up to ``misfire_grace`` seconds late; ticks missed for longer (no
 worker ran) are skipped, with no burst of catch-up runs, unless ``catch_up`` asks for the last
-few of them.
+few of them.  Ticks fall by the database server's clock (:class:`ServerClock`), on which every
+worker agrees, not by each worker's own.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from functools import cached_property
@@ -121,3 +125,48 @@ class PeriodicTask:
     task: str
     schedule: Schedule
     payload: dict[str, Any]
+
+    def definition(self, queue: str) -> str:
+        """What makes this schedule's ticks and jobs, as JSON text: recorded with each tick, so
+        that a leader can tell a schedule changed in code (periodic_reconcile)."""
+        schedule = self.schedule
+        return json.dumps(
+            {
+                "task": self.task,
+                "queue": queue,
+                "cron": schedule.cron,
+                "every": schedule.every,
+                "timezone": schedule.timezone,
+                "payload": self.payload,
+            },
+            sort_keys=True,
+            default=str,
+        )
+
+
+class ServerClock:
+    """The database server's clock, read now and then (``record``) and carried forward on
+    this process's monotonic clock, which a step of the wall clock does not move: ticks fall
+    by the server's time whatever a worker's own wall clock says."""
+
+    REFRESH = 60.0  # seconds between readings
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._server: datetime | None = None
+        self._at = 0.0  # the monotonic time of the reading
+
+    def stale(self) -> bool:
+        return self._server is None or self._monotonic() - self._at >= self.REFRESH
+
+    def record(self, server_now: datetime, sent: float, received: float) -> None:
+        """A reading of the server's clock, asked at monotonic ``sent``, answered at
+        ``received``: taken as read halfway."""
+        self._server = server_now.astimezone(UTC)
+        self._at = (sent + received) / 2
+
+    def now(self) -> datetime | None:
+        """The server's time now (None before the first reading)."""
+        if self._server is None:
+            return None
+        return self._server + timedelta(seconds=self._monotonic() - self._at)

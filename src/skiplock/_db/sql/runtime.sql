@@ -165,15 +165,59 @@ FROM {workers} ORDER BY started_at, id;
 -- first), though its row may have been pruned: a catch-up asks for ticks over a day old.
 -- Waits at most 2 s on a lock (another transaction recording the same tick), as leader_acquire.
 WITH wait AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true) AS setting)
-INSERT INTO {ticks} (name, tick)
-SELECT %(name)s, %(tick)s FROM wait
+INSERT INTO {ticks} (name, tick, schedule)
+SELECT %(name)s, %(tick)s, %(schedule)s FROM wait
 WHERE NOT EXISTS (SELECT 1 FROM {ticks} WHERE name = %(name)s AND tick > %(tick)s)
 ON CONFLICT DO NOTHING
 RETURNING name;
 
+-- name: periodic_reconcile
+-- Drop the ticks recorded before %(since)s (when this worker started, by the server's clock)
+-- of schedules the app does not define (%(names)s), or defines otherwise (%(schedules)s, each
+-- name's definition; a tick recorded without one stands for any), and cancel their jobs not
+-- started yet (a running or locked job is left to finish); returns, per schedule, whether it
+-- changed (else it is gone), how many ticks were dropped and the ids of the cancelled jobs.
+-- Later ticks are left alone: another worker, of another version, still enqueues them.  Waits
+-- at most 2 s on a lock, as leader_acquire.
+WITH wait AS MATERIALIZED (
+    SELECT set_config('lock_timeout', '2s', true) AS setting
+), defined AS (
+    SELECT * FROM unnest(%(names)s::text[], %(schedules)s::text[]) AS d(name, schedule)
+), dropped AS (
+    DELETE FROM {ticks} AS t USING wait
+    WHERE t.tick < %(since)s
+      AND NOT EXISTS (SELECT 1 FROM defined AS d
+                      WHERE d.name = t.name AND (t.schedule IS NULL OR t.schedule = d.schedule))
+    RETURNING t.name, t.job_id, EXISTS (SELECT 1 FROM defined AS d WHERE d.name = t.name)
+                                AS changed
+), cancelled AS (
+    UPDATE {jobs} AS j
+    SET status = 'cancelled', finished_at = now(),
+        last_error = format('periodic schedule %%s: %%s', d.name,
+                            CASE WHEN d.changed THEN 'its definition changed'
+                                 ELSE 'no longer defined by the app' END)
+    FROM dropped AS d
+    WHERE j.id = d.job_id
+      AND j.id IN (SELECT id FROM {jobs}
+                   WHERE id IN (SELECT job_id FROM dropped)
+                     AND status IN ('waiting', 'scheduled', 'pending')
+                   FOR UPDATE SKIP LOCKED)
+    RETURNING j.id
+)
+SELECT d.name, d.changed, count(*)::int,
+       coalesce(array_agg(d.job_id ORDER BY d.job_id)
+                    FILTER (WHERE d.job_id IN (SELECT id FROM cancelled)), ARRAY[]::bigint[])
+FROM dropped AS d
+GROUP BY d.name, d.changed
+ORDER BY d.name;
+
 -- name: periodic_record_tick_job
 -- Note which job a tick enqueued.
 UPDATE {ticks} SET job_id = %(enqueued_id)s WHERE name = %(name)s AND tick = %(tick)s;
+
+-- name: clock_read
+-- The server's clock, by which periodic ticks fall (not a worker's own).
+SELECT clock_timestamp();
 
 -- name: periodic_prune_ticks
 -- Forget ticks older than a day but each task's latest, which guards the older ones against a
