@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import random
 import statistics
 import time
 from collections.abc import Iterator
@@ -67,7 +68,8 @@ async def _drain(app: App, jobs: int, delay: float) -> dict[str, float]:
     try:
         while not (worker.elector and worker.elector.is_leader):
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0.3)  # the leader's first round is over: idle
+        # Idle, at a random phase of the leader's rounds (a poll interval apart before).
+        await asyncio.sleep(0.3 + random.uniform(0, POLL))
         await noop.with_options(delay=delay).enqueue_many_async([{"n": n} for n in range(jobs)])
         while worker.stats.finished < jobs:
             await asyncio.sleep(0.02)
