@@ -437,3 +437,20 @@ def test_small_claims_reuse_one_plan_and_big_ones_are_planned_each_time(due_only
     (planned,) = [p for p in plans if p[0].startswith("$")]
     assert small[1] > 0, plans  # generic plans ran
     assert planned[1] == 0, plans  # always custom
+
+
+@pytest.mark.parametrize("statement", ["job_next_due", "job_promote_due", "job_reclaim_expired"])
+def test_due_work_reads_its_partial_index_not_the_table(
+    app: App, big_history: str, literal_conn: psycopg.Connection[Any], statement: str
+) -> None:
+    """The leader reads the next run_at every 0.1 s and promotes (and every worker reclaims)
+    in batches until none is due: each statement reads its partial index, in its custom plan
+    and in the generic plan of the prepared statement."""
+    index = "jobs_running_idx" if statement == "job_reclaim_expired" else "jobs_scheduled_idx"
+    params = {"limit": 1000, "channel": "c"}
+    plans = [explain(literal_conn, app.queries[statement], params, "")]
+    if statement != "job_next_due":  # no parameter: its one plan is the generic one
+        plans.append(explain_generic(literal_conn, app.queries[statement], params, ""))
+    for plan in plans:
+        assert seq_scans(plan["Plan"]) == [], json.dumps(plan)
+        assert index_scans(plan["Plan"], index), json.dumps(plan)
