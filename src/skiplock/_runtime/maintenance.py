@@ -144,13 +144,16 @@ class Maintenance:
             if wake >= next_round:
                 break
             await asyncio.sleep(max(0.0, wake - now))
+            # A step that fails (logged) waits for the next round: no warning every 0.1 s.
             if self._jobs_waiting and time.monotonic() >= next_release:
                 next_release = time.monotonic() + WAITING_RELEASE_INTERVAL
-                await self._run_step("release", self._release_waiting)
+                if not await self._run_step("release", self._release_waiting):
+                    break
             if self._next_due is not None and time.monotonic() >= self._next_due:
-                await self._run_step("promote", self._promote)
-            else:
-                await self._run_step("next due", self._read_next_due)
+                if not await self._run_step("promote", self._promote):
+                    break
+            elif not await self._run_step("next due", self._read_next_due):
+                break
         if self.elector.is_leader:
             await asyncio.sleep(max(0.0, next_round - time.monotonic()))
             return
@@ -198,13 +201,16 @@ class Maintenance:
 
     async def _run_step(
         self, name: str, step: Callable[[AsyncConnection[Any]], Awaitable[None]]
-    ) -> None:
+    ) -> bool:
+        """Run one step; False when it failed (logged)."""
         try:
             async with self.pool.connection() as conn:
                 await step(conn)
         except (psycopg.Error, SkiplockError) as exc:
             self.stats.errors += 1
             log.warning("maintenance step %s failed, retrying next round: %s", name, exc)
+            return False
+        return True
 
     async def _promote(self, conn: AsyncConnection[Any]) -> None:
         """Promote every due scheduled job, then note when the next one is due."""
