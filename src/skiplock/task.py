@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, cast
 
 from psycopg import AsyncConnection
 
@@ -22,7 +22,9 @@ from skiplock.job import Enqueued, Job
 from skiplock.retry import ExponentialBackoff, RetryPolicy
 
 if TYPE_CHECKING:
-    from skiplock.app import App
+    from skiplock._db.client_async import AsyncClient
+    from skiplock._db.client_sync import SyncClient
+    from skiplock._db.enqueue import NewJobs
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -32,6 +34,28 @@ RESERVED_ARGUMENTS = frozenset({"conn"})
 ExceptionTypes = type[BaseException] | Iterable[type[BaseException]]
 # Given the job a worker is about to run, a context manager to run its task in (App.around_job).
 JobHook = Callable[[Job], AbstractContextManager[object]]
+
+
+class TaskApp(Protocol):
+    """What a task uses of the :class:`~skiplock.App` it is registered with: its settings,
+    its job hooks, its validation of new jobs and its clients.  A protocol, so that this module
+    does not import the app's, which imports it."""
+
+    @property
+    def default_queue(self) -> str: ...
+    @property
+    def max_payload_bytes(self) -> int: ...
+    @property
+    def completion(self) -> str: ...
+    @property
+    def job_hooks(self) -> list[JobHook]: ...
+    @property
+    def sync_client(self) -> SyncClient: ...
+    @property
+    def async_client(self) -> AsyncClient: ...
+    def build_jobs(
+        self, task_name: str, payloads: Iterable[Mapping[str, Any]], options: EnqueueOptions
+    ) -> NewJobs: ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +109,7 @@ def exception_types(value: ExceptionTypes, option: str) -> tuple[type[BaseExcept
 
 
 def checked_settings(
-    app: App,
+    app: TaskApp,
     name: str,
     *,
     queue: str | None,
@@ -228,7 +252,7 @@ class Task(Generic[P, R]):
     ``enqueue`` takes the function's own arguments (typed from its signature, checked at once
     against it) and ``conn``; :meth:`with_options` the other options of the enqueue."""
 
-    def __init__(self, app: App, fn: Callable[..., R], settings: TaskSettings) -> None:
+    def __init__(self, app: TaskApp, fn: Callable[..., R], settings: TaskSettings) -> None:
         self.app = app
         self.fn = fn
         self.settings = settings
