@@ -162,24 +162,24 @@ class ArgumentCheck:
 
     def __init__(self, name: str, fn: Callable[..., Any], pass_context: bool) -> None:
         self.name = name
-        self.signature = inspect.signature(fn)
+        self.signature: inspect.Signature = inspect.signature(fn)
         self.context_args: tuple[Any, ...] = (None,) if pass_context else ()
         params = list(self.signature.parameters.values())
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         # Sets for a quick yes on each enqueue; a no is confirmed (and worded) by bind().
-        self.impossible = False
+        self.impossible: bool = False
         if pass_context and positional:
             params.remove(positional[0])
         elif pass_context and not any(p.kind == p.VAR_POSITIONAL for p in params):
             self.impossible = True  # no parameter for the context
-        self.taken = {p.name for p in positional[:1] if pass_context}
-        self.var_keyword = any(p.kind == p.VAR_KEYWORD for p in params)
+        self.taken: set[str] = {p.name for p in positional[:1] if pass_context}
+        self.var_keyword: bool = any(p.kind == p.VAR_KEYWORD for p in params)
         named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        self.accepted = {p.name for p in named}
-        self.required = {p.name for p in named if p.default is p.empty}
+        self.accepted: set[str] = {p.name for p in named}
+        self.required: set[str] = {p.name for p in named if p.default is p.empty}
         self.impossible |= any(p.kind == p.POSITIONAL_ONLY and p.default is p.empty for p in params)
         # The parameters a positional argument of enqueue() fills, by name in the payload.
-        self.by_position = [
+        self.by_position: list[str] = [
             p.name for p in itertools.takewhile(lambda p: p.kind == p.POSITIONAL_OR_KEYWORD, params)
         ]
 
@@ -256,14 +256,14 @@ class Task(Generic[P, R]):
         self.app = app
         self.fn = fn
         self.settings = settings
-        self.is_async = inspect.iscoroutinefunction(fn)
+        self.is_async: bool = inspect.iscoroutinefunction(fn)
         clash = RESERVED_ARGUMENTS & set(inspect.signature(fn).parameters)
         if clash:
             raise ValueError(
                 f"task {settings.name!r} has a parameter named {sorted(clash)[0]!r}, which "
                 "enqueue() reserves for the caller's connection; rename it"
             )
-        self.arguments = ArgumentCheck(settings.name, fn, settings.pass_context)
+        self.arguments: ArgumentCheck = ArgumentCheck(settings.name, fn, settings.pass_context)
         if self.arguments.impossible:
             raise ConfigurationError(
                 _uncallable(settings.name, self.arguments.signature, settings.pass_context)
