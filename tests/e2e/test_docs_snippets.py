@@ -17,6 +17,8 @@ dropped afterwards), with ``skiplock`` on the ``PATH`` running this checkout:
   what the command printed, line by line in order (``...`` stands for lines left out).
 - ``sql``: executed on the document's database.
 - ``text``: output or log lines, shown and not run.
+- ``mermaid``: a diagram (docs/architecture.md's), drawn by GitHub, shown and not run; its
+  state machine is checked against the SQL by tests/unit/test_architecture_doc.py.
 
 A block that cannot run as written is marked by ``<!-- snippet: skip REASON -->`` on the line
 before it; the reason is required, and the skipped blocks are counted and listed below.
@@ -51,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCUMENTS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 RUN = {"python", "bash", "console", "sql"}
-SHOWN = {"text"}
+SHOWN = {"text", "mermaid"}
 # Blocks marked to skip, at most: each needs a reason, and raising this is a visible decision.
 SKIPPED_AT_MOST = 9
 ANNOTATION = re.compile(r"<!--\s*snippet:(.*?)-->", re.S)

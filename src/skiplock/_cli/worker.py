@@ -24,11 +24,9 @@ from skiplock.observability._metrics import SnapshotWriter, WorkerMetrics
 from skiplock.worker import Worker
 
 # The ``skiplock worker`` process is ours (a Worker in someone else's process leaves the
-# collector alone).  Young objects are collected every 10,000 net allocations instead of 700: a
-# worker allocates a few short-lived objects per job, most freed at once by reference counting,
-# and at 700 the collector ran ~900 times per 100,000 jobs, each time walking the jobs then in
-# flight.  A 100,000-job drain spent 0.24-0.33 s in the collector with Python's defaults, 0.02 s
-# with this threshold and the freeze of what is loaded at start (in worker()).
+# collector alone): young objects are collected every 10,000 net allocations instead of 700,
+# since a worker allocates a few short-lived objects per job, most freed at once by reference
+# counting (docs/design.md, "The worker process's garbage collector").
 GC_YOUNG_THRESHOLD = 10_000
 
 
