@@ -87,6 +87,8 @@ def test_migrate_creates_skiplocks_tables_and_zero_drops_them(project: Project) 
     assert "Applying skiplock.0001_initial... OK" in output
     assert skiplock_versions(project) == [m.version for m in all_migrations()]
     assert "schema skiplock is up to date" in project.manage("skiplock", "migrate")
+    from_code = "from django.core.management import call_command as c; c('skiplock', 'migrate')"
+    assert "schema skiplock is up to date" in project.manage("shell", "-c", from_code)
     project.manage("migrate", "skiplock", "zero", "--noinput")
     absent = project.query("SELECT 1 FROM pg_namespace WHERE nspname = 'skiplock'")
     assert absent == []
