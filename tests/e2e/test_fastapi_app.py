@@ -109,8 +109,10 @@ def database_url(pg_dsn: str, dbname: str) -> str:
     user = quote(str(params.get("user", "")), safe="")
     password = params.get("password")
     auth = f"{user}:{quote(str(password), safe='')}" if password else user
-    host = params.get("host", "localhost")
-    return f"postgresql://{auth}@{host}:{params.get('port', 5432)}/{dbname}"
+    host, port = str(params.get("host", "localhost")), params.get("port", 5432)
+    if host.startswith("/"):  # a unix socket's folder (the embedded server)
+        return f"postgresql://{auth}@/{dbname}?host={quote(host, safe='')}&port={port}"
+    return f"postgresql://{auth}@{host}:{port}/{dbname}"
 
 
 def wait_for(check: Any, what: str, timeout: float = 10) -> None:
