@@ -268,3 +268,15 @@ def test_a_django_app_enqueues_on_djangos_connection_by_default(
         assert committed(db, app, orders) == ([], [])
     assert committed(db, app, orders) == ([order_id], [order_id])
     django_app.close()
+
+
+def test_a_django_app_on_an_alias_of_another_engine_says_so(app: App) -> None:
+    django_app = DjangoApp(schema=app.schema, database="lite")
+
+    @django_app.task(name="send_receipt")
+    def send_receipt(order_id: int) -> None: ...
+
+    with pytest.raises(ConfigurationError, match=r"DATABASES\['lite'\] is sqlite, not PostgreSQL"):
+        _ = django_app.dsn
+    with pytest.raises(ConfigurationError, match="this Django connection is to sqlite"):
+        send_receipt.enqueue(order_id=1)
