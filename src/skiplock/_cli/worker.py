@@ -31,7 +31,7 @@ GC_YOUNG_THRESHOLD = 10_000
 
 
 @click.command("worker")
-@click.argument("app_spec", metavar="APP")
+@click.argument("app_spec", metavar="APP", envvar="SKIPLOCK_APP")
 @dsn_option
 @click.option(
     "--queues",
@@ -203,7 +203,8 @@ def command(
     metrics_addr: str,
     metrics_dir: str | None,
 ) -> None:
-    """Run the tasks of APP (module:attribute) until SIGTERM/SIGINT (or, with --burst, done)."""
+    """Run the tasks of APP (module:attribute, or $SKIPLOCK_APP) until SIGTERM/SIGINT (or, with
+    --burst, done)."""
     log_format_configure(log_level, log_format)
     if log_level.upper() != "DEBUG":
         # skiplock says in one line that it uses the embedded server; the package's progress
@@ -230,9 +231,13 @@ def command(
         args += ["--poll-only"] if poll_only else []
         args += ["--max-jobs", str(max_jobs)] if max_jobs else []
         args += ["--max-memory", str(max_memory)] if max_memory else []
+        # Another program for the processes when the CLI runs inside one (manage.py skiplock)
+        context_obj = click.get_current_context().find_root().obj
+        program = context_obj.get("worker_program") if isinstance(context_obj, dict) else None
         supervisor = Supervisor(
             args,
             processes,
+            program=program,
             burst=burst,
             metrics_port=metrics_port,
             metrics_addr=metrics_addr,
