@@ -3,7 +3,8 @@
 One pgbench transaction = one claim statement (``LIMIT :n ... FOR UPDATE SKIP LOCKED``, lease
 committed at once, as the seed's "model two") followed by one ownership-checked finish of what
 it claimed (mark done, or delete).  Both autocommit, prepared statements (``-M prepared``), as a
-Python driver would run them.  The table and its partial claim index are the seed's.
+Python driver would run them.  The table and its partial claim index are the seed's
+(:mod:`bench.seed`).
 """
 
 from __future__ import annotations
@@ -23,23 +24,8 @@ from psycopg import sql
 
 from .db import COUNTER_XACTS, BenchDatabase, connect, read_counters
 from .runner import Monitor
+from .seed import TABLE
 from .workloads import Context, cpu_per_job, wait_backends_gone
-
-TABLE = """
-CREATE TABLE ceiling_jobs (
-    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    payload      jsonb       NOT NULL,
-    status       text        NOT NULL DEFAULT 'pending',
-    priority     integer     NOT NULL DEFAULT 0,
-    run_at       timestamptz NOT NULL DEFAULT now(),
-    attempts     integer     NOT NULL DEFAULT 0,
-    locked_at    timestamptz,
-    locked_by    text,
-    locked_until timestamptz,
-    last_error   text
-);
-CREATE INDEX ceiling_jobs_claim_idx ON ceiling_jobs (priority, run_at) WHERE status = 'pending';
-"""
 
 CLAIM = (
     "WITH next AS (SELECT id FROM ceiling_jobs WHERE status = 'pending' AND run_at <= now()"

@@ -20,6 +20,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .db import BenchDatabase
+from .seed import TABLE
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -361,8 +362,6 @@ class SqlFloor(System):
     inflight_sql: ClassVar[str] = "SELECT count(*) FROM ceiling_jobs WHERE status = 'running'"
 
     def install(self, db: BenchDatabase) -> None:
-        from .ceiling import TABLE
-
         with psycopg.connect(db.dsn, autocommit=True) as conn:
             conn.execute(TABLE)
 

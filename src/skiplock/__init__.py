@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from skiplock._version import __version__ as __version__
 from skiplock.app import App
 from skiplock.bulk import CancelledJobs, RetriedJobs
 from skiplock.errors import (
@@ -53,4 +54,3 @@ __all__ = [
     "Worker",
     "WorkerStats",
 ]
-__version__ = "0.1.0"

@@ -102,11 +102,11 @@ class App(JobAdmin):
         if max_payload_bytes <= 0:
             raise ConfigurationError("max_payload_bytes must be > 0")
         self._dsn = check_dsn(dsn) if dsn else None
-        self.schema = check_schema_name(schema)
+        self.schema: str = check_schema_name(schema)
         self.completion: Completion = completion
         self.max_payload_bytes = max_payload_bytes
-        self.default_queue = check_queue_name(default_queue)
-        self.queries = Queries(self.schema)
+        self.default_queue: str = check_queue_name(default_queue)
+        self.queries: Queries = Queries(self.schema)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodic_tasks: dict[str, PeriodicTask] = {}
         # Periodic tasks registered without task options: an @app.task above may still give them
@@ -114,7 +114,7 @@ class App(JobAdmin):
         self.event_listeners: list[Callable[[JobEvent], None]] = []
         self.job_hooks: list[JobHook] = []
         self.meta_providers: list[MetaProvider] = []
-        self.retention = dict(DEFAULT_RETENTION)
+        self.retention: dict[str, float | None] = dict(DEFAULT_RETENTION)
         for status, seconds in (retention or {}).items():
             if status not in DEFAULT_RETENTION:
                 raise ConfigurationError(
@@ -122,11 +122,11 @@ class App(JobAdmin):
                     f"not {status!r}"
                 )
             self.retention[status] = seconds
-        self.prepared_statements = prepared_statements_setting(prepared_statements)
-        self.sync_client = SyncClient(
+        self.prepared_statements: bool = prepared_statements_setting(prepared_statements)
+        self.sync_client: SyncClient = SyncClient(
             lambda: self.dsn, SyncStore(self.queries), prepare=self.prepared_statements
         )
-        self.async_client = AsyncClient(
+        self.async_client: AsyncClient = AsyncClient(
             lambda: self.dsn, AsyncStore(self.queries), prepare=self.prepared_statements
         )
 

@@ -56,7 +56,7 @@ class SchemaNotMigrated(SkiplockError):
         fix = f"run `skiplock migrate --schema {schema}` (or App.migrate()) first"
         super().__init__(f"{what}: {fix}")
         self.schema = schema
-        self.missing = list(missing)
+        self.missing: list[int] = list(missing)
 
 
 class UnknownTask(SkiplockError):

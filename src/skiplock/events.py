@@ -16,7 +16,7 @@ from typing import Literal
 
 from skiplock.job import Job
 
-log = logging.getLogger("skiplock.worker")
+log: logging.Logger = logging.getLogger("skiplock.worker")
 
 Outcomes = Literal["done", "retry", "failed", "snooze", "cancelled", "release", "lost"]
 

@@ -85,8 +85,8 @@ class Job:
 
     @classmethod
     def _from_row(cls, row: tuple[Any, ...], payload: Any) -> Self:
-        # A worker makes one Job per claimed row.  The generated __init__ of a frozen dataclass
-        # sets each field with object.__setattr__; filling __dict__ at once takes 1.0 us, not 2.7.
+        # A worker makes one Job per claimed row: filling __dict__ at once is faster than the
+        # frozen dataclass's __init__ (docs/design.md, "Job rows from __dict__").
         job = object.__new__(cls)
         attrs = job.__dict__
         attrs.update(_OPTIONAL_FIELDS)  # defaults for the fields the row may lack, first

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, cast
 
 from psycopg import AsyncConnection
 
@@ -22,7 +22,9 @@ from skiplock.job import Enqueued, Job
 from skiplock.retry import ExponentialBackoff, RetryPolicy
 
 if TYPE_CHECKING:
-    from skiplock.app import App
+    from skiplock._db.client_async import AsyncClient
+    from skiplock._db.client_sync import SyncClient
+    from skiplock._db.enqueue import NewJobs
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -32,6 +34,28 @@ RESERVED_ARGUMENTS = frozenset({"conn"})
 ExceptionTypes = type[BaseException] | Iterable[type[BaseException]]
 # Given the job a worker is about to run, a context manager to run its task in (App.around_job).
 JobHook = Callable[[Job], AbstractContextManager[object]]
+
+
+class TaskApp(Protocol):
+    """What a task uses of the :class:`~skiplock.App` it is registered with: its settings,
+    its job hooks, its validation of new jobs and its clients.  A protocol, so that this module
+    does not import the app's, which imports it."""
+
+    @property
+    def default_queue(self) -> str: ...
+    @property
+    def max_payload_bytes(self) -> int: ...
+    @property
+    def completion(self) -> str: ...
+    @property
+    def job_hooks(self) -> list[JobHook]: ...
+    @property
+    def sync_client(self) -> SyncClient: ...
+    @property
+    def async_client(self) -> AsyncClient: ...
+    def build_jobs(
+        self, task_name: str, payloads: Iterable[Mapping[str, Any]], options: EnqueueOptions
+    ) -> NewJobs: ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +109,7 @@ def exception_types(value: ExceptionTypes, option: str) -> tuple[type[BaseExcept
 
 
 def checked_settings(
-    app: App,
+    app: TaskApp,
     name: str,
     *,
     queue: str | None,
@@ -138,24 +162,24 @@ class ArgumentCheck:
 
     def __init__(self, name: str, fn: Callable[..., Any], pass_context: bool) -> None:
         self.name = name
-        self.signature = inspect.signature(fn)
+        self.signature: inspect.Signature = inspect.signature(fn)
         self.context_args: tuple[Any, ...] = (None,) if pass_context else ()
         params = list(self.signature.parameters.values())
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         # Sets for a quick yes on each enqueue; a no is confirmed (and worded) by bind().
-        self.impossible = False
+        self.impossible: bool = False
         if pass_context and positional:
             params.remove(positional[0])
         elif pass_context and not any(p.kind == p.VAR_POSITIONAL for p in params):
             self.impossible = True  # no parameter for the context
-        self.taken = {p.name for p in positional[:1] if pass_context}
-        self.var_keyword = any(p.kind == p.VAR_KEYWORD for p in params)
+        self.taken: set[str] = {p.name for p in positional[:1] if pass_context}
+        self.var_keyword: bool = any(p.kind == p.VAR_KEYWORD for p in params)
         named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        self.accepted = {p.name for p in named}
-        self.required = {p.name for p in named if p.default is p.empty}
+        self.accepted: set[str] = {p.name for p in named}
+        self.required: set[str] = {p.name for p in named if p.default is p.empty}
         self.impossible |= any(p.kind == p.POSITIONAL_ONLY and p.default is p.empty for p in params)
         # The parameters a positional argument of enqueue() fills, by name in the payload.
-        self.by_position = [
+        self.by_position: list[str] = [
             p.name for p in itertools.takewhile(lambda p: p.kind == p.POSITIONAL_OR_KEYWORD, params)
         ]
 
@@ -228,18 +252,18 @@ class Task(Generic[P, R]):
     ``enqueue`` takes the function's own arguments (typed from its signature, checked at once
     against it) and ``conn``; :meth:`with_options` the other options of the enqueue."""
 
-    def __init__(self, app: App, fn: Callable[..., R], settings: TaskSettings) -> None:
+    def __init__(self, app: TaskApp, fn: Callable[..., R], settings: TaskSettings) -> None:
         self.app = app
         self.fn = fn
         self.settings = settings
-        self.is_async = inspect.iscoroutinefunction(fn)
+        self.is_async: bool = inspect.iscoroutinefunction(fn)
         clash = RESERVED_ARGUMENTS & set(inspect.signature(fn).parameters)
         if clash:
             raise ValueError(
                 f"task {settings.name!r} has a parameter named {sorted(clash)[0]!r}, which "
                 "enqueue() reserves for the caller's connection; rename it"
             )
-        self.arguments = ArgumentCheck(settings.name, fn, settings.pass_context)
+        self.arguments: ArgumentCheck = ArgumentCheck(settings.name, fn, settings.pass_context)
         if self.arguments.impossible:
             raise ConfigurationError(
                 _uncallable(settings.name, self.arguments.signature, settings.pass_context)

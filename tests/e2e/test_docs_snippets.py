@@ -9,14 +9,21 @@ dropped afterwards), with ``skiplock`` on the ``PATH`` running this checkout:
   instead and imported, so later blocks and commands can import it (the tutorial's
   ``shop.py``).  The docs build on the tutorial: each docs/*.md runs where the README's files
   are written and ``skiplock migrate`` has run.
+- A Django project: once there is a ``manage.py`` (``startproject`` wrote it), the ``# name.py``
+  blocks are only written (Django imports them), and the other Python blocks run as in
+  ``manage.py shell``: Django set up with the settings ``manage.py`` names.
 - ``bash``: each command must exit 0, or 3 for a skiplock command that found nothing to act on
   (a fresh database has no job 42).  ``skiplock worker`` without ``--burst`` and ``skiplock
-  dashboard`` run until they say they started, then get SIGTERM and must exit 0.  ``pip
-  install`` lines install nothing: the extras they name must exist in pyproject.toml.
+  dashboard`` run until they say they started, then get SIGTERM and must exit 0 (so does
+  ``python manage.py skiplock worker``).  ``pip install`` lines install nothing: the extras
+  they name must exist in pyproject.toml.  ``python`` is the Python running these tests, and
+  libpq's ``PG*`` variables name the document's database too.
 - ``console``: the ``$ `` lines run as above, and the output shown under each must appear in
   what the command printed, line by line in order (``...`` stands for lines left out).
 - ``sql``: executed on the document's database.
 - ``text``: output or log lines, shown and not run.
+- ``mermaid``: a diagram (docs/architecture.md's), drawn by GitHub, shown and not run; its
+  state machine is checked against the SQL by tests/unit/test_architecture_doc.py.
 
 A block that cannot run as written is marked by ``<!-- snippet: skip REASON -->`` on the line
 before it; the reason is required, and the skipped blocks are counted and listed below.
@@ -51,11 +58,12 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCUMENTS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 RUN = {"python", "bash", "console", "sql"}
-SHOWN = {"text"}
+SHOWN = {"text", "mermaid"}
 # Blocks marked to skip, at most: each needs a reason, and raising this is a visible decision.
-SKIPPED_AT_MOST = 9
+SKIPPED_AT_MOST = 4
 ANNOTATION = re.compile(r"<!--\s*snippet:(.*?)-->", re.S)
 FILE_LINE = re.compile(r"#\s*([\w/]+\.py)\s*")
+DJANGO_SETTINGS = re.compile(r"DJANGO_SETTINGS_MODULE['\"],\s*['\"]([\w.]+)['\"]")
 NOTHING_TO_ACT_ON = 3  # skiplock's exit status when nothing matched (no such job, no jobs)
 STARTED = {"worker": " started: queues=", "dashboard": "open http://"}
 COMMAND_TIMEOUT = 120.0
@@ -149,6 +157,13 @@ RUNNER = textwrap.dedent(
     for line in sys.stdin:
         request = json.loads(line)
         try:
+            if request.get("django"):  # as manage.py shell: Django set up first
+                import django
+                from django.apps import apps
+
+                os.environ.setdefault("DJANGO_SETTINGS_MODULE", request["django"])
+                if not apps.ready:
+                    django.setup()
             if request.get("module") in sys.modules:  # a later block rewrote the file
                 importlib.reload(sys.modules[request["module"]])
             elif request.get("module"):
@@ -242,11 +257,19 @@ def environment(folder: Path, dsn: str) -> dict[str, str]:
     shim = bin_dir / "skiplock"
     shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m skiplock "$@"\n')
     shim.chmod(0o755)
+    python = bin_dir / "python"  # a script, not a link: a venv's python finds it by its path
+    python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    python.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
     env.pop("DATABASE_URL", None)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(folder)])
     env["SKIPLOCK_DATABASE_URL"] = dsn
+    params = conninfo.conninfo_to_dict(dsn)
+    for key, var in (("host", "PGHOST"), ("port", "PGPORT"), ("user", "PGUSER"),
+                     ("password", "PGPASSWORD"), ("dbname", "PGDATABASE")):  # fmt: skip
+        if params.get(key):
+            env[var] = str(params[key])
     return env
 
 
@@ -282,6 +305,8 @@ def check_pip_install(command: str, what: str) -> None:
 def is_long_running(command: str) -> str | None:
     """The kind of a command that serves until stopped (``worker`` or ``dashboard``)."""
     words = shlex.split(command, comments=True)
+    if words[:2] in (["python", "manage.py"], ["./manage.py"]):
+        words = words[2:] if words[0] == "python" else words[1:]
     if words[:2] == ["skiplock", "dashboard"]:
         return "dashboard"
     if words[:2] == ["skiplock", "worker"] and "--burst" not in words:
@@ -403,12 +428,18 @@ def run_blocks(blocks: list[Block], folder: Path, env: dict[str, str], dsn: str)
         for index, block in enumerate(blocks):
             if block.lang == "python":
                 name = file_of(block)
-                if name is not None:
+                django_settings = django_settings_of(folder)
+                if name is not None and django_settings is not None:
+                    write_file(block, name, folder)  # Django imports it
+                elif name is not None:
                     python.run({"module": write_file(block, name, folder)}, str(block))
                 else:
                     path = folder / f".block_{index:02d}.py"
                     path.write_text(block.text)
-                    python.run({"path": str(path)}, str(block))
+                    request = {"path": str(path)}
+                    if django_settings is not None:
+                        request["django"] = django_settings
+                    python.run(request, str(block))
             elif block.lang == "bash":
                 for command in commands_of(block.text):
                     run_command(command, folder, env, str(block))
@@ -419,6 +450,16 @@ def run_blocks(blocks: list[Block], folder: Path, env: dict[str, str], dsn: str)
                     conn.execute(block.text.encode())
     finally:
         python.close()
+
+
+def django_settings_of(folder: Path) -> str | None:
+    """The settings module of the Django project in ``folder`` (its manage.py names it)."""
+    manage = folder / "manage.py"
+    if not manage.exists():
+        return None
+    found = DJANGO_SETTINGS.search(manage.read_text())
+    assert found, f"{manage}: no DJANGO_SETTINGS_MODULE"
+    return found.group(1)
 
 
 def tutorial_files(folder: Path) -> None:

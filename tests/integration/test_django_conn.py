@@ -7,8 +7,11 @@ business write goes through Django's own cursor, so it is in Django's transactio
 from __future__ import annotations
 
 import asyncio
+import importlib
+import secrets
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import django
@@ -19,6 +22,9 @@ from django.db import connection, connections, transaction
 from psycopg.conninfo import conninfo_to_dict
 
 from skiplock import App, ConfigurationError, Task, Worker
+from skiplock._db.migrations import all_migrations
+from skiplock.contrib.django import DjangoApp
+from skiplock.contrib.django import migrations as contrib_migrations
 from skiplock.testing import assert_enqueued, assert_not_enqueued
 
 
@@ -201,3 +207,76 @@ def test_the_async_methods_refuse_django_connection_with_the_way_out(
 def test_a_django_connection_to_another_database_is_refused(receipt: Task[Any, Any]) -> None:
     with pytest.raises(ConfigurationError, match="is to sqlite, not PostgreSQL"):
         receipt.enqueue(order_id=1, conn=connections["lite"])
+
+
+# -- skiplock.contrib.django, in this process (the project-level tests are in
+# tests/e2e/test_django_project.py) ----------------------------------------------------------
+
+
+def schema_exists(db: psycopg.Connection[Any], name: str) -> bool:
+    found = db.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [name]).fetchone()
+    return found is not None
+
+
+def test_migrating_on_djangos_connection_is_part_of_its_transaction(
+    db: psycopg.Connection[Any],
+) -> None:
+    """What a Django migration does: skiplock's migrations roll back with it."""
+    app = App(schema=f"dj_{secrets.token_hex(5)}")
+    with pytest.raises(Boom), transaction.atomic():
+        assert app.sync_client.migrate(connection, up_to=2) == [1, 2]
+        raise Boom
+    assert not schema_exists(db, app.schema)
+    try:
+        with transaction.atomic():
+            assert app.sync_client.migrate(connection, up_to=2) == [1, 2]
+        assert schema_exists(db, app.schema)
+        assert app.sync_client.migrate(connection) == [m.version for m in all_migrations()][2:]
+    finally:
+        app.sync_client.drop_schema(connection)
+
+
+def test_the_last_django_migration_reaches_the_last_sql_migration() -> None:
+    folder = Path(contrib_migrations.__file__).parent
+    names = sorted(p.stem for p in folder.glob("[0-9][0-9][0-9][0-9]_*.py"))
+    last = importlib.import_module(f"{contrib_migrations.__name__}.{names[-1]}")
+    (operation,) = last.Migration.operations
+    assert operation.up_to == all_migrations()[-1].version, (
+        f"skiplock has SQL migration {all_migrations()[-1].version:04d}: add a Django migration "
+        "to skiplock/contrib/django/migrations that runs it (SkiplockMigrations)"
+    )
+
+
+def test_a_django_app_enqueues_on_djangos_connection_by_default(
+    app: App, db: psycopg.Connection[Any], orders: str
+) -> None:
+    django_app = DjangoApp(schema=app.schema)
+    assert django_app.database == "default"
+    assert conninfo_to_dict(django_app.dsn)["dbname"] == connection.settings_dict["NAME"]
+
+    @django_app.task(name="send_receipt")
+    def send_receipt(order_id: int) -> None: ...
+
+    with pytest.raises(Boom), transaction.atomic():
+        send_receipt.enqueue(order_id=insert_order(orders))
+        assert_enqueued(send_receipt)  # the helpers read on Django's connection too
+        raise Boom
+    assert committed(db, app, orders) == ([], [])
+    with transaction.atomic():
+        order_id = insert_order(orders)
+        django_app.enqueue("send_receipt", {"order_id": order_id})
+        assert committed(db, app, orders) == ([], [])
+    assert committed(db, app, orders) == ([order_id], [order_id])
+    django_app.close()
+
+
+def test_a_django_app_on_an_alias_of_another_engine_says_so(app: App) -> None:
+    django_app = DjangoApp(schema=app.schema, database="lite")
+
+    @django_app.task(name="send_receipt")
+    def send_receipt(order_id: int) -> None: ...
+
+    with pytest.raises(ConfigurationError, match=r"DATABASES\['lite'\] is sqlite, not PostgreSQL"):
+        _ = django_app.dsn
+    with pytest.raises(ConfigurationError, match="this Django connection is to sqlite"):
+        send_receipt.enqueue(order_id=1)

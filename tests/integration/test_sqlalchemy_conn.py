@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy
 from sqlalchemy import Column, Engine, Integer, MetaData, Table, create_engine, insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
@@ -191,3 +192,41 @@ def test_objects_skiplock_cannot_write_through_are_refused_with_what_to_pass(
 
     asyncio.run(async_mistakes())
     assert committed(db, app) == ([], [])
+
+
+def test_a_plain_postgresql_url_is_psycopg_3_from_sqlalchemy_2_1(
+    app: App, db: Any, pg_dsn: str, orders: Table, receipt: Task[Any, Any]
+) -> None:
+    """SQLAlchemy 2.1 made psycopg 3 the driver of ``postgresql://`` (2.0: psycopg2, refused
+    with the way out); the async engine's too."""
+    plain = make_url(pg_dsn).set(drivername="postgresql")
+    engine = create_engine(plain)
+    try:
+        if sqlalchemy_version() < (2, 1):
+            with pytest.raises(TypeError, match=r"postgresql\+psycopg://"), Session(engine) as s:
+                receipt.enqueue(order_id=1, conn=s)
+            return
+        with Session(engine) as session, session.begin():
+            order_id = session.execute(insert(orders).returning(orders.c.id)).scalar_one()
+            receipt.enqueue(order_id=order_id, conn=session)
+    finally:
+        engine.dispose()
+
+    async def scenario() -> int:
+        engine = create_async_engine(plain)
+        try:
+            async with AsyncSession(engine) as session, session.begin():
+                result = await session.execute(insert(orders).returning(orders.c.id))
+                order_id = result.scalar_one()
+                await receipt.enqueue_async(order_id=order_id, conn=session)
+            return int(order_id)
+        finally:
+            await engine.dispose()
+
+    second = asyncio.run(scenario())
+    assert committed(db, app) == ([order_id, second], [order_id, second])
+
+
+def sqlalchemy_version() -> tuple[int, int]:
+    major, minor = sqlalchemy.__version__.split(".")[:2]
+    return int(major), int(minor)

@@ -18,7 +18,7 @@ DEFAULT_PORT = 8089
 
 
 @click.command("dashboard")
-@click.argument("app_spec", metavar="[APP]", required=False)
+@click.argument("app_spec", metavar="[APP]", required=False, envvar="SKIPLOCK_APP")
 @dsn_option
 @click.option(
     "--schema",

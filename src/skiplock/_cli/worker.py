@@ -24,16 +24,14 @@ from skiplock.observability._metrics import SnapshotWriter, WorkerMetrics
 from skiplock.worker import Worker
 
 # The ``skiplock worker`` process is ours (a Worker in someone else's process leaves the
-# collector alone).  Young objects are collected every 10,000 net allocations instead of 700: a
-# worker allocates a few short-lived objects per job, most freed at once by reference counting,
-# and at 700 the collector ran ~900 times per 100,000 jobs, each time walking the jobs then in
-# flight.  A 100,000-job drain spent 0.24-0.33 s in the collector with Python's defaults, 0.02 s
-# with this threshold and the freeze of what is loaded at start (in worker()).
+# collector alone): young objects are collected every 10,000 net allocations instead of 700,
+# since a worker allocates a few short-lived objects per job, most freed at once by reference
+# counting (docs/design.md, "The worker process's garbage collector").
 GC_YOUNG_THRESHOLD = 10_000
 
 
 @click.command("worker")
-@click.argument("app_spec", metavar="APP")
+@click.argument("app_spec", metavar="APP", envvar="SKIPLOCK_APP")
 @dsn_option
 @click.option(
     "--queues",
@@ -205,7 +203,8 @@ def command(
     metrics_addr: str,
     metrics_dir: str | None,
 ) -> None:
-    """Run the tasks of APP (module:attribute) until SIGTERM/SIGINT (or, with --burst, done)."""
+    """Run the tasks of APP (module:attribute, or $SKIPLOCK_APP) until SIGTERM/SIGINT (or, with
+    --burst, done)."""
     log_format_configure(log_level, log_format)
     if log_level.upper() != "DEBUG":
         # skiplock says in one line that it uses the embedded server; the package's progress
@@ -232,9 +231,13 @@ def command(
         args += ["--poll-only"] if poll_only else []
         args += ["--max-jobs", str(max_jobs)] if max_jobs else []
         args += ["--max-memory", str(max_memory)] if max_memory else []
+        # Another program for the processes when the CLI runs inside one (manage.py skiplock)
+        context_obj = click.get_current_context().find_root().obj
+        program = context_obj.get("worker_program") if isinstance(context_obj, dict) else None
         supervisor = Supervisor(
             args,
             processes,
+            program=program,
             burst=burst,
             metrics_port=metrics_port,
             metrics_addr=metrics_addr,

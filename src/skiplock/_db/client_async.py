@@ -213,10 +213,18 @@ class AsyncClient:
         async with self.connection(conn) as c:
             return await self.store.job_count_by_queue_and_status(c)
 
-    async def migrate(self, conn: AsyncConnection[Any] | None = None) -> list[int]:
-        """Apply the migrations this database lacks; returns the versions applied now."""
+    async def migrate(
+        self, conn: AsyncCallerConnection | None = None, *, up_to: int | None = None
+    ) -> list[int]:
+        """Apply the migrations this database lacks (those numbered ``up_to`` or less, if
+        given); returns the versions applied now.  On a caller's connection, in its
+        transaction (a Django migration's)."""
         schema = self.store.schema
-        migrations = [(m.version, m.name, m.statement(schema)) for m in all_migrations()]
+        migrations = [
+            (m.version, m.name, m.statement(schema))
+            for m in all_migrations()
+            if up_to is None or m.version <= up_to
+        ]
         async with self.connection(conn) as c:
             return await self.store.migration_apply(c, migrations)
 

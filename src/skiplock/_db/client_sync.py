@@ -206,10 +206,18 @@ class SyncClient:
         with self.connection(conn) as c:
             return self.store.job_count_by_queue_and_status(c)
 
-    def migrate(self, conn: Connection[Any] | None = None) -> list[int]:
-        """Apply the migrations this database lacks; returns the versions applied now."""
+    def migrate(
+        self, conn: CallerConnection | None = None, *, up_to: int | None = None
+    ) -> list[int]:
+        """Apply the migrations this database lacks (those numbered ``up_to`` or less, if
+        given); returns the versions applied now.  On a caller's connection, in its
+        transaction (a Django migration's)."""
         schema = self.store.schema
-        migrations = [(m.version, m.name, m.statement(schema)) for m in all_migrations()]
+        migrations = [
+            (m.version, m.name, m.statement(schema))
+            for m in all_migrations()
+            if up_to is None or m.version <= up_to
+        ]
         with self.connection(conn) as c:
             return self.store.migration_apply(c, migrations)
 

@@ -405,6 +405,11 @@ class AsyncStatements:
     ) -> list[int]:
         """Apply the given (version, name, statement) migrations not yet recorded, atomically."""
         applied_now: list[int] = []
+        if not conn.autocommit:
+            # A caller's connection whose transaction has not begun yet (Django's atomic()
+            # before its first statement): this statement begins it, so that the block below
+            # is a savepoint in it, not a transaction of psycopg's own that would commit alone.
+            await self._rows(conn, "migration_lock", {"schema": self.schema})
         async with conn.transaction():
             await self._rows(conn, "migration_lock", {"schema": self.schema})
             await conn.execute(self.queries["migration_prepare"], prepare=False)

@@ -47,7 +47,8 @@ from __future__ import annotations
 from skiplock._doctor.cli import command
 from skiplock._doctor.findings import COUNT_CAP, STATUS_ORDER, Finding, Status, Thresholds, worst
 from skiplock._doctor.runner import Doctor
-from skiplock._doctor.server import APPLICATION_NAME, probe_listen
+from skiplock._doctor.server import probe_listen
+from skiplock._doctor.session import APPLICATION_NAME
 from skiplock._doctor.vacuum import INDEX_ENTRY_BYTES
 
 __all__ = [

@@ -9,19 +9,17 @@ check names the session, so that it can be ended.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg import Connection
 
 from skiplock._doctor.findings import Finding, duration
-
-if TYPE_CHECKING:
-    from skiplock._doctor.runner import Doctor
+from skiplock._doctor.session import DoctorSession
 
 SHOWN = 20  # sessions listed at most
 
 
-def check_locks(doctor: Doctor, conn: Connection[Any]) -> Finding:
+def check_locks(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
     holders = doctor.rows(
         conn,
         "doctor_lock_holders",

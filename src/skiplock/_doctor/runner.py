@@ -1,8 +1,8 @@
 """The :class:`Doctor`: runs ``skiplock doctor``'s checks on one database and schema.
 
-Its seam to the server is small: :meth:`Doctor.connect` and :meth:`Doctor.rows`, which runs one
-named statement of ``doctor.sql``.  The checks themselves are in :mod:`skiplock._doctor.upkeep`,
-:mod:`skiplock._doctor.vacuum` and :mod:`skiplock._doctor.server`.
+Its seam to the server is small and lives in :mod:`skiplock._doctor.session`, which the check
+modules (:mod:`skiplock._doctor.upkeep`, :mod:`skiplock._doctor.vacuum`,
+:mod:`skiplock._doctor.server`, :mod:`skiplock._doctor.locks`) import instead of this runner.
 """
 
 from __future__ import annotations
@@ -12,38 +12,17 @@ from typing import Any
 
 import psycopg
 from psycopg import Connection
-from psycopg.rows import dict_row
 
-from skiplock._db.payload import check_schema_name
-from skiplock._db.sql import Queries
-from skiplock._db.store_sync import SyncStore
 from skiplock._doctor import locks as doctor_locks
 from skiplock._doctor import server as doctor_server
 from skiplock._doctor import upkeep as doctor_upkeep
 from skiplock._doctor import vacuum as doctor_vacuum
-from skiplock._doctor.findings import Finding, Thresholds
+from skiplock._doctor.findings import Finding
+from skiplock._doctor.session import DoctorSession
 
 
-class Doctor:
+class Doctor(DoctorSession):
     """Runs the checks on one database and schema; each ``check_*`` method returns findings."""
-
-    def __init__(self, dsn: str, schema: str, thresholds: Thresholds | None = None) -> None:
-        self.dsn = dsn
-        self.schema = check_schema_name(schema)
-        self.thresholds = thresholds or Thresholds()
-        self.queries = Queries(self.schema)
-        self.store = SyncStore(self.queries)
-
-    # -- plumbing ------------------------------------------------------------------------
-
-    def connect(self) -> Connection[Any]:
-        return doctor_server.connect(self.dsn)
-
-    def rows(self, conn: Connection[Any], name: str, **params: Any) -> list[dict[str, Any]]:
-        """Run one named statement of ``doctor.sql``; its rows as dicts."""
-        with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(self.queries[name], params)
-            return cur.fetchall()
 
     def run(self) -> list[Finding]:
         """Every check, in order; the table checks only when the schema is in place."""

@@ -1,37 +1,23 @@
 """``skiplock doctor``'s checks of the server around the queue: ``listen`` (a notification
 reaches a listening session, as a worker's wake-ups need) and ``connections`` (slots left for
-more workers); and :func:`connect`, how doctor opens its sessions (as ``skiplock-doctor``)."""
+more workers).  How doctor opens its sessions (as ``skiplock-doctor``) is
+:func:`skiplock._doctor.session.connect`."""
 
 from __future__ import annotations
 
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import psycopg
 from psycopg import Connection
 
-from skiplock._db.connections import connect_kwargs, unavailable
 from skiplock._db.sql import Queries
 from skiplock._db.store_sync import SyncStore
 from skiplock._doctor.findings import Finding, duration
-
-if TYPE_CHECKING:
-    from skiplock._doctor.runner import Doctor
-
-APPLICATION_NAME = "skiplock-doctor"
+from skiplock._doctor.session import DoctorSession, connect
 
 
-def connect(dsn: str) -> Connection[Any]:
-    """A session on ``dsn`` named ``skiplock-doctor``; a clear error when there is none."""
-    kwargs = {**connect_kwargs(dsn), "application_name": APPLICATION_NAME}
-    try:
-        return Connection.connect(dsn, **kwargs)
-    except psycopg.OperationalError as exc:
-        raise unavailable(exc, dsn) from None
-
-
-def check_listen(doctor: Doctor, notify_dsn: str | None = None) -> Finding:
+def check_listen(doctor: DoctorSession, notify_dsn: str | None = None) -> Finding:
     """LISTEN on one connection, NOTIFY from another (``notify_dsn``, default the same
     database), and wait for it: what a worker's wake-ups rely on."""
     ok, waited = probe_listen(
@@ -63,7 +49,7 @@ def check_listen(doctor: Doctor, notify_dsn: str | None = None) -> Finding:
     )
 
 
-def check_connections(doctor: Doctor, conn: Connection[Any]) -> Finding:
+def check_connections(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
     per_worker = doctor.thresholds.connections_per_worker
     row = doctor.rows(conn, "doctor_connections")[0]
     usable = row["max_connections"] - row["reserved"]

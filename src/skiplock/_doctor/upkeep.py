@@ -2,23 +2,21 @@
 migrations), ``workers`` (a live worker for every queue with due jobs), ``expired_leases``
 (the maintenance leader's reclaims), ``impossible_states`` (rows no statement of skiplock
 writes) and ``retention`` (its pruning).  Each takes the
-:class:`~skiplock._doctor.runner.Doctor` that runs it."""
+:class:`~skiplock._doctor.session.DoctorSession` it checks."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg import Connection
 
 from skiplock._db.migrations import all_migrations
 from skiplock._doctor.findings import COUNT_CAP, Finding, duration
+from skiplock._doctor.session import DoctorSession
 from skiplock._runtime.presence import SILENT_AFTER
 
-if TYPE_CHECKING:
-    from skiplock._doctor.runner import Doctor
 
-
-def check_schema(doctor: Doctor, conn: Connection[Any]) -> Finding:
+def check_schema(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
     versions = [m.version for m in all_migrations()]
     pending = doctor.store.migration_pending(conn, versions)
     if pending == versions:
@@ -41,7 +39,7 @@ def check_schema(doctor: Doctor, conn: Connection[Any]) -> Finding:
     return Finding("schema", "ok", f"schema {doctor.schema!r} is at migration {versions[-1]:04d}")
 
 
-def check_workers(doctor: Doctor, conn: Connection[Any]) -> Finding:
+def check_workers(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
     unserved = doctor.rows(
         conn, "doctor_queues_without_workers", silent=SILENT_AFTER, cap=COUNT_CAP
     )
@@ -81,7 +79,7 @@ def check_workers(doctor: Doctor, conn: Connection[Any]) -> Finding:
     )
 
 
-def check_expired_leases(doctor: Doctor, conn: Connection[Any]) -> Finding:
+def check_expired_leases(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
     grace = doctor.thresholds.lease_grace
     row = doctor.rows(conn, "doctor_expired_leases", grace=grace)[0]
     leader_rows = doctor.rows(conn, "doctor_maintenance_leader")
@@ -117,7 +115,7 @@ def check_expired_leases(doctor: Doctor, conn: Connection[Any]) -> Finding:
     )
 
 
-def check_impossible_states(doctor: Doctor, conn: Connection[Any]) -> Finding:
+def check_impossible_states(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
     row = doctor.rows(conn, "doctor_impossible_states", cap=COUNT_CAP)[0]
     details = {
         "running_without_lease": row["running_ids"],
@@ -154,7 +152,7 @@ def check_impossible_states(doctor: Doctor, conn: Connection[Any]) -> Finding:
     )
 
 
-def check_retention(doctor: Doctor, conn: Connection[Any]) -> Finding:
+def check_retention(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
     t = doctor.thresholds
     kept = {s: sec for s, sec in t.retention.items() if sec is not None}
     statuses = sorted(kept)

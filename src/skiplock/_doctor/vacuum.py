@@ -1,23 +1,21 @@
 """``skiplock doctor``'s checks of what makes the queue tables bloat: ``xmin_horizon`` (old
 transactions that hold vacuum back) with ``visibility``, ``dead_tuples`` with ``autovacuum``,
 and ``claim_index`` (bloated or invalid) with ``invalid_indexes``.  Each takes the
-:class:`~skiplock._doctor.runner.Doctor` that runs it."""
+:class:`~skiplock._doctor.session.DoctorSession` it checks."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg import Connection
 
 from skiplock._doctor.findings import COUNT_CAP, Finding, Status, byte_size, duration, worse
-
-if TYPE_CHECKING:
-    from skiplock._doctor.runner import Doctor
+from skiplock._doctor.session import DoctorSession
 
 INDEX_ENTRY_BYTES = 64  # a claim-index entry (queue, priority, run_at, id) with its overhead
 
 
-def check_xmin_horizon(doctor: Doctor, conn: Connection[Any]) -> list[Finding]:
+def check_xmin_horizon(doctor: DoctorSession, conn: Connection[Any]) -> list[Finding]:
     limit = doctor.thresholds.transaction_seconds
     sees_all = bool(doctor.rows(conn, "doctor_session_visibility")[0]["sees_all"])
     sessions = doctor.rows(conn, "doctor_old_transactions", older_than=limit, limit=20)
@@ -75,7 +73,7 @@ def check_xmin_horizon(doctor: Doctor, conn: Connection[Any]) -> list[Finding]:
     return findings
 
 
-def check_dead_tuples(doctor: Doctor, conn: Connection[Any]) -> list[Finding]:
+def check_dead_tuples(doctor: DoctorSession, conn: Connection[Any]) -> list[Finding]:
     t = doctor.thresholds
     tables = doctor.rows(conn, "doctor_table_health", schema=doctor.schema)
     findings = []
@@ -136,7 +134,7 @@ def check_dead_tuples(doctor: Doctor, conn: Connection[Any]) -> list[Finding]:
     return findings
 
 
-def check_claim_index(doctor: Doctor, conn: Connection[Any]) -> list[Finding]:
+def check_claim_index(doctor: DoctorSession, conn: Connection[Any]) -> list[Finding]:
     t = doctor.thresholds
     indexes = doctor.rows(conn, "doctor_job_indexes", schema=doctor.schema, cap=COUNT_CAP)
     by_name = {i["name"]: i for i in indexes}

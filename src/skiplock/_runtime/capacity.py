@@ -25,14 +25,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-# Finished jobs that may wait for their write, whatever the concurrency.  A write costs one to
-# a few milliseconds however small it is, so this caps a worker of short jobs at about this many
-# jobs per write's time: with 100, one stopped for most writes (one worker, concurrency 10:
-# 12,200 jobs/s at 100, 14,000 at 200, 14,800 at 300, on a slower machine).  Where a worker
-# runs 40,000 short jobs/s it still stopped at 300: 100,000-job drains in turn, 300 against
-# 600, gave 38,900-45,000 (median 40,900) against 42,600-48,500 (median 45,900) jobs/s with
-# the defaults in 11 and 12 runs, and 64,800-68,700 against 75,000-76,400 with two processes of
-# concurrency 100 deleting; 1,200 added little.
+# Finished jobs that may wait for their write, whatever the concurrency: a write costs a few
+# milliseconds however small it is, so this caps a worker of short jobs at about this many jobs
+# per write's time (why 600: docs/design.md, "Unwritten outcomes: a floor of 600").
 UNWRITTEN_FLOOR = 600
 
 

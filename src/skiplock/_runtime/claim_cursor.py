@@ -3,9 +3,9 @@
 A claimed job's entry stays in the claim index until vacuum removes it, and vacuum may not
 while any snapshot could still see the job pending: a long transaction (a report, a stuck
 session, a backup) keeps every entry claimed since it began.  A claim that reads a queue from
-its best key walks all of them before it reaches a pending job: 0.1 ms per thousand, so a
-queue running 5,000 jobs/s under a one-minute transaction ends up spending tens of
-milliseconds on each claim.
+its best key walks all of them before it reaches a pending job, a cost that grows with the
+queue's rate and the transaction's age (docs/design.md, "Claim cursor: where a claim starts
+reading", has the figures).
 
 So each claim starts after the last job this worker claimed from the queue (and still looks
 at every better priority; see ``job_claim`` in jobs.sql).  What that skips is the same
@@ -22,11 +22,10 @@ CPU, is no sign of a long transaction), the next waits until ``t`` / RESCAN_SHAR
 (the interval waits too), so they take at most about that share of the time.  With vacuum
 keeping up, a read from the start costs what any claim does and the next may come
 milliseconds later.  Under a long transaction it walks every entry claimed since the
-transaction began: a one-minute snapshot over a queue running 15,000 jobs/s made such a claim
-cost ~100 ms, and a worker keeping up with its producers (so coming up short at most claims)
-read from the start at almost every claim and ran at 59% of its clean rate.  Then a job
-behind the keys waits up to ten times that cost, or ``rescan_interval``, or the poll interval
-when the worker is idle.
+transaction began, and a worker keeping up with its producers (so coming up short at most
+claims) would read from the start at almost every claim (what that cost: the same section of
+docs/design.md).  Then a job behind the keys waits up to ten times the cost of such a read, or
+``rescan_interval``, or the poll interval when the worker is idle.
 """
 
 from __future__ import annotations

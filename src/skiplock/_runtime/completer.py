@@ -10,10 +10,9 @@ jobs then run again once their leases expire (at-least-once).
 Up to ``max_writes`` (2) writes are in flight at once, each on a pooled connection of its own:
 the next batch gathers and goes out while the last one waits for its commit.  Outcomes in a
 write that has not returned still count as unwritten (:attr:`Completer.pending`), so the
-``--max-in-flight`` bound holds.  A worker bounded that way claims only as its outcomes are
-written, and drained 100,000 no-op jobs about 7% faster with two writes than with one (median
-of 7 alternating pairs, ``--max-in-flight 150``, 2 processes: 41,700 vs 39,100 jobs/s); an
-unbounded worker did about the same either way.  A failed write puts its outcomes back at the
+``--max-in-flight`` bound holds; a worker bounded that way claims only as its outcomes are
+written, which is where two writes beat one (docs/design.md, "Two outcome writes in
+flight").  A failed write puts its outcomes back at the
 front of the buffer, and the next write waits a second; but a write the database refused for a
 value it held (an outcome it cannot store) is written again one outcome at a time, and the one
 refused fails its job instead, so that it does not hold up every later outcome.  A kept

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from skiplock._version import __version__
 from skiplock.errors import SkiplockError
 
 if TYPE_CHECKING:
@@ -51,8 +52,6 @@ class Presence:
         counts: Callable[[], tuple[int, int]],  # (running now, finished since start)
         interval: float | None = None,  # None: PRESENCE_INTERVAL
     ) -> None:
-        from skiplock import __version__  # here: the package imports this module while it loads
-
         self.store = store
         self.pool = pool
         self.counts = counts

@@ -76,11 +76,11 @@ class Supervisor:
         metrics_port: int | None = None,
         metrics_addr: str = "127.0.0.1",
         version: str = "",
+        program: Sequence[str] | None = None,
     ) -> None:
+        # ``program``: what runs skiplock's CLI in a child (default ``python -m skiplock``)
         self.command = [
-            sys.executable,
-            "-m",
-            "skiplock",
+            *(program or [sys.executable, "-m", "skiplock"]),
             "worker",
             *worker_args,
             "--processes",

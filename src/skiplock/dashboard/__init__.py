@@ -7,13 +7,10 @@ application (Starlette, FastAPI) behind your own authentication.  See ``docs/das
 
 from __future__ import annotations
 
-try:
-    import jinja2  # noqa: F401
-    import starlette  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on what is installed
-    raise ImportError(
-        "the skiplock dashboard needs its extra: pip install 'skiplock[dashboard]'"
-    ) from exc
+from importlib.util import find_spec
+
+if find_spec("jinja2") is None or find_spec("starlette") is None:  # pragma: no cover
+    raise ImportError("the skiplock dashboard needs its extra: pip install 'skiplock[dashboard]'")
 
 from skiplock.dashboard._server import create_dashboard
 

@@ -30,10 +30,10 @@ child killed outright loses what it did since its last write.
 Queue depth is a property of the table, not of a worker: ``skiplock metrics`` (see
 :mod:`skiplock.observability._exporter`) exports it once per cluster.
 
-An event only adds to plain dictionaries (about 1 us per job); the Prometheus metrics are
-built from them when scraped (a custom collector), not kept up to date per job: updating
-prometheus-client's own counters and histogram cost ~8 us per job, a third of what a worker
-spends on a short job.  The dictionaries are copied (atomic under the GIL) before they are read
+An event only adds to plain dictionaries; the Prometheus metrics are built from them when
+scraped (a custom collector), not kept up to date per job, which would cost a good part of
+what a worker spends on a short job (docs/design.md, "Worker metrics built at scrape
+time").  The dictionaries are copied (atomic under the GIL) before they are read
 on another thread.
 """
 

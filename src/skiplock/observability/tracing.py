@@ -15,6 +15,7 @@ from typing import Any
 
 from opentelemetry import propagate, trace
 
+from skiplock._version import __version__
 from skiplock.app import App
 from skiplock.job import Job
 
@@ -26,8 +27,6 @@ def instrument(app: App, *, tracer_provider: trace.TracerProvider | None = None)
     same app does nothing.  ``tracer_provider``: the global one when None."""
     if getattr(app, INSTRUMENTED, False):
         return
-    from skiplock import __version__
-
     tracer = trace.get_tracer("skiplock", __version__, tracer_provider=tracer_provider)
 
     @app.enqueue_meta

@@ -1,0 +1,49 @@
+"""What every check of ``skiplock doctor`` works with: one database and schema, the thresholds,
+and the seam to the server (:meth:`DoctorSession.connect` and :meth:`DoctorSession.rows`, which
+runs one named statement of ``doctor.sql``).  The check modules take a session; the
+:class:`~skiplock._doctor.runner.Doctor` that runs them all is one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import Connection
+from psycopg.rows import dict_row
+
+from skiplock._db.connections import connect_kwargs, unavailable
+from skiplock._db.payload import check_schema_name
+from skiplock._db.sql import Queries
+from skiplock._db.store_sync import SyncStore
+from skiplock._doctor.findings import Thresholds
+
+APPLICATION_NAME = "skiplock-doctor"
+
+
+def connect(dsn: str) -> Connection[Any]:
+    """A session on ``dsn`` named ``skiplock-doctor``; a clear error when there is none."""
+    kwargs = {**connect_kwargs(dsn), "application_name": APPLICATION_NAME}
+    try:
+        return Connection.connect(dsn, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise unavailable(exc, dsn) from None
+
+
+class DoctorSession:
+    """One database and schema to check, with the thresholds the checks judge by."""
+
+    def __init__(self, dsn: str, schema: str, thresholds: Thresholds | None = None) -> None:
+        self.dsn = dsn
+        self.schema = check_schema_name(schema)
+        self.thresholds = thresholds or Thresholds()
+        self.queries = Queries(self.schema)
+        self.store = SyncStore(self.queries)
+
+    def connect(self) -> Connection[Any]:
+        return connect(self.dsn)
+
+    def rows(self, conn: Connection[Any], name: str, **params: Any) -> list[dict[str, Any]]:
+        """Run one named statement of ``doctor.sql``; its rows as dicts."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self.queries[name], params)
+            return cur.fetchall()

@@ -1,0 +1,142 @@
+"""skiplock.contrib.django in a real Django project (tests/django_project: one app, one model),
+run as its users run it: ``manage.py`` processes against a database of the test's own.
+
+- ``migrate`` on a fresh database creates skiplock's tables (and ``migrate skiplock zero`` drops
+  them); ``manage.py test`` gets them on Django's test database;
+- a view-like function enqueues in ``transaction.atomic()`` through ``DjangoApp`` (no ``conn``):
+  the job commits or rolls back with the order;
+- ``manage.py skiplock worker --burst`` (one process, or a supervisor of two) runs the ORM code
+  of the task, with the database of ``DATABASES`` and the app of ``SKIPLOCK_APP``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+from skiplock._db.migrations import all_migrations
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = ROOT / "tests" / "django_project"
+
+
+class Project:
+    def __init__(self, folder: Path, dsn: str) -> None:
+        self.folder = folder
+        self.dsn = dsn
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+        self.env.pop("DATABASE_URL", None)
+        self.env.pop("DJANGO_SETTINGS_MODULE", None)
+        self.env["PYTHONPATH"] = str(ROOT / "src")
+        self.env["SHOP_DATABASE_URL"] = dsn
+
+    def manage(self, *args: str, expect: int = 0) -> str:
+        """Run ``manage.py ARGS``; its output (stdout and stderr)."""
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=self.folder,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        output = done.stdout + done.stderr
+        assert done.returncode == expect, f"manage.py {' '.join(args)}: {done.returncode}\n{output}"
+        return output
+
+    def query(self, text: str) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.dsn) as conn:
+            return conn.execute(text.encode()).fetchall()
+
+
+@pytest.fixture
+def project(pg_dsn: str, tmp_path: Path) -> Iterator[Project]:
+    """The fixture project, copied, on a new database (and its test_ twin) dropped afterwards."""
+    name = f"djproj_{secrets.token_hex(5)}"
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECT, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    try:
+        yield Project(folder, conninfo.make_conninfo(pg_dsn, dbname=name))
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            for db in (name, f"test_{name}"):
+                drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+                admin.execute(drop.format(sql.Identifier(db)))
+
+
+def skiplock_versions(project: Project) -> list[int]:
+    return [v for (v,) in project.query("SELECT version FROM skiplock.migrations ORDER BY 1")]
+
+
+def test_migrate_creates_skiplocks_tables_and_zero_drops_them(project: Project) -> None:
+    output = project.manage("migrate", "--noinput")
+    assert "Applying skiplock.0001_initial... OK" in output
+    assert skiplock_versions(project) == [m.version for m in all_migrations()]
+    assert "schema skiplock is up to date" in project.manage("skiplock", "migrate")
+    from_code = "from django.core.management import call_command as c; c('skiplock', 'migrate')"
+    assert "schema skiplock is up to date" in project.manage("shell", "-c", from_code)
+    project.manage("migrate", "skiplock", "zero", "--noinput")
+    absent = project.query("SELECT 1 FROM pg_namespace WHERE nspname = 'skiplock'")
+    assert absent == []
+    project.manage("migrate", "--noinput")
+    assert skiplock_versions(project) == [m.version for m in all_migrations()]
+
+
+def test_a_schema_skiplock_migrate_made_is_taken_as_it_is(project: Project) -> None:
+    project.manage("skiplock", "migrate")
+    assert "Applying skiplock.0001_initial... OK" in project.manage("migrate", "--noinput")
+    assert skiplock_versions(project) == [m.version for m in all_migrations()]
+
+
+def test_manage_py_test_enqueues_on_the_test_database(project: Project) -> None:
+    output = project.manage("test", "orders", "--noinput", "-v", "2")
+    assert "Ran 2 tests" in output and "\nOK" in output
+    assert "Applying skiplock.0001_initial... OK" in output
+
+
+CHECKOUT = "from orders.views import checkout; print('order', checkout(1999).id)"
+FAILED_CHECKOUT = """
+from orders.views import checkout
+try:
+    checkout(500, fail=True)
+except RuntimeError:
+    print("refused")
+"""
+
+
+def test_the_job_commits_or_rolls_back_with_the_order_and_the_worker_runs_orm_code(
+    project: Project,
+) -> None:
+    project.manage("migrate", "--noinput")
+    assert "order 1" in project.manage("shell", "-c", CHECKOUT)
+    assert "refused" in project.manage("shell", "-c", FAILED_CHECKOUT)
+    assert project.query("SELECT id, receipt_sent FROM orders_order") == [(1, False)]
+    jobs = "SELECT payload->>'order_id', status FROM skiplock.jobs ORDER BY id"
+    assert project.query(jobs) == [("1", "pending")]
+    output = project.manage("skiplock", "worker", "--burst")
+    assert "done=1 " in output
+    assert project.query("SELECT id, receipt_sent FROM orders_order") == [(1, True)]
+    assert project.query(jobs) == [("1", "done")]
+    assert "mail" in project.manage("skiplock", "status")
+
+
+def test_a_supervised_worker_sets_django_up_in_its_processes(project: Project) -> None:
+    project.manage("migrate", "--noinput")
+    for _ in range(4):
+        project.manage("shell", "-c", CHECKOUT)
+    project.manage("skiplock", "worker", "--burst", "--processes", "2")
+    assert project.query("SELECT count(*) FROM orders_order WHERE receipt_sent") == [(4,)]
