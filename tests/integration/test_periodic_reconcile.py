@@ -85,7 +85,12 @@ def test_a_new_leader_drops_the_ticks_and_queued_jobs_of_removed_and_changed_sch
         caplog.set_level("INFO", logger="skiplock")
 
         def changed_again() -> bool:
-            return any(job != before["changed"] for _, job in ticks(db, new).get("changed", []))
+            """Reconciled (gone's ticks dropped), and the changed schedule ticked anew: by the
+            new leader, or before it led (the same instant as the old tick or a later one)."""
+            recorded = ticks(db, new)
+            return "gone" not in recorded and any(
+                job != before["changed"] for _, job in recorded.get("changed", [])
+            )
 
         asyncio.run(lead(new, changed_again))
         after = ticks(db, new)
