@@ -68,6 +68,7 @@ def test_a_new_leader_drops_the_ticks_and_queued_jobs_of_removed_and_changed_sch
         for name in ("gone", "changed", "kept"):
             old.periodic(name=name, **HOURLY)(lambda: None)
         new.periodic(name="kept", **HOURLY)(lambda: None)
+        new.task(name="gone", queue="cron")(lambda: None)  # the task stays, its schedule went
         new.periodic(name="changed", **{**HOURLY, "every": 1800.0})(lambda: None)
         old.sync_client.set_paused("cron", True)  # the ticks' jobs stay queued
 
@@ -125,12 +126,47 @@ def test_ticks_recorded_since_the_leader_started_are_left_alone(app: App, db: An
     job = app.build_jobs("other", [{}], EnqueueOptions())
     ((now,),) = db.execute("SELECT now()").fetchall()
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        store.periodic_enqueue_tick(conn, "other", now, job)
-        assert store.periodic_reconcile(conn, {}, now - timedelta(minutes=1)) == []
+        schedule = app.periodic_tasks["other"].definition("cron")
+        store.periodic_enqueue_tick(conn, "other", now, job, schedule)
+        assert store.periodic_reconcile(conn, {}, now - timedelta(minutes=1), ["other"]) == []
         assert len(ticks(db, app)["other"]) == 1
-        dropped = store.periodic_reconcile(conn, {}, now + timedelta(minutes=1))
+        dropped = store.periodic_reconcile(conn, {}, now + timedelta(minutes=1), ["other"])
     assert [(d.name, d.changed, d.ticks, len(d.cancelled)) for d in dropped] == [
         ("other", False, 1, 1)
     ]
     assert "other" not in ticks(db, app)
     assert datetime.now(UTC) > now - timedelta(minutes=5)  # the server's clock is sane
+
+
+def test_a_leader_leaves_the_schedules_of_tasks_its_app_does_not_have(
+    pg_dsn: str, schema: str, db: Any
+) -> None:
+    """Apps that share a schema may define different periodic tasks: a leader whose app has no
+    task of a recorded schedule cannot tell it was removed, so it keeps its ticks and jobs (and
+    reconciles its own: its changed schedule's job is cancelled)."""
+    theirs, mine_before, mine = (App(pg_dsn, schema) for _ in range(3))
+    try:
+        theirs.periodic(name="theirs", **HOURLY)(lambda: None)
+        mine_before.periodic(name="mine", **HOURLY)(lambda: None)
+        mine.periodic(name="mine", **{**HOURLY, "every": 1800.0})(lambda: None)
+        theirs.sync_client.set_paused("cron", True)  # the ticks' jobs stay queued
+
+        async def lead(app: App, until: Any) -> None:
+            worker = Worker(app, queues=["cron"], poll_interval=0.1, leader_ttl=1.0)
+            task = asyncio.create_task(worker.run())
+            try:
+                assert await wait_for(until, 10)
+            finally:
+                worker.stop()
+                await asyncio.wait_for(task, 30)
+
+        asyncio.run(lead(theirs, lambda: "theirs" in ticks(db, theirs)))
+        asyncio.run(lead(mine_before, lambda: "mine" in ticks(db, mine)))
+        (theirs_job,) = [job for _, job in ticks(db, theirs)["theirs"]]
+        (mine_job,) = [job for _, job in ticks(db, mine)["mine"]]
+        asyncio.run(lead(mine, lambda: status(db, mine, mine_job)[0] == "cancelled"))
+        assert [job for _, job in ticks(db, mine)["theirs"]] == [theirs_job]
+        assert status(db, mine, theirs_job) == ("pending", None)
+    finally:
+        for app in (theirs, mine_before, mine):
+            app.close()

@@ -109,11 +109,21 @@ class AsyncStore(AsyncHeldStatements):
         return enqueued.id
 
     async def periodic_reconcile(
-        self, conn: AsyncConnection[Any], schedules: Mapping[str, str], since: datetime
+        self,
+        conn: AsyncConnection[Any],
+        schedules: Mapping[str, str],
+        since: datetime,
+        tasks: Sequence[str] = (),
     ) -> list[DroppedSchedule]:
-        """Drop the ticks that fell before ``since`` of schedules not in ``schedules`` (name ->
-        definition) or defined otherwise there, and cancel their jobs not started yet."""
-        params = {"names": list(schedules), "schedules": list(schedules.values()), "since": since}
+        """Drop the ticks that fell before ``since`` of schedules defined otherwise in
+        ``schedules`` (name -> definition), or not there though their task is in ``tasks`` (the
+        app's), and cancel their jobs not started yet."""
+        params = {
+            "names": list(schedules),
+            "schedules": list(schedules.values()),
+            "tasks": list(tasks),
+            "since": since,
+        }
         rows = await self._rows(conn, "periodic_reconcile", params)
         return [DroppedSchedule(*row) for row in rows]
 

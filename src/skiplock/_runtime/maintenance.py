@@ -281,14 +281,17 @@ class Maintenance:
             self._started = server_now
 
     async def _reconcile(self, conn: AsyncConnection[Any]) -> None:
-        """Drop the recorded ticks of periodic schedules the app no longer defines, or defines
-        otherwise, and cancel their queued jobs; say which.  Ticks that fell since this worker
+        """Drop the recorded ticks of periodic schedules the app no longer defines (of its own
+        tasks: apps sharing a schema may define different ones), or defines otherwise, and
+        cancel their queued jobs; say which.  Ticks that fell since this worker
         started are left: another worker still running (another version of the app, in a
         rolling deploy) makes them, and will again."""
         if self._started is None:
             await self._read_clock(conn)
         assert self._started is not None
-        dropped = await self.store.periodic_reconcile(conn, self._definitions, self._started)
+        dropped = await self.store.periodic_reconcile(
+            conn, self._definitions, self._started, list(self.app.tasks)
+        )
         self._reconciled = True
         for schedule in dropped:
             # A changed schedule's tick found recorded (by its old definition) is due again.

@@ -173,8 +173,9 @@ RETURNING name;
 
 -- name: periodic_reconcile
 -- Drop the ticks recorded before %(since)s (when this worker started, by the server's clock)
--- of schedules the app does not define (%(names)s), or defines otherwise (%(schedules)s, each
--- name's definition; a tick recorded without one stands for any), and cancel their jobs not
+-- of schedules the app does not define (%(names)s) though it has their task (%(tasks)s: apps
+-- sharing a schema may define different periodic tasks), or defines otherwise (%(schedules)s,
+-- each name's definition; a tick recorded without one stands for any), and cancel their jobs not
 -- started yet (a running or locked job is left to finish); returns, per schedule, whether it
 -- changed (else it is gone), how many ticks were dropped and the ids of the cancelled jobs.
 -- Later ticks are left alone: another worker, of another version, still enqueues them.  Waits
@@ -188,6 +189,8 @@ WITH wait AS MATERIALIZED (
     WHERE t.tick < %(since)s
       AND NOT EXISTS (SELECT 1 FROM defined AS d
                       WHERE d.name = t.name AND (t.schedule IS NULL OR t.schedule = d.schedule))
+      AND (EXISTS (SELECT 1 FROM defined AS d WHERE d.name = t.name)
+           OR t.schedule IS NOT NULL AND t.schedule::jsonb ->> 'task' = ANY (%(tasks)s::text[]))
     RETURNING t.name, t.job_id, EXISTS (SELECT 1 FROM defined AS d WHERE d.name = t.name)
                                 AS changed
 ), cancelled AS (
