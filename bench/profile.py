@@ -37,11 +37,14 @@ from .workloads import Attach, Context, drain
 PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("start-up (imports, schema check)", ("<frozen importlib", "Worker._check_schema")),
     ("decoding claimed rows into jobs", ("Job.from_claimed_row",)),
-    ("claiming (statement, waiting for it)", ("Claiming._claim", "HeldSlots._claim")),
+    (
+        "claiming (statement, waiting for it)",
+        ("ClaimLoop.run (", "LeasedClaims.", "HeldSlots._claim"),
+    ),
     ("outcome writes: parameters", ("claim_arrays", "result_arrays")),
-    ("outcome writes: reporting them", ("JobOutcomes._recorded",)),
+    ("outcome writes: reporting them", ("OutcomeReporter.recorded",)),
     ("outcome writes: statement", ("Completer.",)),
-    ("running jobs (slots, handler, outcome)", ("_run_slot", "_run_leased", "_run_held")),
+    ("running jobs (slots, handler, outcome)", ("_run_slot", "run_leased", "_run_held")),
     ("heartbeat, listener, maintenance", ("Heartbeat.", "Listener.", "Maintenance.", "Leader")),
     ("event loop: waiting in select", ("EpollSelector.select", "KqueueSelector.select")),
 ]

@@ -5,9 +5,8 @@ per tick extends the leases of all claimed jobs; outcomes are written in batches
 :class:`~skiplock._runtime.completer.Completer`, each naming its claim (worker id, attempt and claim
 time) so a worker whose lease was reclaimed changes nothing.  A claim may take more jobs than
 there are free slots; :class:`~skiplock._runtime.capacity.Capacity` decides how many, and the extra
-ones
-wait in the worker, leased, until a slot frees.  Held model: claim, task and finish share one
-transaction that keeps the row locked; a crash rolls it back and the job is claimable at once.
+ones wait in the worker, leased, until a slot frees.  Held model: claim, task and finish share
+one transaction that keeps the row locked; a crash rolls it back and the job is claimable at once.
 
 Shutdown (:meth:`Worker.stop`): stop claiming, give running jobs ``shutdown_grace`` seconds,
 cancel the rest and give them back without spending their attempt, flush, resign
@@ -15,21 +14,21 @@ leadership.  A worker given ``max_jobs`` or ``max_memory`` (:mod:`skiplock._runt
 stops claiming once due, and :meth:`Worker.run` returns when every job it claimed has been run
 and recorded.
 
-This module has the worker's life cycle; claiming is in :mod:`skiplock._runtime.claiming`, the slots
-that run leased jobs in :mod:`skiplock._runtime.leased_slots`, the held-lock slots in
+This module is the composition root: :class:`Worker` builds the services, runs them and shuts
+them down.  They share one :class:`~skiplock._runtime.worker_state.WorkerState`; the claim loop is
+in :mod:`skiplock._runtime.claim_loop`, the slots behind one interface
+(:mod:`skiplock._runtime.slots`) in :mod:`skiplock._runtime.leased_slots` and
 :mod:`skiplock._runtime.held_slots`, running jobs and reporting their outcomes in
-:mod:`skiplock._runtime.job_outcomes` (mixins of :class:`Worker`).
+:mod:`skiplock._runtime.job_outcomes`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable, Collection
 from typing import Any
 
-from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from skiplock._db.client_async import open_pool
@@ -39,22 +38,24 @@ from skiplock._db.queue_locks import QueueLockWaits
 from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.capacity import Capacity
 from skiplock._runtime.claim_cursor import ClaimCursor
-from skiplock._runtime.claiming import Claiming
-from skiplock._runtime.completer import Completer
+from skiplock._runtime.claim_loop import ClaimLoop
+from skiplock._runtime.completer import Recorded
 from skiplock._runtime.heartbeat import Heartbeat
 from skiplock._runtime.held_cancels import watch_held_cancels
 from skiplock._runtime.held_sessions import watch_held_sessions
-from skiplock._runtime.held_slots import HeldSlots
-from skiplock._runtime.job_outcomes import JobOutcomes
+from skiplock._runtime.held_slots import HeldSlots, claims_held
+from skiplock._runtime.job_outcomes import OutcomeReporter
 from skiplock._runtime.leader import LeaderElector
-from skiplock._runtime.leased_slots import LeasedSlots, ParkedSlot
+from skiplock._runtime.leased_claims import LeasedClaims
+from skiplock._runtime.leased_slots import LeasedSlots
 from skiplock._runtime.listener import Listener
 from skiplock._runtime.maintenance import Maintenance
 from skiplock._runtime.presence import Presence
 from skiplock._runtime.queue_settings import QueueSettings
 from skiplock._runtime.recycling import Recycling
-from skiplock._runtime.running import RunningJob
+from skiplock._runtime.slots import Slots
 from skiplock._runtime.task_threads import TaskThreads
+from skiplock._runtime.worker_state import WorkerState
 from skiplock.app import App
 from skiplock.errors import SkiplockError
 from skiplock.events import JobEvent, WorkerStats, new_worker_id
@@ -84,7 +85,7 @@ async def cancel_and_wait(tasks: Collection[asyncio.Task[Any]], again_after: flo
             task.exception()  # retrieved: a service that failed was logged where it failed
 
 
-class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
+class Worker:
     def __init__(
         self,
         app: App,
@@ -115,7 +116,7 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
         self.queues = [check_queue_name(q) for q in queues] if queues else None
         self.concurrency = concurrency
         self.capacity = Capacity(concurrency, prefetch, max_in_flight=max_in_flight)
-        self.model = model
+        self.model: WorkerModel | None = model
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         self.burst = burst
@@ -128,79 +129,94 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
         self.recycling = Recycling(max_jobs=max_jobs, max_memory=max_memory)
         self.store = AsyncStore(app.queries)
         self.stats = WorkerStats()
+        self.state = WorkerState()  # what the services below share
+        self.claim_cursor = ClaimCursor()
+        self.queue_lock_waits = QueueLockWaits()  # limited queues whose claim lock is busy
+        # The services, made by run().
+        self.settings: QueueSettings | None = None
         self.listener: Listener | None = None
         self.elector: LeaderElector | None = None
         self.maintenance: Maintenance | None = None
-        self._running: dict[int, RunningJob] = {}  # every claimed job, reserved or started
-        self._reserved: deque[RunningJob] = deque()  # claimed, waiting for a slot
-        self._tasks: set[asyncio.Task[None]] = set()  # busy slots
-        self._parked: deque[ParkedSlot] = deque()  # idle leased slots (see leased_slots.py)
-        self._handlers = 0  # jobs whose task is running now (their outcomes are still to come)
-        self._drained = False  # the last claim found less than it asked for
-        self.claim_error: str | None = None  # see Claiming
-        self._announced = 0  # counts announcements of new work (see _new_work)
-        self._held = False
-        self._refill_below = 1  # set by each claim round from the capacity
-        self.claim_cursor = ClaimCursor()
-        self.settings: QueueSettings | None = None
-        self.queue_lock_waits = QueueLockWaits()  # limited queues whose claim lock is busy
-        self._stopping = False
-        self._wake: asyncio.Event | None = None
+        self.reporter: OutcomeReporter | None = None
+        self.slots: Slots | None = None
+        self.claims: ClaimLoop | None = None
         self._pool: AsyncConnectionPool | None = None
-        self._claim_conn: AsyncConnection[Any] | None = None  # see claiming.py
-        self._completer: Completer | None = None
-        self._executor: TaskThreads | None = None
 
     # -- public --------------------------------------------------------------------------
 
     @property
     def running_jobs(self) -> list[Job]:
-        return [r.job for r in self._running.values()]
+        return [r.job for r in self.state.running.values()]
 
     @property
     def recycled(self) -> str | None:
         """Why this worker stopped claiming to make way for a fresh one (None: it did not)."""
         return self.recycling.reason
 
+    @property
+    def claim_error(self) -> str | None:
+        """Why the last claim failed (None: it did not): a burst that ends on a failed claim
+        did not run what was due, and ``skiplock worker --burst`` exits 1."""
+        return self.claims.claim_error if self.claims is not None else None
+
     def stop(self) -> None:
         """Stop claiming; :meth:`run` returns after the shutdown described in the module doc."""
-        self._stopping = True
-        self._nudge()
+        self.state.stopping = True
+        if self.claims is not None:
+            self.claims.nudge()
 
     async def run(self) -> WorkerStats:
         queues = self.queues or sorted({t.queue for t in self.app.tasks.values()})
         if not queues:
             raise SkiplockError("the worker has no queue: register a task or pass --queues")
         dsn = self.app.dsn
-        held = self._held = self._claims_held(queues)
-        self._wake = asyncio.Event()
-        self._executor = TaskThreads(self.concurrency)
+        held = self._claims_held(queues)
+        executor = TaskThreads(self.concurrency)
         pool_size = 6 + (self.concurrency if held else 0)
-        self._pool = await open_pool(
+        pool = self._pool = await open_pool(
             dsn, self.store, min_size=2, max_size=pool_size, prepare=self.app.prepared_statements
         )
         try:
             await self._check_schema()
         except BaseException:
-            await self._pool.close()
-            self._executor.shutdown(wait=False)
+            await pool.close()
+            executor.shutdown(wait=False)
             raise
-        self._completer = Completer(
-            self.store,
-            self._pool,
-            self.app.completion,
-            on_recorded=self._recorded,
-            still_running=lambda: self._handlers,
-        )
-        self.elector = LeaderElector(self.store, self._pool, self.worker_id, ttl=self.leader_ttl)
-        self.maintenance = Maintenance(
+        state, store = self.state, self.store
+        # The claim loop hears from the services made before it (new work, freed room, written
+        # outcomes); it is made last, as it claims through the slots.
+        claims: ClaimLoop
+
+        def work_behind_cursor() -> None:
+            claims.work_behind_cursor()
+
+        def capacity_freed() -> None:
+            claims.capacity_freed()
+
+        def recorded(batch: list[Recorded]) -> None:
+            claims.recorded(batch)
+
+        reporter = self.reporter = OutcomeReporter(
             self.app,
-            self.store,
-            self._pool,
+            store,
+            pool,
+            state,
+            worker_id=self.worker_id,
+            stats=self.stats,
+            listeners=self.listeners,
+            executor=executor,
+            on_recorded=recorded,
+        )
+        completer = reporter.completer
+        self.elector = LeaderElector(store, pool, self.worker_id, ttl=self.leader_ttl)
+        maintenance = self.maintenance = Maintenance(
+            self.app,
+            store,
+            pool,
             self.elector,
             interval=self.poll_interval,
             reclaim_interval=min(self.lease_seconds / 2, 5.0),
-            on_work=self._work_behind_cursor,
+            on_work=work_behind_cursor,
             queues=queues,
         )
         log.info(
@@ -210,68 +226,111 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
             self.concurrency,
             "held" if held else "lease",
         )
-        heartbeat = Heartbeat(
-            self.store,
-            self._pool,
-            self.lease_seconds,
-            lambda: list(self._running.values()),
-        )
-        self.settings = QueueSettings(
-            self.store, self._pool, queues, self.poll_interval, on_resume=self._work_behind_cursor
+        heartbeat = Heartbeat(store, pool, self.lease_seconds, state.jobs)
+        settings = self.settings = QueueSettings(
+            store, pool, queues, self.poll_interval, on_resume=work_behind_cursor
         )
         presence = Presence(
-            self.store,
-            self._pool,
+            store,
+            pool,
             self.worker_id,
             queues=queues,
             concurrency=self.concurrency,
             model="held" if held else "lease",
-            counts=lambda: (len(self._running), self.stats.finished),
+            counts=lambda: (len(state.running), self.stats.finished),
         )
-        self._completer.start()  # stopped apart from the others, below: it must not be cut short
+        slots: Slots
+        if held:
+            slots = HeldSlots(
+                self.app,
+                store,
+                pool,
+                state,
+                reporter,
+                settings,
+                self.queue_lock_waits,
+                self.recycling,
+                concurrency=self.concurrency,
+                model=self.model,
+                worker_id=self.worker_id,
+                lease_seconds=self.lease_seconds,
+                on_freed=capacity_freed,
+            )
+        else:
+            leased_claims = LeasedClaims(
+                store,
+                pool,
+                settings,
+                self.claim_cursor,
+                self.queue_lock_waits,
+                worker_id=self.worker_id,
+                lease_seconds=self.lease_seconds,
+            )
+            slots = LeasedSlots(
+                state,
+                leased_claims,
+                reporter,
+                self.capacity,
+                settings,
+                self.recycling,
+                lease_seconds=self.lease_seconds,
+                on_freed=capacity_freed,
+                on_taken=lambda: claims.claim_if_due(),
+            )
+        self.slots = slots
+        claims = self.claims = ClaimLoop(
+            state,
+            slots,
+            completer,
+            self.capacity,
+            self.claim_cursor,
+            settings,
+            self.recycling,
+            maintenance,
+            burst=self.burst,
+            poll_interval=self.poll_interval,
+        )
+        completer.start()  # stopped apart from the others, below: it must not be cut short
         services = [asyncio.create_task(heartbeat.run()), asyncio.create_task(presence.run())]
         if held:
-
-            def running() -> list[RunningJob]:
-                return list(self._running.values())
-
-            services.append(asyncio.create_task(watch_held_sessions(running)))
+            services.append(asyncio.create_task(watch_held_sessions(state.jobs)))
             services.append(
-                asyncio.create_task(
-                    watch_held_cancels(running, self.store, self._pool, self.poll_interval)
-                )
+                asyncio.create_task(watch_held_cancels(state.jobs, store, pool, self.poll_interval))
             )
-        services.append(asyncio.create_task(self.settings.run()))
+        services.append(asyncio.create_task(settings.run()))
         if not self.burst:
             services.append(asyncio.create_task(self.elector.run()))
-            services.append(asyncio.create_task(self.maintenance.run()))
+            services.append(asyncio.create_task(maintenance.run()))
         if self.recycling.max_memory is not None:
-            services.append(asyncio.create_task(self.recycling.watch_memory(self._nudge)))
+            services.append(asyncio.create_task(self.recycling.watch_memory(claims.nudge)))
         if self.listen:
             self.listener = Listener(
                 dsn,
-                self.store,
+                store,
                 set(queues),
-                self._new_work,
-                on_cancel=self._cancel_requested,
+                claims.new_work,
+                on_cancel=state.cancel_requested,
                 prepare=self.app.prepared_statements,
             )
             services.append(asyncio.create_task(self.listener.run()))
         try:
-            await self.settings.refresh()
-            await self._claim_loop(queues)
-            await self._shut_down()
+            await settings.refresh()
+            await claims.run(queues)
+            await self._shut_down(slots)
         finally:
             await cancel_and_wait(services)
-            await cancel_and_wait([*self._tasks, *self._release_parked_slots()])
-            await self._release_claim_connection()
-            await self._completer.stop()
+            await cancel_and_wait([*state.busy, *slots.let_go_idle()])
+            await slots.close()
+            await completer.stop()
             await self.elector.resign()
             await presence.forget()
-            await self._pool.close(timeout=5.0)
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            await pool.close(timeout=5.0)
+            executor.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped: %s", self.worker_id, self.stats)
         return self.stats
+
+    def _claims_held(self, queues: list[str]) -> bool:
+        return claims_held(self.app, self.model, queues)
 
     async def _check_schema(self) -> None:
         """Refuse to start on a schema without the migrations this version's statements need
@@ -282,27 +341,18 @@ class Worker(Claiming, LeasedSlots, HeldSlots, JobOutcomes):
             missing = await self.store.migration_pending(conn, versions)
         check_migrated(self.app.schema, missing)
 
-    # -- claiming ------------------------------------------------------------------------
-
-    def _nudge(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
-
-    # -- shutdown ------------------------------------------------------------------------
-
-    async def _shut_down(self) -> None:
-        assert self._completer is not None
-        self._release_parked_slots()  # idle: they end at their next turn
-        while self._reserved:  # never started: back to the queue without spending an attempt,
-            self._give_back(self._reserved.popleft())  # or cancelled if an admin asked
-        if self._tasks:
+    async def _shut_down(self, slots: Slots) -> None:
+        state = self.state
+        slots.let_go_idle()  # idle: they end at their next turn
+        slots.give_back_waiting()  # never started: back to the queue, attempt unspent
+        if state.busy:
             log.info(
                 "waiting up to %.0fs for %d running jobs",
                 self.shutdown_grace,
-                len(self._running),
+                len(state.running),
             )
-            _, late = await asyncio.wait(set(self._tasks), timeout=self.shutdown_grace)
-            for running in list(self._running.values()):
+            _, late = await asyncio.wait(set(state.busy), timeout=self.shutdown_grace)
+            for running in list(state.running.values()):
                 running.stop("shutdown")
             for task in late:
                 task.cancel()  # held-lock slots: their transactions roll back

@@ -15,6 +15,7 @@ import pytest
 
 from polling import wait_for
 from skiplock import App, Worker
+from skiplock._runtime.leased_slots import LeasedSlots
 
 pytestmark = pytest.mark.smoke
 
@@ -28,8 +29,12 @@ def test_claims_share_a_connection_and_a_broken_one_is_replaced(app: App, db: An
 
     worker = Worker(app, concurrency=2, poll_interval=30.0)  # only NOTIFYs wake it
 
+    def claim_conn() -> Any:
+        assert isinstance(worker.slots, LeasedSlots)
+        return worker.slots.claims.conn
+
     def claim_pid() -> int | None:
-        conn = worker._claim_conn
+        conn = claim_conn()
         return None if conn is None or conn.closed else conn.info.backend_pid
 
     async def main() -> tuple[list[int | None], Any]:
@@ -44,7 +49,7 @@ def test_claims_share_a_connection_and_a_broken_one_is_replaced(app: App, db: An
             note.enqueue(n=3)  # its NOTIFY wakes a claim on the dead session, then a new one
             assert await wait_for(lambda: 3 in ran, 5.0), (ran, worker.stats)
             pids.append(claim_pid())
-            last = worker._claim_conn
+            last = claim_conn()
         finally:
             worker.stop()
             await run
@@ -54,4 +59,4 @@ def test_claims_share_a_connection_and_a_broken_one_is_replaced(app: App, db: An
     assert pids[0] is not None and pids[0] == pids[1]  # kept from one claim to the next
     assert pids[2] is not None and pids[2] != pids[0]  # replaced after the failed claim
     assert sorted(ran) == [1, 2, 3]
-    assert worker._claim_conn is None and last is not None and last.closed  # given back, closed
+    assert claim_conn() is None and last is not None and last.closed  # given back, closed

@@ -202,7 +202,7 @@ def test_shutdown_cancels_a_reserved_job_an_admin_cancelled_and_releases_the_res
         assert await wait_for(lambda: len(worker.running_jobs) == 3, 5.0)
         assert await app.async_client.cancel_or_request(ids[1]) == "requested"
         # the heartbeat (every lease/3) passes the request on to the reserved job
-        reserved = next(r for r in worker._reserved if r.job.id == ids[1])
+        reserved = next(r for r in worker.state.reserved if r.job.id == ids[1])
         assert await wait_for(lambda: reserved.stop_reason == "cancelled", 5.0)
         worker.stop()
         await run
@@ -268,10 +268,12 @@ def test_a_job_announced_during_an_empty_claim_starts_without_waiting_for_the_po
         if listening:
             calls += 1
         if calls == 1 and not enqueued_at:
-            before = worker._announced
+            assert worker.claims is not None
+            claims = worker.claims
+            before = claims.announced
             enqueued_at = time.monotonic()
             await quick.enqueue_async()
-            assert await wait_for(lambda: worker._announced > before, 5.0)
+            assert await wait_for(lambda: claims.announced > before, 5.0)
         return jobs
 
     worker.store.job_claim = racing_claim  # type: ignore[method-assign]

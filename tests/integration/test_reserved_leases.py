@@ -69,7 +69,7 @@ def test_a_reserved_job_a_heartbeat_found_reclaimed_is_not_started(
         worker = primed_worker(app)
         running = asyncio.create_task(worker.run())
         await asyncio.wait_for(slow.started.wait(), 15)
-        assert [r.job.id for r in worker._reserved] == [victim_id]  # claimed ahead, waiting
+        assert [r.job.id for r in worker.state.reserved] == [victim_id]  # claimed ahead, waiting
 
         def steal() -> None:  # expire, reclaim and claim it elsewhere in one transaction
             with psycopg.connect(app.dsn) as conn:
@@ -110,7 +110,7 @@ def test_a_reserved_job_no_heartbeat_renewed_is_given_back_not_started(
         reachable = failing_heartbeats(worker)
         running = asyncio.create_task(worker.run())
         await asyncio.wait_for(slow.started.wait(), 15)
-        assert [r.job.id for r in worker._reserved] == [victim_id]
+        assert [r.job.id for r in worker.state.reserved] == [victim_id]
         await asyncio.sleep(0.9)  # the slow job has ended; heartbeats work again
         reachable.set()
         assert await wait_for(lambda: bool(runs["victim"]), 15)

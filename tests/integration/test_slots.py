@@ -14,6 +14,7 @@ import pytest
 from polling import wait_for
 from skiplock import App, FixedDelay, JobContext, JobStatus, Task, Worker
 from skiplock._runtime.capacity import Capacity, Throughput
+from skiplock._runtime.leased_slots import LeasedSlots
 
 pytestmark = pytest.mark.smoke
 
@@ -184,7 +185,7 @@ def test_a_late_stop_of_a_finished_job_does_not_reach_the_next_job_in_its_slot(
     @app.task(name="first", pass_context=True)
     async def first(ctx: JobContext) -> None:
         slot_tasks.add(asyncio.current_task())
-        finished_first.append(worker._running[ctx.job.id])  # what a heartbeat holds on to
+        finished_first.append(worker.state.running[ctx.job.id])  # what a heartbeat holds on to
 
     @app.task(name="second")
     async def second() -> None:
@@ -231,7 +232,8 @@ def test_slots_park_while_writes_lag_and_are_reused_not_remade(app: App, db: Any
     assert statuses(db, app) == {"done": 3000}
     assert 1 <= len(slots) <= 4, f"{len(slots)} slot tasks for a concurrency of 4"
     assert all(slot.done() for slot in slots), "a slot outlived its worker"
-    assert not worker._parked and not worker._tasks
+    assert isinstance(worker.slots, LeasedSlots)
+    assert not worker.slots.parked and not worker.state.busy
 
 
 def test_a_job_stopped_after_its_hand_over_to_a_parked_slot_is_given_back_unrun(
@@ -252,11 +254,16 @@ def test_a_job_stopped_after_its_hand_over_to_a_parked_slot_is_given_back_unrun(
     first.enqueue()
     worker = Worker(app, concurrency=1, poll_interval=0.05)
 
+    def slots() -> LeasedSlots:
+        assert isinstance(worker.slots, LeasedSlots)
+        return worker.slots
+
     async def main() -> None:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(lambda: worker.stats.done == 1 and bool(worker._parked), 5.0)
-            (parked_slot, _) = worker._parked[0]
+            parked = lambda: isinstance(worker.slots, LeasedSlots) and bool(worker.slots.parked)  # noqa: E731
+            assert await wait_for(lambda: worker.stats.done == 1 and parked(), 5.0)
+            (parked_slot, _) = slots().parked[0]
             # In a queue the worker does not claim from, so that only the test claims it: by
             # hand for this worker (as its claim loop would), reserved, handed to the parked
             # slot, and cancelled before the event loop lets the slot run.
@@ -267,13 +274,14 @@ def test_a_job_stopped_after_its_hand_over_to_a_parked_slot_is_given_back_unrun(
             finally:
                 await worker._pool.putconn(conn)  # type: ignore[union-attr]
             assert job.id == second_id
-            running = worker._track(job, "lease")
-            worker._reserved.append(running)
-            worker._start_reserved()
-            assert running.task is parked_slot and not worker._parked
+            assert worker.reporter is not None
+            running = worker.reporter.track(job, "lease")
+            worker.state.reserved.append(running)
+            slots().start_waiting()
+            assert running.task is parked_slot and not slots().parked
             running.stop("cancelled")
             assert await wait_for(lambda: worker.stats.cancelled == 1, 5.0), worker.stats
-            assert parked_slot.done() and not worker._tasks
+            assert parked_slot.done() and not worker.state.busy
             stored = app.get_job(second_id)
             assert stored is not None and stored.status == JobStatus.CANCELLED
         finally:

@@ -377,7 +377,7 @@ def test_a_cancel_request_that_comes_while_a_held_job_commits_does_not_undo_it(a
     write = worker.store.job_finish_many
 
     async def cancel_then_write(*args: Any) -> Any:
-        worker._cancel_requested(job_id)  # as the listener would, on the admin's NOTIFY
+        worker.state.cancel_requested(job_id)  # as the listener would, on the admin's NOTIFY
         await asyncio.sleep(0)  # where a cancellation of the writing task would land
         return await write(*args)
 

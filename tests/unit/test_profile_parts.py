@@ -6,11 +6,11 @@ from __future__ import annotations
 from bench.profile import OTHER, heaviest_frames, part_of, read_collapsed, shares
 
 ROOT = ('process 41:"python -m skiplock worker app"', "<module> (skiplock/__main__.py:5)")
-CLAIM = "Claiming._claim_on (skiplock/_runtime/claiming.py:227)"
+CLAIM = "LeasedClaims._claim_on (skiplock/_runtime/leased_claims.py:75)"
 DECODE = "Job.from_claimed_row (skiplock/job.py:76)"
 WRITE = "Completer._write_batch (skiplock/_runtime/completer.py:150)"
 PARAMS = "claim_arrays (skiplock/_db/statement_params.py:28)"
-RECORDED = "JobOutcomes._recorded (skiplock/_runtime/job_outcomes.py:111)"
+RECORDED = "OutcomeReporter.recorded (skiplock/_runtime/job_outcomes.py:136)"
 SLOT = "LeasedSlots._run_slot (skiplock/_runtime/leased_slots.py:159)"
 SELECT = "EpollSelector.select (selectors.py:468)"
 

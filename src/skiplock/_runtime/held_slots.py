@@ -1,12 +1,11 @@
 """Held-lock slots: each claims one job in its own transaction, which keeps the row locked
 while the task runs and commits the outcome with it.
 
-A mixin of :class:`~skiplock.worker.Worker`.  A crash rolls the transaction back, so the job is
-claimable again at once; the next claim finds the start recorded apart (``held_starts``,
-migration 0005), counts the dead attempt and runs the job as the attempt after it, or fails it
-when that was the last (see :func:`~skiplock._runtime.execution.dead_starts`).  A transaction that
-rolls
-back while the worker lives gets its attempt counted at once, with a backoff.
+A crash rolls the transaction back, so the job is claimable again at once; the next claim finds
+the start recorded apart (``held_starts``, migration 0005), counts the dead attempt and runs the
+job as the attempt after it, or fails it when that was the last (see
+:func:`~skiplock._runtime.execution.dead_starts`).  A transaction that rolls back while the
+worker lives gets its attempt counted at once, with a backoff.
 """
 
 from __future__ import annotations
@@ -14,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
@@ -24,11 +24,13 @@ from psycopg_pool import AsyncConnectionPool
 from skiplock._db.held_async import roll_back_quietly
 from skiplock._db.queue_locks import QueueLockWaits
 from skiplock._db.store_async import AsyncStore
-from skiplock._runtime.completer import Completer, Recorded
+from skiplock._runtime.completer import Recorded
 from skiplock._runtime.execution import Outcome, dead_starts, rolled_back
+from skiplock._runtime.job_outcomes import OutcomeReporter
 from skiplock._runtime.queue_settings import QueueSettings
 from skiplock._runtime.recycling import Recycling
 from skiplock._runtime.running import RunningJob
+from skiplock._runtime.worker_state import WorkerState
 from skiplock.app import App
 from skiplock.errors import QueueLockBusy, SkiplockError
 from skiplock.job import Job
@@ -37,38 +39,67 @@ from skiplock.task import WorkerModel
 log = logging.getLogger("skiplock.worker")
 
 
+def claims_held(app: App, model: WorkerModel | None, queues: list[str]) -> bool:
+    """Whether a worker of ``model`` (None: each task's own) on ``queues`` claims held-lock."""
+    if model is not None:
+        return model == "held"
+    return any(t.settings.model == "held" for t in app.tasks.values() if t.queue in queues)
+
+
 class HeldSlots:
-    # Set by Worker.__init__ / Worker.run.
-    app: App
-    model: WorkerModel | None
-    lease_seconds: float
-    worker_id: str
-    store: AsyncStore
-    settings: QueueSettings | None
-    queue_lock_waits: QueueLockWaits
-    recycling: Recycling
-    _pool: AsyncConnectionPool | None
-    _completer: Completer | None
-    _tasks: set[asyncio.Task[None]]
-    _running: dict[int, RunningJob]
+    """The held-lock implementation of :class:`~skiplock._runtime.slots.Slots`."""
 
-    if TYPE_CHECKING:  # defined by Worker, JobOutcomes and LeasedSlots
+    def __init__(
+        self,
+        app: App,
+        store: AsyncStore,
+        pool: AsyncConnectionPool,
+        state: WorkerState,
+        reporter: OutcomeReporter,
+        settings: QueueSettings,
+        queue_lock_waits: QueueLockWaits,
+        recycling: Recycling,
+        *,
+        concurrency: int,
+        model: WorkerModel | None,
+        worker_id: str,
+        lease_seconds: float,
+        on_freed: Callable[[], None],
+    ) -> None:
+        self.app = app
+        self.store = store
+        self.pool = pool
+        self.state = state
+        self.reporter = reporter
+        self.completer = reporter.completer
+        self.settings = settings
+        self.queue_lock_waits = queue_lock_waits
+        self.recycling = recycling
+        self.concurrency = concurrency
+        self.model = model
+        self.worker_id = worker_id
+        self.lease_seconds = lease_seconds
+        self.on_freed = on_freed  # a slot's job ended: claim if due
 
-        def _track(self, job: Job, model: WorkerModel) -> RunningJob: ...
-        def _untrack(self, running: RunningJob) -> None: ...
-        def _emit_started(self, job: Job) -> None: ...
-        def _slot_freed(self, task: asyncio.Task[None]) -> None: ...
-        def _recorded(self, batch: list[Recorded]) -> None: ...
-        def _report_gone(self, running: RunningJob, outcome: Outcome) -> None: ...
-        async def _run_leased(self, running: RunningJob) -> bool: ...
-        async def _outcome(
-            self, running: RunningJob, conn: AsyncConnection[Any] | None
-        ) -> Outcome: ...
+    def room(self, unwritten: int) -> int:
+        # One transaction per slot; a finished job keeps its slot until written.
+        return self.concurrency - len(self.state.busy) - unwritten
 
-    def _claims_held(self, queues: list[str]) -> bool:
-        if self.model is not None:
-            return self.model == "held"
-        return any(t.settings.model == "held" for t in self.app.tasks.values() if t.queue in queues)
+    def start_waiting(self) -> None:
+        pass  # no job waits for a slot: each slot claims its own
+
+    def give_back_waiting(self) -> None:
+        pass
+
+    def let_go_idle(self) -> list[asyncio.Task[None]]:
+        return []  # a slot ends with its job
+
+    async def close(self) -> None:
+        pass  # each slot returns its connection when its job ends
+
+    def _slot_freed(self, task: asyncio.Task[None]) -> None:
+        self.state.busy.discard(task)
+        self.on_freed()
 
     def _model_of(self, job: Job) -> WorkerModel:
         if self.model is not None:
@@ -76,12 +107,13 @@ class HeldSlots:
         task = self.app.tasks.get(job.task)
         return (task.settings.model if task else None) or "lease"
 
-    async def _claim_held(self, queues: list[str], limit: int) -> int:
+    async def claim(self, queues: list[str], limit: int) -> int:
+        """Start up to ``limit`` slots, each claiming one job in its own transaction."""
         claimed = 0
         for _ in range(limit):
             got: asyncio.Future[Job | None] = asyncio.get_running_loop().create_future()
             slot: asyncio.Task[None] = asyncio.create_task(self._held_slot(queues, got))
-            self._tasks.add(slot)
+            self.state.busy.add(slot)
             try:
                 job = await got
             except BaseException:
@@ -90,7 +122,7 @@ class HeldSlots:
             finally:
                 if job is None:  # an empty claim: let its transaction end before counting slots
                     await asyncio.gather(slot, return_exceptions=True)
-                    self._tasks.discard(slot)
+                    self.state.busy.discard(slot)
             if job is None:
                 break
             slot.add_done_callback(self._slot_freed)
@@ -98,23 +130,10 @@ class HeldSlots:
             self.recycling.count_claimed(1)
         return claimed
 
-    def _cancel_requested(self, job_id: int) -> None:
-        """An admin asked by NOTIFY to cancel a job whose row another session had locked (a
-        held-lock job's row, locked by the transaction it runs in, cannot take the flag a
-        leased job's heartbeat reads).  If it runs here, it is stopped: a held-lock job's
-        outcome, cancelled, commits in its transaction, and what its task wrote on
-        ``ctx.conn`` rolls back; a leased job ends as if its heartbeat had seen the flag.  (A
-        held-lock job not started yet reads the request, recorded apart, at its start; see
-        :mod:`skiplock._runtime.held_cancels`.)"""
-        running = self._running.get(job_id)
-        if running is not None:
-            running.cancel_requested()
-
     async def _held_slot(self, queues: list[str], got: asyncio.Future[Job | None]) -> None:
-        assert self._pool is not None
         running: RunningJob | None = None
         try:
-            async with self._pool.connection() as conn:
+            async with self.pool.connection() as conn:
                 job = await self._claim_for_slot(conn, queues)
                 if job is None:  # the store ended the transaction
                     got.set_result(None)
@@ -128,13 +147,13 @@ class HeldSlots:
                             if counted is None:
                                 return  # its attempts are spent: failed, not run
                             job = counted
-                        running = self._track(job, "held")
+                        running = self.reporter.track(job, "held")
                         running.conn = conn
                         if cancel_requested:  # by an admin, since the job's last outcome
                             running.cancel_requested()  # not started: no task to cancel
                         else:
                             running.task = asyncio.current_task()
-                            self._emit_started(job)
+                            self.reporter.started(job)
                         await self._run_held(running, conn)
                         return
                     await conn.commit()  # a lease task: its claim commits, with its lease
@@ -144,10 +163,10 @@ class HeldSlots:
                         await self._forget_held_start(running.job)
                     raise
             # A lease task claimed by a held-capable worker.
-            running = self._track(job, "lease")
-            self._emit_started(job)
+            running = self.reporter.track(job, "lease")
+            self.reporter.started(job)
             running.task = asyncio.current_task()
-            await self._run_leased(running)
+            await self.reporter.run_leased(running)
         except Exception as exc:
             if not got.done():
                 got.set_exception(exc)
@@ -157,13 +176,12 @@ class HeldSlots:
                 log.warning("a held-lock claim's transaction failed and rolled back: %s", exc)
         finally:
             if running is not None and running.model == "held":
-                self._untrack(running)
+                self.state.untrack(running)
 
     async def _claim_for_slot(self, conn: AsyncConnection[Any], queues: list[str]) -> Job | None:
         """A job for a held-lock slot, its transaction open on ``conn``: from the queues without
         a limit, else from each limited queue in turn, each claim serialised by a transaction
         on another connection of the pool (see ``job_claim_held_limited``)."""
-        assert self._pool is not None and self.settings is not None
         limits = self.settings.limits
         unlimited = [q for q in queues if q not in limits]
         job = await self.store.job_claim_held(conn, unlimited, self.worker_id, self.lease_seconds)
@@ -171,7 +189,7 @@ class HeldSlots:
             if job is not None:
                 break
             try:
-                async with self._pool.connection() as guard:
+                async with self.pool.connection() as guard:
                     job = await self.store.job_claim_held_limited(
                         conn,
                         guard,
@@ -193,9 +211,8 @@ class HeldSlots:
         (0 normally), and whether an admin asked to cancel the job in that state (a request
         that came before the start, see :mod:`skiplock._runtime.held_cancels`).  Best effort: if the
         record cannot be written, the job runs anyway."""
-        assert self._pool is not None
         try:
-            async with self._pool.connection() as conn:
+            async with self.pool.connection() as conn:
                 starts, cancel_requested = await self.store.job_held_start_count(conn, job.id)
                 return starts - 1, cancel_requested
         except (psycopg.Error, SkiplockError) as exc:
@@ -205,9 +222,8 @@ class HeldSlots:
     async def _forget_held_start(self, job: Job) -> None:
         """The job was stopped (shutdown) and rolled back on purpose: its next start must not
         take this one for a start whose worker died."""
-        assert self._pool is not None
         try:
-            async with self._pool.connection() as conn:
+            async with self.pool.connection() as conn:
                 await self.store.job_held_start_forget(conn, job.id)
         except (psycopg.Error, SkiplockError) as exc:
             log.warning("job %s: could not forget its stopped held-lock start: %s", job.id, exc)
@@ -240,8 +256,7 @@ class HeldSlots:
         error, retry_in = rolled_back(job, self.app.tasks.get(job.task), exc)
         log.error("job %s: %s; attempt counted, next try in %.1fs", job.id, error, retry_in)
         try:
-            assert self._pool is not None
-            async with self._pool.connection() as conn:
+            async with self.pool.connection() as conn:
                 await self.store.job_spend_rolled_back_attempt(conn, job.claim, error, retry_in)
         except (psycopg.Error, SkiplockError) as again:
             log.warning("job %s: could not count the rolled-back attempt: %s", job.id, again)
@@ -255,7 +270,7 @@ class HeldSlots:
             if running.stop_reason == "cancelled":  # asked before it started
                 outcome = Outcome("cancelled")
             else:
-                outcome = await self._outcome(running, conn)
+                outcome = await self.reporter.outcome(running, conn)
         except asyncio.CancelledError:
             if running.stop_reason not in ("lost", "cancelled"):
                 raise  # shutdown: the caller rolls back
@@ -267,7 +282,7 @@ class HeldSlots:
             running.task = None  # the outcome is known: a late stop must not cut its commit short
         if running.claim_gone:
             await roll_back_quietly(conn)
-            self._report_gone(running, outcome)
+            self.reporter.report_gone(running, outcome)
             return
         await self._commit_outcome(conn, running.job, outcome, running.started)
 
@@ -275,7 +290,6 @@ class HeldSlots:
         self, conn: AsyncConnection[Any], job: Job, outcome: Outcome, started: float
     ) -> None:
         """Write a held-lock job's outcome in its claim's transaction, commit, report it."""
-        assert self._completer is not None
-        owned = job.id in await self._completer.write(conn, [(job, outcome, started)])
+        owned = job.id in await self.completer.write(conn, [(job, outcome, started)])
         await conn.commit()
-        self._recorded([Recorded(job, outcome, owned, started)])
+        self.reporter.recorded([Recorded(job, outcome, owned, started)])

@@ -1,10 +1,10 @@
-"""What became of a worker's jobs: each claimed job tracked while it is the worker's, its
-task run to an :class:`~skiplock._runtime.execution.Outcome`, and the outcomes the
-:class:`~skiplock._runtime.completer.Completer` wrote reported: counted in the worker's stats, told
-to
-the log and the app's event listeners, and turned into free slots and new claims.
+"""What became of a worker's jobs: each claimed job's task run to an
+:class:`~skiplock._runtime.execution.Outcome`, the outcome handed to the
+:class:`~skiplock._runtime.completer.Completer` (or reported lost when its claim is gone), and the
+outcomes written counted in the worker's stats and told to the log and the event listeners.
 
-A mixin of :class:`~skiplock.worker.Worker`, like :mod:`skiplock._runtime.claiming` and the slots.
+Both kinds of slots run and report their jobs through one :class:`OutcomeReporter`; what frees
+slots and prompts claims is the claim loop's business, told through ``on_recorded``.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
 
-from skiplock._runtime.capacity import Capacity
-from skiplock._runtime.claim_cursor import ClaimCursor
-from skiplock._runtime.completer import Recorded
+from skiplock._db.store_async import AsyncStore
+from skiplock._runtime.completer import Completer, Recorded
 from skiplock._runtime.execution import Outcome, run_job, unrunnable
-from skiplock._runtime.recycling import Recycling
 from skiplock._runtime.running import RunningJob
 from skiplock._runtime.task_threads import TaskThreads
+from skiplock._runtime.worker_state import WorkerState
 from skiplock.app import App
 from skiplock.errors import UnknownTask
 from skiplock.events import JobEvent, WorkerStats, finished_level, log_event
@@ -32,73 +32,110 @@ from skiplock.task import WorkerModel
 
 log = logging.getLogger("skiplock.worker")
 
-REQUEUED = ("retry", "snooze")  # outcomes that can make their job claimable again at once
 
+class OutcomeReporter:
+    def __init__(
+        self,
+        app: App,
+        store: AsyncStore,
+        pool: AsyncConnectionPool,
+        state: WorkerState,
+        *,
+        worker_id: str,
+        stats: WorkerStats,
+        listeners: list[Callable[[JobEvent], None]],
+        executor: TaskThreads,
+        on_recorded: Callable[[list[Recorded]], None],
+    ) -> None:
+        self.app = app
+        self.state = state
+        self.worker_id = worker_id
+        self.stats = stats
+        self.listeners = listeners
+        self.executor = executor
+        self.on_recorded = on_recorded  # after the outcomes are counted and told
+        self.completer = Completer(
+            store,
+            pool,
+            app.completion,
+            on_recorded=self.recorded,
+            still_running=lambda: state.handlers,
+        )
 
-class JobOutcomes:
-    # Set by Worker.__init__ / Worker.run.
-    app: App
-    worker_id: str
-    stats: WorkerStats
-    listeners: list[Callable[[JobEvent], None]]
-    capacity: Capacity
-    claim_cursor: ClaimCursor
-    recycling: Recycling
-    _running: dict[int, RunningJob]
-    _executor: TaskThreads | None
-    _drained: bool
-
-    if TYPE_CHECKING:  # defined by Worker and Claiming
-
-        def _nudge(self) -> None: ...
-        def _capacity_freed(self) -> None: ...
-
-    def _track(self, job: Job, model: WorkerModel) -> RunningJob:
+    def track(self, job: Job, model: WorkerModel) -> RunningJob:
+        """A job just claimed: counted, and registered as the worker's."""
         self.stats.claimed += 1
-        running = RunningJob(job, model)
-        earlier = self._running.get(job.id)
-        if earlier is not None:  # claimed again while an earlier claim of it runs here: that
-            if earlier.model == "held":  # one's session ended (its row lock went with it),
-                earlier.session_ended()
-            else:  # or its lease ran out and this worker reclaimed it
-                earlier.lease_lost()
-        self._running[job.id] = running
-        return running
+        return self.state.track(job, model)
 
-    def _emit_started(self, job: Job) -> None:
+    def started(self, job: Job) -> None:
         if self.listeners or log.isEnabledFor(logging.DEBUG):
             self._emit(JobEvent("started", job, self.worker_id))
 
-    def _untrack(self, running: RunningJob) -> None:
-        # Only this claim's entry: the job may have been claimed again meanwhile (its lease ran
-        # out while it ran here, and this worker reclaimed and re-claimed it).  Popping by id
-        # would drop the new claim, which no heartbeat would then renew.
-        if self._running.get(running.job.id) is running:
-            del self._running[running.job.id]
-
-    def _report_gone(self, running: RunningJob, outcome: Outcome) -> None:
-        """The outcome of a claim known to be gone (``RunningJob.claim_gone``): not written,
-        as the write could only be refused; reported lost, as a refused write is, once the
-        event loop gets to it."""
-        record = Recorded(running.job, outcome, False, running.started)
-        asyncio.get_running_loop().call_soon(self._recorded, [record])
-
-    async def _outcome(self, running: RunningJob, conn: AsyncConnection[Any] | None) -> Outcome:
+    async def outcome(self, running: RunningJob, conn: AsyncConnection[Any] | None) -> Outcome:
+        """Run the job's task (on ``conn``, a held-lock job's transaction) to its outcome."""
         job = running.job
         if isinstance(job, UnrunnableJob):
             return unrunnable(job)
         task = self.app.tasks.get(job.task)
         unknown = None if task else UnknownTask(job.task, list(self.app.tasks))
-        assert self._executor is not None
         outcome = await run_job(
-            job, task, worker_id=self.worker_id, executor=self._executor, conn=conn,
+            job, task, worker_id=self.worker_id, executor=self.executor, conn=conn,
             unknown=unknown, cancel_flag=lambda: running.cancel_flag,
         )  # fmt: skip
         self.stats.timed_out += outcome.timed_out
         return outcome
 
-    def _recorded(self, batch: list[Recorded]) -> None:
-        """Outcomes were written (or found lost): count and report them, refill the slots."""
+    async def run_leased(self, running: RunningJob) -> bool:
+        """Run one leased job and hand its outcome to the completer; False when it was stopped
+        (cancelled, or at shutdown): the task it ran in is not to run another job."""
+        state = self.state
+        state.handlers += 1
+        go_on = True
+        try:
+            outcome = await self.outcome(running, None)
+        except asyncio.CancelledError:
+            reason = running.stop_reason
+            if reason is None:
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            outcome = Outcome("cancelled" if reason == "cancelled" else "release")
+            go_on = False
+        finally:
+            state.handlers -= 1
+            # The slot's task goes on with other jobs: a late stop() of this one (a heartbeat
+            # that asked before it finished) must not cancel them.
+            running.task = None
+            state.untrack(running)
+        self.submit(running, outcome)
+        return go_on
+
+    def give_back(self, running: RunningJob) -> None:
+        """A claimed job that will not run here: cancelled if an admin said so, else released
+        (back to the queue without spending its attempt)."""
+        self.state.untrack(running)
+        outcome = Outcome("cancelled") if running.stop_reason == "cancelled" else Outcome("release")
+        self.submit(running, outcome)
+
+    def submit(self, running: RunningJob, outcome: Outcome) -> None:
+        """Hand a leased job's outcome to the completer; reported lost, unwritten, when its
+        claim is known to be gone (a heartbeat or a new claim here found it reclaimed)."""
+        if running.claim_gone:
+            self.report_gone(running, outcome)
+        else:
+            self.completer.submit(running.job, outcome, running.started)
+
+    def report_gone(self, running: RunningJob, outcome: Outcome) -> None:
+        """The outcome of a claim known to be gone (``RunningJob.claim_gone``): not written,
+        as the write could only be refused; reported lost, as a refused write is, once the
+        event loop gets to it."""
+        record = Recorded(running.job, outcome, False, running.started)
+        asyncio.get_running_loop().call_soon(self.recorded, [record])
+
+    def recorded(self, batch: list[Recorded]) -> None:
+        """Outcomes were written (or found lost): count and report them, then tell the claim
+        loop."""
         now = time.monotonic()
         for recorded in batch:
             job, outcome = recorded.job, recorded.outcome
@@ -111,17 +148,7 @@ class JobOutcomes:
                 duration = now - recorded.started
                 event = JobEvent("finished", job, self.worker_id, kind, duration, outcome.error)
                 self._emit(event)
-        self.capacity.throughput.add(len(batch))
-        if any(r.job.entity_key is not None or r.outcome.kind in REQUEUED for r in batch):
-            # The next job with that key, skipped by the last claim, or a job put back to run
-            # again, may be claimable now, behind the claim cursor.
-            self._drained = False
-            self.claim_cursor.rescan()
-        if self.capacity.max_in_flight is not None and not self._drained:
-            self._nudge()  # only written outcomes make room under the bound
-        if self.recycling.reason is not None:
-            self._nudge()  # it may be the last job this recycled worker waited for
-        self._capacity_freed()
+        self.on_recorded(batch)
 
     def _emit(self, event: JobEvent) -> None:
         """Log the event and tell each listener in turn: one that fails is logged, the others

@@ -1,0 +1,112 @@
+"""The leasing worker's claim statements: one claim across its queues (a queue with a
+concurrency limit claimed apart, only for slots that can start now), each committed at once.
+
+Claims run one at a time, so they keep one connection of the pool instead of taking one per
+claim (see docs/design.md, "The claim connection").  A claim that fails gives it back (the pool
+replaces a broken one); when the connection was lost, the claim runs once more at once, on a
+new one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from skiplock._db.queue_locks import QueueLockWaits
+from skiplock._db.store_async import AsyncStore
+from skiplock._runtime.claim_cursor import ClaimCursor
+from skiplock._runtime.queue_settings import QueueSettings
+from skiplock.errors import QueueLockBusy, SkiplockError
+from skiplock.job import Job
+
+log = logging.getLogger("skiplock.worker")
+
+
+class LeasedClaims:
+    def __init__(
+        self,
+        store: AsyncStore,
+        pool: AsyncConnectionPool,
+        settings: QueueSettings,
+        cursor: ClaimCursor,
+        queue_lock_waits: QueueLockWaits,
+        *,
+        worker_id: str,
+        lease_seconds: float,
+    ) -> None:
+        self.store = store
+        self.pool = pool
+        self.settings = settings
+        self.cursor = cursor
+        self.queue_lock_waits = queue_lock_waits
+        self.worker_id = worker_id
+        self.lease_seconds = lease_seconds
+        self.conn: AsyncConnection[Any] | None = None  # kept from one claim to the next
+
+    async def claim(self, queues: list[str], limit: int, startable: Callable[[], int]) -> list[Job]:
+        """Up to ``limit`` jobs, leased; from queues with a concurrency limit no more than
+        ``startable()``, the jobs the slots could start now."""
+        for attempt in range(2):
+            if self.conn is None:
+                self.conn = await self.pool.getconn()
+            conn = self.conn
+            try:
+                return await self._claim_on(conn, queues, limit, startable)
+            except BaseException as exc:
+                await self.release()
+                # The kept connection may have died while idle (a server restart, an idle
+                # timeout, a dropped TCP connection): claim once more, at once, on a new one.
+                failed = isinstance(exc, psycopg.Error | SkiplockError)
+                if attempt or not (failed and conn.broken):
+                    raise
+                log.info("the claim connection was lost (%s); claiming on a new one", exc)
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def _claim_on(
+        self,
+        conn: AsyncConnection[Any],
+        queues: list[str],
+        limit: int,
+        startable: Callable[[], int],
+    ) -> list[Job]:
+        limits = self.settings.limits
+        unlimited = [q for q in queues if q not in limits]
+        # A queue with a concurrency limit gets no more than the slots can start now: a job
+        # waiting here would count against its limit while other workers' slots sit idle.
+        limit_startable = min(limit, startable())
+        jobs: list[Job] = []
+        if unlimited:
+            after = self.cursor.start()
+            jobs = await self.store.job_claim(
+                conn, unlimited, limit, self.worker_id, self.lease_seconds, after=after
+            )
+            self.cursor.advance(jobs, limit)
+        for queue in (q for q in queues if q in limits):
+            if len(jobs) >= limit_startable:
+                break
+            try:
+                jobs += await self.store.job_claim_limited(
+                    conn,
+                    queue,
+                    limit_startable - len(jobs),
+                    *limits[queue],
+                    self.worker_id,
+                    self.lease_seconds,
+                    self.queue_lock_waits.wait_for(queue),
+                )
+            except QueueLockBusy as busy:  # that queue waits; the jobs claimed so far run
+                self.queue_lock_waits.busy(busy)
+            else:
+                self.queue_lock_waits.free(queue)
+        return jobs
+
+    async def release(self) -> None:
+        """Give the claim connection back to the pool (after a failed claim, at shutdown)."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            await self.pool.putconn(conn)
