@@ -83,7 +83,7 @@ def test_expired_lease_is_reclaimed_and_the_stale_claim_changes_nothing(app: App
         assert s.job_fail_many(conn, [(stale, "stale failure", 5.0)]) == {}
         assert s.job_fail_many(conn, [(stale, "stale final failure", None)]) == {}
         assert s.job_snooze_many(conn, [(stale, 0.0)]) == set()
-        assert s.job_extend_leases(conn, [stale], 3600) == set()
+        assert s.job_extend_leases(conn, [stale], 3600) == {}
         assert row(app, job_id) == before
         archived = conn.execute(
             f'SELECT count(*) FROM "{app.schema}".jobs_archive WHERE id = %s', (job_id,)
@@ -113,13 +113,13 @@ def test_heartbeat_extends_only_an_owned_lease_and_keeps_it_from_reclaim(app: Ap
 
         # Foreign, wrong-attempt or wrong-time heartbeats change nothing.
         at = job.claim.claimed_at
-        assert s.job_extend_leases(conn, [Claim(job_id, 1, "w2", at)], 60) == set()
-        assert s.job_extend_leases(conn, [Claim(job_id, 2, "w1", at)], 60) == set()
-        assert s.job_extend_leases(conn, [Claim(job_id, 1, "w1", at - MICROSECOND)], 60) == set()
-        assert s.job_extend_leases(conn, [Claim(other_id, 0, "w1", at)], 60) == set()
+        assert s.job_extend_leases(conn, [Claim(job_id, 1, "w2", at)], 60) == {}
+        assert s.job_extend_leases(conn, [Claim(job_id, 2, "w1", at)], 60) == {}
+        assert s.job_extend_leases(conn, [Claim(job_id, 1, "w1", at - MICROSECOND)], 60) == {}
+        assert s.job_extend_leases(conn, [Claim(other_id, 0, "w1", at)], 60) == {}
         assert row(app, job_id) == initial
 
-        assert s.job_extend_leases(conn, [job.claim], 60) == {job_id}
+        assert s.job_extend_leases(conn, [job.claim], 60) == {job_id: False}
         extended = row(app, job_id)
         assert extended is not None
         assert extended["locked_until"] > initial["locked_until"]
@@ -190,7 +190,7 @@ def test_only_the_claiming_worker_can_change_its_job(app: App) -> None:
                 assert s.job_finish_many(conn, [impostor], completion) == set()
             assert s.job_fail_many(conn, [(impostor, "nope", None)]) == {}
             assert s.job_snooze_many(conn, [(impostor, 0.0)]) == set()
-            assert s.job_extend_leases(conn, [impostor], 60) == set()
+            assert s.job_extend_leases(conn, [impostor], 60) == {}
         assert row(app, job_id) == before
         assert s.job_finish_many(conn, [job.claim], "keep") == {job_id}
     after = row(app, job_id)
@@ -234,7 +234,7 @@ def test_a_job_claimed_again_with_the_same_worker_and_attempt_is_another_claim(
         assert s.job_fail_many(conn, [(old, "stale failure", 5.0)]) == {}
         assert s.job_fail_many(conn, [(old, "stale final failure", None)]) == {}
         assert s.job_snooze_many(conn, [(old, 0.0)]) == set()
-        assert s.job_extend_leases(conn, [old], 3600) == set()
+        assert s.job_extend_leases(conn, [old], 3600) == {}
         assert s.job_cancel_claimed_many(conn, [old]) == set()
         assert s.job_release_many(conn, [old]) == set()
         assert s.job_count_dead_attempts(conn, old, 2, "stale count") is False

@@ -25,10 +25,10 @@ from psycopg.rows import dict_row, tuple_row
 from skiplock._db.claimed_rows import claimed_jobs
 from skiplock._db.connections import translate
 from skiplock._db.enqueue import NewJobs, shared_key_results
+from skiplock._db.presence import SILENT_AFTER
 from skiplock._db.queue_locks import QUEUE_LOCK_WAIT, lock_timeout_setting
 from skiplock._db.shown_rows import show_any_row
 from skiplock._db.sql import Queries
-from skiplock._runtime.presence import SILENT_AFTER
 from skiplock.bulk import JobFilter
 from skiplock.errors import IdempotencyConflict, QueueLockBusy, SchemaNotMigrated
 from skiplock.job import Enqueued, Job
@@ -391,7 +391,7 @@ class SyncStatements:
         with conn.transaction():
             self._rows(conn, "migration_lock", {"schema": self.schema})
             conn.execute(self.queries["migration_prepare"], prepare=False)
-            done = {row[0] for row in self._rows(conn, "migration_applied_versions", {})}
+            done = self.migration_applied_versions(conn)
             for version, name, statement in migrations:
                 if version in done:
                     continue
@@ -400,11 +400,15 @@ class SyncStatements:
                 applied_now.append(version)
         return applied_now
 
+    def migration_applied_versions(self, conn: Connection[Any]) -> set[int]:
+        """The versions of the migrations applied (raises SchemaNotMigrated when none is)."""
+        return {row[0] for row in self._rows(conn, "migration_applied_versions", {})}
+
     def migration_pending(self, conn: Connection[Any], versions: Sequence[int]) -> list[int]:
         """Which of ``versions`` are not applied yet (all of them when nothing is)."""
         try:
             with conn.transaction():
-                done = {row[0] for row in self._rows(conn, "migration_applied_versions", {})}
+                done = self.migration_applied_versions(conn)
         except SchemaNotMigrated:
             done = set()
         return [v for v in versions if v not in done]

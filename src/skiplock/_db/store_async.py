@@ -175,6 +175,13 @@ class AsyncStore(AsyncHeldStatements):
         if completion == "archive":
             await self.job_record_results(conn, results)
             return await self.job_finish_many(conn, [claim for claim, _ in results], completion)
+        return await self.job_complete_with_results_many(conn, results)
+
+    async def job_complete_with_results_many(
+        self, conn: AsyncConnection[Any], results: Sequence[tuple[Claim, str]]
+    ) -> set[int]:
+        """Complete claimed jobs, kept as done, with what their tasks returned (JSON text);
+        returns the ids still owned."""
         params = result_arrays(results)
         return {row[0] for row in await self._rows(conn, "job_complete_with_results_many", params)}
 
@@ -218,20 +225,15 @@ class AsyncStore(AsyncHeldStatements):
 
     # -- leases and maintenance ----------------------------------------------------------
 
-    async def job_heartbeat(
+    async def job_extend_leases(
         self, conn: AsyncConnection[Any], claims: Sequence[Claim], lease_seconds: float
     ) -> dict[int, bool]:
-        """Extend the leases still owned; returns their job ids -> cancellation requested."""
+        """The heartbeat: extend the leases still owned; returns their job ids -> whether an
+        admin asked to cancel the job."""
         if not claims:
             return {}
         params = {**claim_arrays(claims), "lease_seconds": lease_seconds}
         return dict(await self._rows(conn, "job_extend_leases", params))
-
-    async def job_extend_leases(
-        self, conn: AsyncConnection[Any], claims: Sequence[Claim], lease_seconds: float
-    ) -> set[int]:
-        """Extend the leases still owned; returns their job ids."""
-        return set(await self.job_heartbeat(conn, claims, lease_seconds))
 
     async def job_reclaim_expired(
         self, conn: AsyncConnection[Any], limit: int = 1000

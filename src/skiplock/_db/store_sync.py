@@ -174,6 +174,13 @@ class SyncStore(SyncHeldStatements):
         if completion == "archive":
             self.job_record_results(conn, results)
             return self.job_finish_many(conn, [claim for claim, _ in results], completion)
+        return self.job_complete_with_results_many(conn, results)
+
+    def job_complete_with_results_many(
+        self, conn: Connection[Any], results: Sequence[tuple[Claim, str]]
+    ) -> set[int]:
+        """Complete claimed jobs, kept as done, with what their tasks returned (JSON text);
+        returns the ids still owned."""
         params = result_arrays(results)
         return {row[0] for row in self._rows(conn, "job_complete_with_results_many", params)}
 
@@ -215,20 +222,15 @@ class SyncStore(SyncHeldStatements):
 
     # -- leases and maintenance ----------------------------------------------------------
 
-    def job_heartbeat(
+    def job_extend_leases(
         self, conn: Connection[Any], claims: Sequence[Claim], lease_seconds: float
     ) -> dict[int, bool]:
-        """Extend the leases still owned; returns their job ids -> cancellation requested."""
+        """The heartbeat: extend the leases still owned; returns their job ids -> whether an
+        admin asked to cancel the job."""
         if not claims:
             return {}
         params = {**claim_arrays(claims), "lease_seconds": lease_seconds}
         return dict(self._rows(conn, "job_extend_leases", params))
-
-    def job_extend_leases(
-        self, conn: Connection[Any], claims: Sequence[Claim], lease_seconds: float
-    ) -> set[int]:
-        """Extend the leases still owned; returns their job ids."""
-        return set(self.job_heartbeat(conn, claims, lease_seconds))
 
     def job_reclaim_expired(self, conn: Connection[Any], limit: int = 1000) -> dict[int, str]:
         """Requeue (or fail) running jobs whose lease expired; returns id -> new status."""

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from psycopg import Connection
 
 from skiplock._db.migrations import all_migrations
+from skiplock._db.presence import SILENT_AFTER
 from skiplock._doctor.findings import COUNT_CAP, Finding, duration
-from skiplock._runtime.presence import SILENT_AFTER
 
 if TYPE_CHECKING:
     from skiplock._doctor.runner import Doctor
