@@ -26,7 +26,8 @@ from skiplock._db.claimed_rows import claimed_jobs
 from skiplock._db.connections import translate
 from skiplock._db.enqueue import NewJobs, shared_key_results
 from skiplock._db.presence import SILENT_AFTER
-from skiplock._db.queue_locks import QUEUE_LOCK_WAIT, lock_timeout_setting
+from skiplock._db.queue_locks import lock_timeout_setting
+from skiplock._db.records import ClaimRoom, LimitedClaim, QueueLimits, QueueSetting
 from skiplock._db.shown_rows import show_any_row
 from skiplock._db.sql import Queries
 from skiplock.bulk import JobFilter
@@ -106,10 +107,13 @@ class SyncStatements:
 
     def queue_settings(
         self, conn: Connection[Any], names: Sequence[str]
-    ) -> dict[str, tuple[bool, int | None, bool]]:
-        """(paused, concurrency limit, rate-limited) of the given queues that have settings."""
+    ) -> dict[str, QueueSetting]:
+        """The settings of the given queues that have settings."""
         rows = self._rows(conn, "queue_settings", {"names": list(names)})
-        return {name: (paused, limit, rated) for name, paused, limit, rated in rows}
+        return {
+            name: QueueSetting(paused, QueueLimits(limit, rated))
+            for name, paused, limit, rated in rows
+        }
 
     def queue_set_paused(self, conn: Connection[Any], name: str, paused: bool) -> None:
         self._rows(conn, "queue_set_paused", {"name": name, "paused": paused})
@@ -130,43 +134,46 @@ class SyncStatements:
         rows = self._rows(conn, "queue_rate_budget", {"queue": queue})
         return float(rows[0][0]) if rows else None
 
-    def queue_room_for_claim(
-        self,
-        conn: Connection[Any],
-        queue: str,
-        want: int,
-        queue_limit: int | None,
-        rated: bool,
-        lock_wait: float = QUEUE_LOCK_WAIT,
-    ) -> tuple[int, float | None]:
+    def queue_room_for_claim(self, conn: Connection[Any], claim: LimitedClaim) -> ClaimRoom:
         """In a transaction on ``conn``: serialise the claims of a limited queue until it ends,
-        then how many of ``want`` jobs its concurrency limit (``queue_limit``) and rate budget
-        (``rated``) let start now, and the budget (None: no rate limit) to spend from.
+        then how many of the jobs the claim wants the queue's concurrency limit and rate budget
+        let start now, and the budget (None: no rate limit) to spend from.
 
         Raises :class:`QueueLockBusy` (the transaction is then failed) when another session
-        holds the queue's claim lock for ``lock_wait`` seconds, or when a session that may not
-        write the jobs table holds the key of its held-lock marker (see queue_running_count)."""
-        key = {"schema": self.schema, "queue": queue}
+        holds the queue's claim lock for ``claim.lock_wait`` seconds, or when a session that may
+        not write the jobs table holds the key of its held-lock marker (see
+        queue_running_count)."""
+        queue, limits = claim.queue, claim.limits
         try:
-            self._rows(
-                conn,
-                "queue_lock_for_claim",
-                {**key, "lock_timeout": lock_timeout_setting(lock_wait)},
-            )
+            self.queue_lock_for_claim(conn, queue, claim.lock_wait)
         except psycopg.errors.LockNotAvailable as exc:
             raise QueueLockBusy(queue) from exc
-        room = want
-        if queue_limit is not None:
-            running, stranger = (self._rows(conn, "queue_running_count", key))[0]
+        room = claim.want
+        if limits.concurrency is not None:
+            running, stranger = self.queue_running_count(conn, queue)
             if stranger:
                 raise QueueLockBusy(
                     queue, "a login that may not write the jobs table holds its held-lock marker"
                 )
-            room = min(room, queue_limit - running)
-        budget = self.queue_rate_budget(conn, queue) if rated else None
+            room = min(room, limits.concurrency - running)
+        budget = self.queue_rate_budget(conn, queue) if limits.rated else None
         if budget is not None:
             room = min(room, math.floor(budget))
-        return room, budget
+        return ClaimRoom(room, budget)
+
+    def queue_running_count(self, conn: Connection[Any], queue: str) -> tuple[int, bool]:
+        """How many jobs of ``queue`` run now, and whether a session that may not write the jobs
+        table holds the key of its held-lock marker (see runtime.sql)."""
+        params = {"schema": self.schema, "queue": queue}
+        ((running, stranger),) = self._rows(conn, "queue_running_count", params)
+        return int(running), bool(stranger)
+
+    def queue_lock_for_claim(self, conn: Connection[Any], queue: str, lock_wait: float) -> None:
+        """Take the claim lock of a limited queue until the transaction ends, waiting at most
+        ``lock_wait`` seconds (then psycopg's LockNotAvailable)."""
+        params = {"schema": self.schema, "queue": queue}
+        params["lock_timeout"] = lock_timeout_setting(lock_wait)
+        self._rows(conn, "queue_lock_for_claim", params)
 
     def queue_spend_rate_budget(self, conn: Connection[Any], queue: str, left: float) -> None:
         self._rows(conn, "queue_spend_rate_budget", {"queue": queue, "left": left})

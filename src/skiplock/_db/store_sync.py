@@ -19,7 +19,7 @@ from psycopg import Connection
 
 from skiplock._db.enqueue import InsertOutcome, NewJob, NewJobs, insert_params
 from skiplock._db.held_sync import SyncHeldStatements
-from skiplock._db.queue_locks import QUEUE_LOCK_WAIT
+from skiplock._db.records import LimitedClaim
 from skiplock._db.statement_params import claim_arrays, claim_statement, result_arrays
 from skiplock._db.statements_sync import ENTITY_KEY_RETRIES
 from skiplock.job import Claim, ClaimKey, Enqueued, Job
@@ -122,30 +122,18 @@ class SyncStore(SyncHeldStatements):
             return []  # lost that race every time: claim again later
         return sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id))
 
-    def job_claim_limited(
-        self,
-        conn: Connection[Any],
-        queue: str,
-        limit: int,
-        queue_limit: int | None,
-        rated: bool,
-        worker: str,
-        lease_seconds: float,
-        lock_wait: float = QUEUE_LOCK_WAIT,
-    ) -> list[Job]:
-        """Claim from a queue with a cluster-wide concurrency limit (``queue_limit``) or rate
-        limit (``rated``), or both, serialised per queue so that every limit holds exactly.
-        Raises :class:`QueueLockBusy`, nothing claimed, when the queue's claim lock stays busy
-        for ``lock_wait`` seconds."""
+    def job_claim_limited(self, conn: Connection[Any], claim: LimitedClaim) -> list[Job]:
+        """Claim up to ``claim.want`` jobs from a queue with a cluster-wide concurrency limit or
+        rate limit, or both, serialised per queue so that every limit holds exactly.  Raises
+        :class:`QueueLockBusy`, nothing claimed, when the queue's claim lock stays busy for
+        ``claim.lock_wait`` seconds."""
         with conn.transaction():
-            room, budget = self.queue_room_for_claim(
-                conn, queue, limit, queue_limit, rated, lock_wait
-            )
-            if room <= 0:
+            room = self.queue_room_for_claim(conn, claim)
+            if room.room <= 0:
                 return []
-            jobs = self.job_claim(conn, [queue], room, worker, lease_seconds)
-            if budget is not None and jobs:
-                self.queue_spend_rate_budget(conn, queue, budget - len(jobs))
+            jobs = self.job_claim(conn, [claim.queue], room.room, claim.worker, claim.lease_seconds)
+            if room.budget is not None and jobs:
+                self.queue_spend_rate_budget(conn, claim.queue, room.budget - len(jobs))
             return jobs
 
     # -- finish --------------------------------------------------------------------------
