@@ -1,6 +1,7 @@
 """The database seam (skiplock._db) read as source: its methods are named after the statements
-they run and it depends on nothing of the worker runtime or the faces.  Pure: the source is
-parsed, nothing runs."""
+they run, it depends on nothing of the worker runtime or the faces, and it is the only package
+that runs SQL (the doctor, the demo and ``skiplock roles`` too run theirs through it).  Pure:
+the source is parsed, nothing runs."""
 
 from __future__ import annotations
 
@@ -103,3 +104,38 @@ def test_a_module_importing_the_runtime_would_be_caught(tmp_path: Path) -> None:
     source = tmp_path / "x.py"
     source.write_text("from skiplock._runtime.presence import SILENT_AFTER\n", "utf-8")
     assert [m for m in _imports(source) if m.startswith(ABOVE_THE_SEAM)]
+
+
+def _sql_calls(path: Path, root: Path = PACKAGE) -> list[str]:
+    """Where a module runs SQL itself: a call of ``.execute``, ``.executemany`` or ``.cursor``,
+    or a statement looked up by name (``queries["..."]``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in {"execute", "executemany", "cursor"}:
+                found.append(f"{where} .{node.func.attr}(")
+        elif isinstance(node, ast.Subscript):
+            target = node.value
+            label = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+            if label == "queries":
+                found.append(f"{where} queries[...]")
+    return found
+
+
+def test_only_the_seam_runs_sql() -> None:
+    outside = [p for p in sorted(PACKAGE.rglob("*.py")) if DB not in p.parents]
+    assert len(outside) > 30
+    wrong = [where for path in outside for where in _sql_calls(path)]
+    assert not wrong, wrong
+
+
+def test_sql_run_outside_the_seam_would_be_caught(tmp_path: Path) -> None:
+    source = tmp_path / "x.py"
+    source.write_text(
+        'conn.execute(app.queries["demo_job_done"], {"id": 1})\n'
+        "with conn.cursor() as cur:\n    pass\n",
+        "utf-8",
+    )
+    found = sorted(_sql_calls(source, tmp_path))
+    assert found == ["x.py:1 .execute(", "x.py:1 queries[...]", "x.py:2 .cursor("]

@@ -1,8 +1,9 @@
 """The :class:`Doctor`: runs ``skiplock doctor``'s checks on one database and schema.
 
-Its seam to the server is small: :meth:`Doctor.connect` and :meth:`Doctor.rows`, which runs one
-named statement of ``doctor.sql``.  The checks themselves are in :mod:`skiplock._doctor.upkeep`,
-:mod:`skiplock._doctor.vacuum` and :mod:`skiplock._doctor.server`.
+Its seam to the server is small: :meth:`Doctor.connect`, and :attr:`Doctor.statements`, whose
+methods run the named statements of ``doctor.sql`` (:mod:`skiplock._db.doctor`).  The checks
+themselves are in :mod:`skiplock._doctor.upkeep`, :mod:`skiplock._doctor.vacuum` and
+:mod:`skiplock._doctor.server`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Any
 
 import psycopg
 from psycopg import Connection
-from psycopg.rows import dict_row
 
+from skiplock._db.doctor import DoctorStatements
 from skiplock._db.payload import check_schema_name
 from skiplock._db.sql import Queries
 from skiplock._db.store_sync import SyncStore
@@ -33,17 +34,12 @@ class Doctor:
         self.thresholds = thresholds or Thresholds()
         self.queries = Queries(self.schema)
         self.store = SyncStore(self.queries)
+        self.statements = DoctorStatements(self.queries)
 
     # -- plumbing ------------------------------------------------------------------------
 
     def connect(self) -> Connection[Any]:
         return doctor_server.connect(self.dsn)
-
-    def rows(self, conn: Connection[Any], name: str, **params: Any) -> list[dict[str, Any]]:
-        """Run one named statement of ``doctor.sql``; its rows as dicts."""
-        with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(self.queries[name], params)
-            return cur.fetchall()
 
     def run(self) -> list[Finding]:
         """Every check, in order; the table checks only when the schema is in place."""
