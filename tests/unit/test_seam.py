@@ -10,6 +10,8 @@ from pathlib import Path
 
 import skiplock
 from skiplock._db.sql import statements
+from skiplock._db.statements_async import AsyncSeam, AsyncStatements
+from skiplock._db.store_async import AsyncStore
 
 PACKAGE = Path(skiplock.__file__).parent
 DB = PACKAGE / "_db"
@@ -139,3 +141,14 @@ def test_sql_run_outside_the_seam_would_be_caught(tmp_path: Path) -> None:
     )
     found = sorted(_sql_calls(source, tmp_path))
     assert found == ["x.py:1 .execute(", "x.py:1 queries[...]", "x.py:2 .cursor("]
+
+
+def test_the_store_composes_groups_of_statements_over_one_seam() -> None:
+    groups = [c for c in AsyncStore.__mro__[1:] if c not in (AsyncSeam, AsyncStatements, object)]
+    assert len(groups) >= 8
+    for group in groups:
+        # A group derives from the seam, or from the one or two groups whose statements it uses.
+        assert AsyncSeam in group.__mro__ and len(group.__mro__) <= 5, group.__mro__
+    assert all(base.__name__.endswith("Statements") for base in AsyncStore.__bases__)
+    own = [name for name, value in vars(AsyncStore).items() if callable(value)]
+    assert not own, f"the store composes its groups and defines no statement itself: {own}"

@@ -16,10 +16,9 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
-from skiplock._db.dependencies_async import AsyncDependencyStatements
 from skiplock._db.records import LimitedClaim
 from skiplock._db.statement_params import claim_statement
-from skiplock._db.statements_async import ENTITY_KEY_RETRIES
+from skiplock._db.statements_async import ENTITY_KEY_RETRIES, AsyncQueueStatements
 from skiplock.job import Claim, Job
 
 
@@ -30,7 +29,9 @@ async def roll_back_quietly(conn: AsyncConnection[Any]) -> None:
             await conn.rollback()
 
 
-class AsyncHeldStatements(AsyncDependencyStatements):
+class AsyncHeldStatements(AsyncQueueStatements):
+    """The statements of held-lock jobs (a limited queue's claim needs the queue's)."""
+
     async def job_claim_held(
         self, conn: AsyncConnection[Any], queues: Sequence[str], worker: str, lease_seconds: float
     ) -> Job | None:

@@ -17,10 +17,9 @@ from typing import Any
 import psycopg
 from psycopg import Connection
 
-from skiplock._db.dependencies_sync import SyncDependencyStatements
 from skiplock._db.records import LimitedClaim
 from skiplock._db.statement_params import claim_statement
-from skiplock._db.statements_sync import ENTITY_KEY_RETRIES
+from skiplock._db.statements_sync import ENTITY_KEY_RETRIES, SyncQueueStatements
 from skiplock.job import Claim, Job
 
 
@@ -31,7 +30,9 @@ def roll_back_quietly(conn: Connection[Any]) -> None:
             conn.rollback()
 
 
-class SyncHeldStatements(SyncDependencyStatements):
+class SyncHeldStatements(SyncQueueStatements):
+    """The statements of held-lock jobs (a limited queue's claim needs the queue's)."""
+
     def job_claim_held(
         self, conn: Connection[Any], queues: Sequence[str], worker: str, lease_seconds: float
     ) -> Job | None:

@@ -1,7 +1,9 @@
-"""The one place that executes SQL (:meth:`AsyncStatements._fetch`), and the statements about
-everything but a job's own life: queue settings, leadership, periodic ticks, administration,
-wake-ups and migrations.  :class:`~skiplock._db.store_async.AsyncStore` adds the statements of a
-job's life (enqueue, claim, finish, leases) on top.
+"""The one place that executes SQL (:meth:`AsyncSeam._fetch`), and the statements about
+everything but a job's own life, one class per what they act on: the schema and session,
+the notification channel, queues, leadership, worker presence, administration.
+:class:`AsyncStatements` composes them; :class:`~skiplock._db.store_async.AsyncStore` composes
+them with the statements of a job's life (enqueue, claim, finish, leases), of held-lock jobs and
+of dependencies.  A group that needs another's statement derives from that group only.
 
 Every method takes the connection to run on, so the same statements serve the caller's own
 transaction, a pooled connection and a worker's held-lock transaction alike.  Driver errors
@@ -38,7 +40,9 @@ TUPLES_OK = ExecStatus.TUPLES_OK
 ENTITY_KEY_RETRIES = 5
 
 
-class AsyncStatements:
+class AsyncSeam:
+    """The one place that runs the store's SQL, and the helpers of the groups below."""
+
     def __init__(self, queries: Queries) -> None:
         self.queries = queries
         self.schema = queries.schema
@@ -99,6 +103,63 @@ class AsyncStatements:
         rows = await self._fetch(conn, name, params, shown=True)
         return [Job.from_tuple(row) for row in rows]
 
+    async def _fetch_until_unrefused(
+        self,
+        conn: AsyncConnection[Any],
+        name: str,
+        params: dict[str, Any],
+        *,
+        tries: int,
+        claim: bool = False,
+    ) -> list[Any]:
+        """Run a statement that a unique index may refuse because of a row committed after the
+        statement's snapshot (a job started with the same entity key, a job enqueued with the
+        same idempotency key): the next run's snapshot sees that row and leaves its key alone.
+        A claim that waited past its lock timeout for such a row is run again too.  Up to
+        ``tries`` runs, then the last ``UniqueViolation`` or ``LockNotAvailable`` is raised.
+        In a caller's transaction each run is under a savepoint, so a refusal does not abort
+        it.  A ``claim`` returns its jobs (see :meth:`_fetch`)."""
+        in_transaction = conn.info.transaction_status != TransactionStatus.IDLE
+        for attempt in range(tries):
+            try:
+                if not in_transaction:
+                    return await self._fetch(conn, name, params, claim=claim)
+                async with conn.transaction():
+                    return await self._fetch(conn, name, params, claim=claim)
+            except (psycopg.errors.UniqueViolation, psycopg.errors.LockNotAvailable):
+                if attempt == tries - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _insert_keyed(
+        self,
+        conn: AsyncConnection[Any],
+        jobs: NewJobs,
+        name: str,
+        params: dict[str, Any],
+        inserted_id: Callable[[list[Any]], int | None],
+    ) -> list[Enqueued]:
+        """The jobs of one call sharing an idempotency key, which stand for one job: insert it
+        with statement ``name`` (``inserted_id`` reads its id from the rows, None when an
+        unfinished job holds the key), else find the holder.  Again when the holder finished
+        between our insert and our lookup."""
+        for _ in range(3):
+            job_id = inserted_id(await self._rows(conn, name, params))
+            if job_id is not None:
+                return shared_key_results(job_id, jobs.count, inserted=True)
+            existing = await self._rows(
+                conn, "job_find_unfinished_by_idempotency_keys", {"keys": [jobs.idempotency_key]}
+            )
+            if existing:
+                return shared_key_results(existing[0][0], jobs.count, inserted=False)
+        raise RuntimeError(
+            f"idempotency key {jobs.idempotency_key!r} kept changing hands; enqueue again"
+        )
+
+
+class AsyncSchemaStatements(AsyncSeam):
+    """The schema and the session: migrations, dropping the schema, session settings."""
+
     async def session_watch_client(
         self, conn: AsyncConnection[Any], settings: dict[str, str]
     ) -> None:
@@ -110,7 +171,63 @@ class AsyncStatements:
         """Have timestamps come back in UTC (the fastest for psycopg to read: see runtime.sql)."""
         await self._fetch(conn, "session_use_utc", {})
 
-    # -- queues, leadership, periodic ----------------------------------------------------
+    async def migration_apply(
+        self, conn: AsyncConnection[Any], migrations: Sequence[tuple[int, str, Any]]
+    ) -> list[int]:
+        """Apply the given (version, name, statement) migrations not yet recorded, atomically."""
+        applied_now: list[int] = []
+        async with conn.transaction():
+            await self._rows(conn, "migration_lock", {"schema": self.schema})
+            await conn.execute(self.queries["migration_prepare"], prepare=False)
+            done = await self.migration_applied_versions(conn)
+            for version, name, statement in migrations:
+                if version in done:
+                    continue
+                await conn.execute(statement, prepare=False)
+                await self._rows(conn, "migration_record", {"version": version, "name": name})
+                applied_now.append(version)
+        return applied_now
+
+    async def migration_applied_versions(self, conn: AsyncConnection[Any]) -> set[int]:
+        """The versions of the migrations applied (raises SchemaNotMigrated when none is)."""
+        return {row[0] for row in await self._rows(conn, "migration_applied_versions", {})}
+
+    async def migration_pending(
+        self, conn: AsyncConnection[Any], versions: Sequence[int]
+    ) -> list[int]:
+        """Which of ``versions`` are not applied yet (all of them when nothing is)."""
+        try:
+            async with conn.transaction():
+                done = await self.migration_applied_versions(conn)
+        except SchemaNotMigrated:
+            done = set()
+        return [v for v in versions if v not in done]
+
+    async def schema_drop(self, conn: AsyncConnection[Any]) -> None:
+        """Drop the schema and everything in it."""
+        await conn.execute(self.queries["schema_drop"], prepare=False)
+
+
+class AsyncChannelStatements(AsyncSeam):
+    """The schema's notification channel (wake-ups and held-lock cancel requests)."""
+
+    async def channel_listen(self, conn: AsyncConnection[Any]) -> None:
+        """Subscribe ``conn`` to the schema's wake-up channel."""
+        await self._rows(conn, "channel_listen", {})
+
+    async def channel_notify(self, conn: AsyncConnection[Any], payload: str) -> None:
+        await self._rows(
+            conn, "channel_notify", {"channel": self.queries.channel, "payload": payload}
+        )
+
+    async def channel_notify_many(self, conn: AsyncConnection[Any], payloads: list[str]) -> None:
+        await self._rows(
+            conn, "channel_notify_many", {"channel": self.queries.channel, "payloads": payloads}
+        )
+
+
+class AsyncQueueStatements(AsyncSeam):
+    """Queue settings, and the claim lock and budget of a limited queue."""
 
     async def queue_settings(
         self, conn: AsyncConnection[Any], names: Sequence[str]
@@ -199,6 +316,10 @@ class AsyncStatements:
         rows = await self._rows(conn, "session_list_lock_strangers", {"schema": self.schema})
         return [tuple(row) for row in rows]
 
+
+class AsyncLeadershipStatements(AsyncSeam):
+    """The leaders table (maintenance, periodic ticks) and the upkeep of periodic ticks."""
+
     async def leader_acquire(
         self, conn: AsyncConnection[Any], role: str, holder: str, ttl: float
     ) -> bool:
@@ -208,6 +329,13 @@ class AsyncStatements:
 
     async def leader_resign(self, conn: AsyncConnection[Any], role: str, holder: str) -> None:
         await self._rows(conn, "leader_resign", {"role": role, "holder": holder})
+
+    async def periodic_prune_ticks(self, conn: AsyncConnection[Any]) -> None:
+        await self._rows(conn, "periodic_prune_ticks", {})
+
+
+class AsyncPresenceStatements(AsyncSeam):
+    """The workers table: each worker's row."""
 
     async def presence_report(self, conn: AsyncConnection[Any], params: dict[str, Any]) -> None:
         """Upsert this worker's row (see presence.py for the parameters)."""
@@ -222,10 +350,9 @@ class AsyncStatements:
     async def presence_list(self, conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
         return await self._fetch(conn, "presence_list", {}, dict_row)
 
-    async def periodic_prune_ticks(self, conn: AsyncConnection[Any]) -> None:
-        await self._rows(conn, "periodic_prune_ticks", {})
 
-    # -- admin ---------------------------------------------------------------------------
+class AsyncAdminStatements(AsyncSeam):
+    """What an admin, the CLI, the dashboard and the testing helpers read and change."""
 
     async def job_get(self, conn: AsyncConnection[Any], job_id: int) -> Job | None:
         jobs = await self._jobs(conn, "job_get", {"id": job_id, "schema": self.schema})
@@ -273,59 +400,6 @@ class AsyncStatements:
             conn, "job_retry_many", params, tries=3
         )
         return seen, last_id or after_id, retried
-
-    async def _fetch_until_unrefused(
-        self,
-        conn: AsyncConnection[Any],
-        name: str,
-        params: dict[str, Any],
-        *,
-        tries: int,
-        claim: bool = False,
-    ) -> list[Any]:
-        """Run a statement that a unique index may refuse because of a row committed after the
-        statement's snapshot (a job started with the same entity key, a job enqueued with the
-        same idempotency key): the next run's snapshot sees that row and leaves its key alone.
-        A claim that waited past its lock timeout for such a row is run again too.  Up to
-        ``tries`` runs, then the last ``UniqueViolation`` or ``LockNotAvailable`` is raised.
-        In a caller's transaction each run is under a savepoint, so a refusal does not abort
-        it.  A ``claim`` returns its jobs (see :meth:`_fetch`)."""
-        in_transaction = conn.info.transaction_status != TransactionStatus.IDLE
-        for attempt in range(tries):
-            try:
-                if not in_transaction:
-                    return await self._fetch(conn, name, params, claim=claim)
-                async with conn.transaction():
-                    return await self._fetch(conn, name, params, claim=claim)
-            except (psycopg.errors.UniqueViolation, psycopg.errors.LockNotAvailable):
-                if attempt == tries - 1:
-                    raise
-        raise AssertionError("unreachable")
-
-    async def _insert_keyed(
-        self,
-        conn: AsyncConnection[Any],
-        jobs: NewJobs,
-        name: str,
-        params: dict[str, Any],
-        inserted_id: Callable[[list[Any]], int | None],
-    ) -> list[Enqueued]:
-        """The jobs of one call sharing an idempotency key, which stand for one job: insert it
-        with statement ``name`` (``inserted_id`` reads its id from the rows, None when an
-        unfinished job holds the key), else find the holder.  Again when the holder finished
-        between our insert and our lookup."""
-        for _ in range(3):
-            job_id = inserted_id(await self._rows(conn, name, params))
-            if job_id is not None:
-                return shared_key_results(job_id, jobs.count, inserted=True)
-            existing = await self._rows(
-                conn, "job_find_unfinished_by_idempotency_keys", {"keys": [jobs.idempotency_key]}
-            )
-            if existing:
-                return shared_key_results(existing[0][0], jobs.count, inserted=False)
-        raise RuntimeError(
-            f"idempotency key {jobs.idempotency_key!r} kept changing hands; enqueue again"
-        )
 
     async def job_count_matching(
         self, conn: AsyncConnection[Any], jobs: JobFilter, statuses: Sequence[str]
@@ -393,56 +467,13 @@ class AsyncStatements:
     ) -> list[tuple[str, str, int]]:
         return list(await self._rows(conn, "job_count_by_queue_and_status", {}))
 
-    # -- wake-ups ------------------------------------------------------------------------
 
-    async def channel_listen(self, conn: AsyncConnection[Any]) -> None:
-        """Subscribe ``conn`` to the schema's wake-up channel."""
-        await self._rows(conn, "channel_listen", {})
-
-    async def channel_notify(self, conn: AsyncConnection[Any], payload: str) -> None:
-        await self._rows(
-            conn, "channel_notify", {"channel": self.queries.channel, "payload": payload}
-        )
-
-    async def channel_notify_many(self, conn: AsyncConnection[Any], payloads: list[str]) -> None:
-        await self._rows(
-            conn, "channel_notify_many", {"channel": self.queries.channel, "payloads": payloads}
-        )
-
-    # -- migrations ----------------------------------------------------------------------
-
-    async def migration_apply(
-        self, conn: AsyncConnection[Any], migrations: Sequence[tuple[int, str, Any]]
-    ) -> list[int]:
-        """Apply the given (version, name, statement) migrations not yet recorded, atomically."""
-        applied_now: list[int] = []
-        async with conn.transaction():
-            await self._rows(conn, "migration_lock", {"schema": self.schema})
-            await conn.execute(self.queries["migration_prepare"], prepare=False)
-            done = await self.migration_applied_versions(conn)
-            for version, name, statement in migrations:
-                if version in done:
-                    continue
-                await conn.execute(statement, prepare=False)
-                await self._rows(conn, "migration_record", {"version": version, "name": name})
-                applied_now.append(version)
-        return applied_now
-
-    async def migration_applied_versions(self, conn: AsyncConnection[Any]) -> set[int]:
-        """The versions of the migrations applied (raises SchemaNotMigrated when none is)."""
-        return {row[0] for row in await self._rows(conn, "migration_applied_versions", {})}
-
-    async def migration_pending(
-        self, conn: AsyncConnection[Any], versions: Sequence[int]
-    ) -> list[int]:
-        """Which of ``versions`` are not applied yet (all of them when nothing is)."""
-        try:
-            async with conn.transaction():
-                done = await self.migration_applied_versions(conn)
-        except SchemaNotMigrated:
-            done = set()
-        return [v for v in versions if v not in done]
-
-    async def schema_drop(self, conn: AsyncConnection[Any]) -> None:
-        """Drop the schema and everything in it."""
-        await conn.execute(self.queries["schema_drop"], prepare=False)
+class AsyncStatements(
+    AsyncSchemaStatements,
+    AsyncChannelStatements,
+    AsyncQueueStatements,
+    AsyncLeadershipStatements,
+    AsyncPresenceStatements,
+    AsyncAdminStatements,
+):
+    """Every statement about everything but a job's own life, composed from its groups."""

@@ -1,8 +1,10 @@
 # Generated from statements_async.py by tools/async_to_sync.py: do not edit.
-"""The one place that executes SQL (:meth:`SyncStatements._fetch`), and the statements about
-everything but a job's own life: queue settings, leadership, periodic ticks, administration,
-wake-ups and migrations.  :class:`~skiplock._db.store_sync.SyncStore` adds the statements of a
-job's life (enqueue, claim, finish, leases) on top.
+"""The one place that executes SQL (:meth:`SyncSeam._fetch`), and the statements about
+everything but a job's own life, one class per what they act on: the schema and session,
+the notification channel, queues, leadership, worker presence, administration.
+:class:`SyncStatements` composes them; :class:`~skiplock._db.store_sync.SyncStore` composes
+them with the statements of a job's life (enqueue, claim, finish, leases), of held-lock jobs and
+of dependencies.  A group that needs another's statement derives from that group only.
 
 Every method takes the connection to run on, so the same statements serve the caller's own
 transaction, a pooled connection and a worker's held-lock transaction alike.  Driver errors
@@ -39,7 +41,9 @@ TUPLES_OK = ExecStatus.TUPLES_OK
 ENTITY_KEY_RETRIES = 5
 
 
-class SyncStatements:
+class SyncSeam:
+    """The one place that runs the store's SQL, and the helpers of the groups below."""
+
     def __init__(self, queries: Queries) -> None:
         self.queries = queries
         self.schema = queries.schema
@@ -94,6 +98,63 @@ class SyncStatements:
         rows = self._fetch(conn, name, params, shown=True)
         return [Job.from_tuple(row) for row in rows]
 
+    def _fetch_until_unrefused(
+        self,
+        conn: Connection[Any],
+        name: str,
+        params: dict[str, Any],
+        *,
+        tries: int,
+        claim: bool = False,
+    ) -> list[Any]:
+        """Run a statement that a unique index may refuse because of a row committed after the
+        statement's snapshot (a job started with the same entity key, a job enqueued with the
+        same idempotency key): the next run's snapshot sees that row and leaves its key alone.
+        A claim that waited past its lock timeout for such a row is run again too.  Up to
+        ``tries`` runs, then the last ``UniqueViolation`` or ``LockNotAvailable`` is raised.
+        In a caller's transaction each run is under a savepoint, so a refusal does not abort
+        it.  A ``claim`` returns its jobs (see :meth:`_fetch`)."""
+        in_transaction = conn.info.transaction_status != TransactionStatus.IDLE
+        for attempt in range(tries):
+            try:
+                if not in_transaction:
+                    return self._fetch(conn, name, params, claim=claim)
+                with conn.transaction():
+                    return self._fetch(conn, name, params, claim=claim)
+            except (psycopg.errors.UniqueViolation, psycopg.errors.LockNotAvailable):
+                if attempt == tries - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _insert_keyed(
+        self,
+        conn: Connection[Any],
+        jobs: NewJobs,
+        name: str,
+        params: dict[str, Any],
+        inserted_id: Callable[[list[Any]], int | None],
+    ) -> list[Enqueued]:
+        """The jobs of one call sharing an idempotency key, which stand for one job: insert it
+        with statement ``name`` (``inserted_id`` reads its id from the rows, None when an
+        unfinished job holds the key), else find the holder.  Again when the holder finished
+        between our insert and our lookup."""
+        for _ in range(3):
+            job_id = inserted_id(self._rows(conn, name, params))
+            if job_id is not None:
+                return shared_key_results(job_id, jobs.count, inserted=True)
+            existing = self._rows(
+                conn, "job_find_unfinished_by_idempotency_keys", {"keys": [jobs.idempotency_key]}
+            )
+            if existing:
+                return shared_key_results(existing[0][0], jobs.count, inserted=False)
+        raise RuntimeError(
+            f"idempotency key {jobs.idempotency_key!r} kept changing hands; enqueue again"
+        )
+
+
+class SyncSchemaStatements(SyncSeam):
+    """The schema and the session: migrations, dropping the schema, session settings."""
+
     def session_watch_client(self, conn: Connection[Any], settings: dict[str, str]) -> None:
         """Have the server notice soon when this session's client goes silent (see
         :func:`skiplock._db.connections.server_watch_settings`)."""
@@ -103,7 +164,59 @@ class SyncStatements:
         """Have timestamps come back in UTC (the fastest for psycopg to read: see runtime.sql)."""
         self._fetch(conn, "session_use_utc", {})
 
-    # -- queues, leadership, periodic ----------------------------------------------------
+    def migration_apply(
+        self, conn: Connection[Any], migrations: Sequence[tuple[int, str, Any]]
+    ) -> list[int]:
+        """Apply the given (version, name, statement) migrations not yet recorded, atomically."""
+        applied_now: list[int] = []
+        with conn.transaction():
+            self._rows(conn, "migration_lock", {"schema": self.schema})
+            conn.execute(self.queries["migration_prepare"], prepare=False)
+            done = self.migration_applied_versions(conn)
+            for version, name, statement in migrations:
+                if version in done:
+                    continue
+                conn.execute(statement, prepare=False)
+                self._rows(conn, "migration_record", {"version": version, "name": name})
+                applied_now.append(version)
+        return applied_now
+
+    def migration_applied_versions(self, conn: Connection[Any]) -> set[int]:
+        """The versions of the migrations applied (raises SchemaNotMigrated when none is)."""
+        return {row[0] for row in self._rows(conn, "migration_applied_versions", {})}
+
+    def migration_pending(self, conn: Connection[Any], versions: Sequence[int]) -> list[int]:
+        """Which of ``versions`` are not applied yet (all of them when nothing is)."""
+        try:
+            with conn.transaction():
+                done = self.migration_applied_versions(conn)
+        except SchemaNotMigrated:
+            done = set()
+        return [v for v in versions if v not in done]
+
+    def schema_drop(self, conn: Connection[Any]) -> None:
+        """Drop the schema and everything in it."""
+        conn.execute(self.queries["schema_drop"], prepare=False)
+
+
+class SyncChannelStatements(SyncSeam):
+    """The schema's notification channel (wake-ups and held-lock cancel requests)."""
+
+    def channel_listen(self, conn: Connection[Any]) -> None:
+        """Subscribe ``conn`` to the schema's wake-up channel."""
+        self._rows(conn, "channel_listen", {})
+
+    def channel_notify(self, conn: Connection[Any], payload: str) -> None:
+        self._rows(conn, "channel_notify", {"channel": self.queries.channel, "payload": payload})
+
+    def channel_notify_many(self, conn: Connection[Any], payloads: list[str]) -> None:
+        self._rows(
+            conn, "channel_notify_many", {"channel": self.queries.channel, "payloads": payloads}
+        )
+
+
+class SyncQueueStatements(SyncSeam):
+    """Queue settings, and the claim lock and budget of a limited queue."""
 
     def queue_settings(
         self, conn: Connection[Any], names: Sequence[str]
@@ -186,6 +299,10 @@ class SyncStatements:
         rows = self._rows(conn, "session_list_lock_strangers", {"schema": self.schema})
         return [tuple(row) for row in rows]
 
+
+class SyncLeadershipStatements(SyncSeam):
+    """The leaders table (maintenance, periodic ticks) and the upkeep of periodic ticks."""
+
     def leader_acquire(self, conn: Connection[Any], role: str, holder: str, ttl: float) -> bool:
         """Take or renew ``role``; True while ``holder`` has it."""
         params = {"role": role, "holder": holder, "ttl": ttl}
@@ -193,6 +310,13 @@ class SyncStatements:
 
     def leader_resign(self, conn: Connection[Any], role: str, holder: str) -> None:
         self._rows(conn, "leader_resign", {"role": role, "holder": holder})
+
+    def periodic_prune_ticks(self, conn: Connection[Any]) -> None:
+        self._rows(conn, "periodic_prune_ticks", {})
+
+
+class SyncPresenceStatements(SyncSeam):
+    """The workers table: each worker's row."""
 
     def presence_report(self, conn: Connection[Any], params: dict[str, Any]) -> None:
         """Upsert this worker's row (see presence.py for the parameters)."""
@@ -207,10 +331,9 @@ class SyncStatements:
     def presence_list(self, conn: Connection[Any]) -> list[dict[str, Any]]:
         return self._fetch(conn, "presence_list", {}, dict_row)
 
-    def periodic_prune_ticks(self, conn: Connection[Any]) -> None:
-        self._rows(conn, "periodic_prune_ticks", {})
 
-    # -- admin ---------------------------------------------------------------------------
+class SyncAdminStatements(SyncSeam):
+    """What an admin, the CLI, the dashboard and the testing helpers read and change."""
 
     def job_get(self, conn: Connection[Any], job_id: int) -> Job | None:
         jobs = self._jobs(conn, "job_get", {"id": job_id, "schema": self.schema})
@@ -258,59 +381,6 @@ class SyncStatements:
             conn, "job_retry_many", params, tries=3
         )
         return seen, last_id or after_id, retried
-
-    def _fetch_until_unrefused(
-        self,
-        conn: Connection[Any],
-        name: str,
-        params: dict[str, Any],
-        *,
-        tries: int,
-        claim: bool = False,
-    ) -> list[Any]:
-        """Run a statement that a unique index may refuse because of a row committed after the
-        statement's snapshot (a job started with the same entity key, a job enqueued with the
-        same idempotency key): the next run's snapshot sees that row and leaves its key alone.
-        A claim that waited past its lock timeout for such a row is run again too.  Up to
-        ``tries`` runs, then the last ``UniqueViolation`` or ``LockNotAvailable`` is raised.
-        In a caller's transaction each run is under a savepoint, so a refusal does not abort
-        it.  A ``claim`` returns its jobs (see :meth:`_fetch`)."""
-        in_transaction = conn.info.transaction_status != TransactionStatus.IDLE
-        for attempt in range(tries):
-            try:
-                if not in_transaction:
-                    return self._fetch(conn, name, params, claim=claim)
-                with conn.transaction():
-                    return self._fetch(conn, name, params, claim=claim)
-            except (psycopg.errors.UniqueViolation, psycopg.errors.LockNotAvailable):
-                if attempt == tries - 1:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _insert_keyed(
-        self,
-        conn: Connection[Any],
-        jobs: NewJobs,
-        name: str,
-        params: dict[str, Any],
-        inserted_id: Callable[[list[Any]], int | None],
-    ) -> list[Enqueued]:
-        """The jobs of one call sharing an idempotency key, which stand for one job: insert it
-        with statement ``name`` (``inserted_id`` reads its id from the rows, None when an
-        unfinished job holds the key), else find the holder.  Again when the holder finished
-        between our insert and our lookup."""
-        for _ in range(3):
-            job_id = inserted_id(self._rows(conn, name, params))
-            if job_id is not None:
-                return shared_key_results(job_id, jobs.count, inserted=True)
-            existing = self._rows(
-                conn, "job_find_unfinished_by_idempotency_keys", {"keys": [jobs.idempotency_key]}
-            )
-            if existing:
-                return shared_key_results(existing[0][0], jobs.count, inserted=False)
-        raise RuntimeError(
-            f"idempotency key {jobs.idempotency_key!r} kept changing hands; enqueue again"
-        )
 
     def job_count_matching(
         self, conn: Connection[Any], jobs: JobFilter, statuses: Sequence[str]
@@ -374,52 +444,13 @@ class SyncStatements:
     def job_count_by_queue_and_status(self, conn: Connection[Any]) -> list[tuple[str, str, int]]:
         return list(self._rows(conn, "job_count_by_queue_and_status", {}))
 
-    # -- wake-ups ------------------------------------------------------------------------
 
-    def channel_listen(self, conn: Connection[Any]) -> None:
-        """Subscribe ``conn`` to the schema's wake-up channel."""
-        self._rows(conn, "channel_listen", {})
-
-    def channel_notify(self, conn: Connection[Any], payload: str) -> None:
-        self._rows(conn, "channel_notify", {"channel": self.queries.channel, "payload": payload})
-
-    def channel_notify_many(self, conn: Connection[Any], payloads: list[str]) -> None:
-        self._rows(
-            conn, "channel_notify_many", {"channel": self.queries.channel, "payloads": payloads}
-        )
-
-    # -- migrations ----------------------------------------------------------------------
-
-    def migration_apply(
-        self, conn: Connection[Any], migrations: Sequence[tuple[int, str, Any]]
-    ) -> list[int]:
-        """Apply the given (version, name, statement) migrations not yet recorded, atomically."""
-        applied_now: list[int] = []
-        with conn.transaction():
-            self._rows(conn, "migration_lock", {"schema": self.schema})
-            conn.execute(self.queries["migration_prepare"], prepare=False)
-            done = self.migration_applied_versions(conn)
-            for version, name, statement in migrations:
-                if version in done:
-                    continue
-                conn.execute(statement, prepare=False)
-                self._rows(conn, "migration_record", {"version": version, "name": name})
-                applied_now.append(version)
-        return applied_now
-
-    def migration_applied_versions(self, conn: Connection[Any]) -> set[int]:
-        """The versions of the migrations applied (raises SchemaNotMigrated when none is)."""
-        return {row[0] for row in self._rows(conn, "migration_applied_versions", {})}
-
-    def migration_pending(self, conn: Connection[Any], versions: Sequence[int]) -> list[int]:
-        """Which of ``versions`` are not applied yet (all of them when nothing is)."""
-        try:
-            with conn.transaction():
-                done = self.migration_applied_versions(conn)
-        except SchemaNotMigrated:
-            done = set()
-        return [v for v in versions if v not in done]
-
-    def schema_drop(self, conn: Connection[Any]) -> None:
-        """Drop the schema and everything in it."""
-        conn.execute(self.queries["schema_drop"], prepare=False)
+class SyncStatements(
+    SyncSchemaStatements,
+    SyncChannelStatements,
+    SyncQueueStatements,
+    SyncLeadershipStatements,
+    SyncPresenceStatements,
+    SyncAdminStatements,
+):
+    """Every statement about everything but a job's own life, composed from its groups."""
