@@ -16,7 +16,8 @@ Four roles without login, to be granted to the login users of each kind of proce
 
 ``skiplock roles --sql`` prints the script for a DBA; without ``--sql`` it is applied at once
 (creating the roles that do not exist yet), which needs a superuser or a role that owns the
-schema's tables and may create roles.  The statements are in ``sql/roles/grants.sql``.
+schema's tables and may create roles.  The statements are in ``sql/roles/grants.sql``, run by
+:mod:`skiplock._db.roles`.
 Role names are cluster-wide: roles that already have privileges in another database are
 refused (the printed script stops too), so that one database's logins never reach another's.
 """

@@ -1,7 +1,8 @@
 """The least-privilege roles of one schema (sql/roles/grants.sql): their names, the statements
 composed for them, and one function per statement that ``skiplock roles``
 (:mod:`skiplock._cli.roles`) runs, named after it.  The statements are composed with the
-schema, its tables and the role names quoted, not prepared on the server (they are DDL)."""
+schema, its tables and the role names quoted as identifiers; the grants, DDL, are not prepared
+on the server."""
 
 from __future__ import annotations
 
