@@ -30,4 +30,4 @@ def failing_calls(worker: Worker, name: str) -> tuple[asyncio.Event, list[tuple[
 
 def failing_heartbeats(worker: Worker) -> asyncio.Event:
     """Make the worker's heartbeats fail until the returned event is set."""
-    return failing_calls(worker, "job_heartbeat")[0]
+    return failing_calls(worker, "job_extend_leases")[0]

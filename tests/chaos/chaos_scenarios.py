@@ -1483,7 +1483,7 @@ def _every_statement(run: ChaosRun, store: SyncStore, start_at: int) -> list[str
         expect[j[2].id] = "failed"
         want(store.job_snooze_many(conn, [(j[3].claim, 0.0)]) == {j[3].id}, "snooze")
         expect[j[3].id] = "pending"
-        want(store.job_extend_leases(conn, [j[4].claim], 30) == {j[4].id}, "heartbeat")
+        want(store.job_extend_leases(conn, [j[4].claim], 30) == {j[4].id: False}, "heartbeat")
         expect[j[4].id] = "running"
         want(store.job_release_many(conn, [j[5].claim]) == {j[5].id}, "release")
         expect[j[5].id] = "pending"

@@ -54,15 +54,16 @@ def test_future_jobs_are_not_claimed_until_due_and_promoted(app: App) -> None:
     @app.task(name="later")
     def later() -> None: ...
 
-    later.with_options(delay=0.3).enqueue()
+    job = later.with_options(delay=3600).enqueue()
+    run_at = app.get_job(job.id).run_at  # type: ignore[union-attr]
     s = store(app)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         assert s.job_claim(conn, ["default"], 10, "w", 30) == []
+        # The statement runs at a pinned time rather than after a sleep.
         assert s.job_promote_due(conn) == {}
-        import time
-
-        time.sleep(0.4)
-        assert s.job_promote_due(conn) == {"default": 1}
+        assert s.job_promote_due(conn, now=run_at - timedelta(microseconds=1)) == {}
+        assert s.job_claim(conn, ["default"], 10, "w", 30) == []
+        assert s.job_promote_due(conn, now=run_at) == {"default": 1}
         assert len(s.job_claim(conn, ["default"], 10, "w", 30)) == 1
 
 

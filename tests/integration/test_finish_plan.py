@@ -79,7 +79,7 @@ STATEMENTS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "retry_in": [5.0] * BATCH,
     },
     "job_snooze_many": lambda c: {**c, "delays": [0.0] * BATCH},
-    "job_extend_leases": lambda c: {**c, "lease_seconds": 30.0},
+    "job_extend_leases": lambda c: {**c, "lease_seconds": 30.0, "now": None},
     "job_cancel_claimed_many": lambda c: c,
     "job_release_many": lambda c: c,
 }

@@ -13,6 +13,7 @@ from psycopg.pq import TransactionStatus
 
 from running_peak import RunningPeak
 from skiplock import App, Worker
+from skiplock._db.records import LimitedClaim, QueueLimits
 from skiplock._db.store_async import AsyncStore
 from skiplock._db.store_sync import SyncStore
 
@@ -37,7 +38,9 @@ def test_held_claims_of_a_limited_queue_stop_at_the_limit_until_a_job_ends(
     try:
 
         def claim(conn: psycopg.Connection[Any]) -> Any:
-            return store.job_claim_held_limited(conn, guard, "lim", 2, False, "w", 30.0)
+            return store.job_claim_held_limited(
+                conn, guard, LimitedClaim("lim", QueueLimits(2, False), "w", 30.0)
+            )
 
         first, second, third = (claim(c) for c in conns[:3])
         assert first is not None and second is not None
@@ -66,12 +69,24 @@ def test_leased_claims_count_running_held_lock_jobs(app: App, db: Any) -> None:
         psycopg.connect(app.dsn, autocommit=True) as guard,
         psycopg.connect(app.dsn, autocommit=True) as leased,
     ):
-        assert store.job_claim_held_limited(held, guard, "lim", 3, False, "w1", 30.0) is not None
-        jobs = store.job_claim_limited(leased, "lim", 10, 3, False, "w2", 30.0)
+        assert (
+            store.job_claim_held_limited(
+                held, guard, LimitedClaim("lim", QueueLimits(3, False), "w1", 30.0)
+            )
+            is not None
+        )
+        jobs = store.job_claim_limited(
+            leased, LimitedClaim("lim", QueueLimits(3, False), "w2", 30.0, want=10)
+        )
         assert len(jobs) == 2, "the leased claim did not count the running held-lock job"
         # And the other way round: the two leased jobs, now committed, count for the next.
         with psycopg.connect(app.dsn, autocommit=True) as again:
-            assert store.job_claim_held_limited(again, guard, "lim", 3, False, "w3", 30.0) is None
+            assert (
+                store.job_claim_held_limited(
+                    again, guard, LimitedClaim("lim", QueueLimits(3, False), "w3", 30.0)
+                )
+                is None
+            )
         held.commit()
     assert statuses(db, app) == {"running": 3, "pending": 3}
 
@@ -91,7 +106,9 @@ def test_concurrent_held_claims_take_exactly_the_limit(app: App) -> None:
         conns = [await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) for _ in range(20)]
         try:
             claims = [
-                store.job_claim_held_limited(c, g, "lim", 3, False, f"w{i}", 30.0)
+                store.job_claim_held_limited(
+                    c, g, LimitedClaim("lim", QueueLimits(3, False), f"w{i}", 30.0)
+                )
                 for i, (c, g) in enumerate(zip(conns[:10], conns[10:], strict=True))
             ]
             jobs = await asyncio.gather(*claims)
@@ -181,7 +198,9 @@ def test_a_claim_whose_budget_cannot_be_spent_is_rolled_back(
         psycopg.connect(app.dsn, autocommit=True) as guard,
     ):
         with pytest.raises(psycopg.OperationalError):
-            store.job_claim_held_limited(conn, guard, "rated", None, True, "w", 30.0)
+            store.job_claim_held_limited(
+                conn, guard, LimitedClaim("rated", QueueLimits(None, True), "w", 30.0)
+            )
         assert conn.info.transaction_status == TransactionStatus.IDLE
         assert guard.info.transaction_status == TransactionStatus.IDLE
     row = db.execute(f'SELECT status, attempts FROM "{app.schema}".jobs WHERE id = %s', (job.id,))
@@ -230,7 +249,22 @@ def test_a_held_lock_job_started_before_its_queue_got_a_limit_counts_against_it(
     ):
         assert store.job_claim_held(held, ["q"], "w1", 30.0) is not None  # no limit yet
         app.sync_client.set_concurrency_limit("q", 1)
-        assert store.job_claim_held_limited(other, guard, "q", 1, False, "w2", 30.0) is None
-        assert store.job_claim_limited(other, "q", 5, 1, False, "w3", 30.0) == []
+        assert (
+            store.job_claim_held_limited(
+                other, guard, LimitedClaim("q", QueueLimits(1, False), "w2", 30.0)
+            )
+            is None
+        )
+        assert (
+            store.job_claim_limited(
+                other, LimitedClaim("q", QueueLimits(1, False), "w3", 30.0, want=5)
+            )
+            == []
+        )
         held.rollback()
-        assert store.job_claim_limited(other, "q", 5, 1, False, "w3", 30.0) != []
+        assert (
+            store.job_claim_limited(
+                other, LimitedClaim("q", QueueLimits(1, False), "w3", 30.0, want=5)
+            )
+            != []
+        )

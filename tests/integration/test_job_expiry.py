@@ -63,6 +63,25 @@ def test_claims_skip_an_expired_job_before_it_is_cancelled(app: App) -> None:
     assert app.get_job(expired.id).status == JobStatus.CANCELLED  # type: ignore[union-attr]
 
 
+def test_cancel_expired_compares_with_a_pinned_time(app: App) -> None:
+    @app.task(name="noop")
+    def noop() -> None:
+        pass
+
+    job = noop.with_options(expires=timedelta(hours=1)).enqueue()
+    expires_at = app.get_job(job.id).expires_at  # type: ignore[union-attr]
+    assert expires_at is not None
+    store = SyncStore(app.queries)
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        assert store.job_cancel_expired(conn) == {}
+        assert store.job_cancel_expired(conn, now=expires_at) == {}  # not run *by* it: still due
+        later = expires_at + timedelta(microseconds=1)
+        assert store.job_cancel_expired(conn, now=later) == {"default": 1}
+    cancelled = app.get_job(job.id)
+    assert cancelled is not None and cancelled.status == JobStatus.CANCELLED
+    assert cancelled.finished_at == later
+
+
 def test_scheduled_and_waiting_jobs_expire_too_and_so_do_their_dependents(app: App) -> None:
     @app.task(name="noop")
     def noop() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -37,9 +37,13 @@ def row(app: App, job_id: int) -> Row | None:
         return conn.execute(f"SELECT * FROM {jobs_table(app)} WHERE id = %s", (job_id,)).fetchone()
 
 
-def expire_after(seconds: float) -> None:
-    """Sleep until a lease of ``seconds`` taken just before is certainly over."""
-    time.sleep(seconds + 0.15)
+def lease_end(app: App, job_id: int) -> datetime:
+    """When the job's lease ends (its ``locked_until``): the statements that compare with the
+    time are run at a pinned ``now`` around it, instead of sleeping until it has passed."""
+    found = row(app, job_id)
+    assert found is not None and found["locked_until"] is not None
+    end: datetime = found["locked_until"]
+    return end
 
 
 def test_expired_lease_is_reclaimed_and_the_stale_claim_changes_nothing(app: App) -> None:
@@ -49,7 +53,7 @@ def test_expired_lease_is_reclaimed_and_the_stale_claim_changes_nothing(app: App
     job_id = work.enqueue().id
     s = store(app)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        [first] = s.job_claim(conn, ["default"], 1, "w1", 0.5)
+        [first] = s.job_claim(conn, ["default"], 1, "w1", 30)
         assert (first.id, first.attempts, first.locked_by) == (job_id, 1, "w1")
         stale = first.claim
         claimed_at = conn.execute(
@@ -58,10 +62,12 @@ def test_expired_lease_is_reclaimed_and_the_stale_claim_changes_nothing(app: App
         assert claimed_at is not None
         assert stale == Claim(job_id, 1, "w1", claimed_at[0])
 
-        # Not expired yet: nothing to reclaim.
+        # Not expired yet (now, nor at the lease's last instant): nothing to reclaim.
+        end = lease_end(app, job_id)
+        assert end - claimed_at[0] == timedelta(seconds=30)
         assert s.job_reclaim_expired(conn) == {}
-        expire_after(0.5)
-        assert s.job_reclaim_expired(conn) == {job_id: "pending"}
+        assert s.job_reclaim_expired(conn, now=end) == {}
+        assert s.job_reclaim_expired(conn, now=end + MICROSECOND) == {job_id: "pending"}
         reclaimed = row(app, job_id)
         assert reclaimed is not None
         assert reclaimed["status"] == "pending"
@@ -71,7 +77,7 @@ def test_expired_lease_is_reclaimed_and_the_stale_claim_changes_nothing(app: App
         assert "lease expired" in reclaimed["last_error"]
         assert "w1" in reclaimed["last_error"]
         # A second reclaim finds nothing more.
-        assert s.job_reclaim_expired(conn) == {}
+        assert s.job_reclaim_expired(conn, now=end + timedelta(hours=1)) == {}
 
         [second] = s.job_claim(conn, ["default"], 1, "w2", 30)
         assert (second.id, second.attempts, second.locked_by) == (job_id, 2, "w2")
@@ -83,7 +89,7 @@ def test_expired_lease_is_reclaimed_and_the_stale_claim_changes_nothing(app: App
         assert s.job_fail_many(conn, [(stale, "stale failure", 5.0)]) == {}
         assert s.job_fail_many(conn, [(stale, "stale final failure", None)]) == {}
         assert s.job_snooze_many(conn, [(stale, 0.0)]) == set()
-        assert s.job_extend_leases(conn, [stale], 3600) == set()
+        assert s.job_extend_leases(conn, [stale], 3600) == {}
         assert row(app, job_id) == before
         archived = conn.execute(
             f'SELECT count(*) FROM "{app.schema}".jobs_archive WHERE id = %s', (job_id,)
@@ -108,18 +114,19 @@ def test_heartbeat_extends_only_an_owned_lease_and_keeps_it_from_reclaim(app: Ap
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         [job] = s.job_claim(conn, ["default"], 1, "w1", 0.5)
         assert job.id == job_id
+        original_end = lease_end(app, job_id)
         initial = row(app, job_id)
         assert initial is not None
 
         # Foreign, wrong-attempt or wrong-time heartbeats change nothing.
         at = job.claim.claimed_at
-        assert s.job_extend_leases(conn, [Claim(job_id, 1, "w2", at)], 60) == set()
-        assert s.job_extend_leases(conn, [Claim(job_id, 2, "w1", at)], 60) == set()
-        assert s.job_extend_leases(conn, [Claim(job_id, 1, "w1", at - MICROSECOND)], 60) == set()
-        assert s.job_extend_leases(conn, [Claim(other_id, 0, "w1", at)], 60) == set()
+        assert s.job_extend_leases(conn, [Claim(job_id, 1, "w2", at)], 60) == {}
+        assert s.job_extend_leases(conn, [Claim(job_id, 2, "w1", at)], 60) == {}
+        assert s.job_extend_leases(conn, [Claim(job_id, 1, "w1", at - MICROSECOND)], 60) == {}
+        assert s.job_extend_leases(conn, [Claim(other_id, 0, "w1", at)], 60) == {}
         assert row(app, job_id) == initial
 
-        assert s.job_extend_leases(conn, [job.claim], 60) == {job_id}
+        assert s.job_extend_leases(conn, [job.claim], 60) == {job_id: False}
         extended = row(app, job_id)
         assert extended is not None
         assert extended["locked_until"] > initial["locked_until"]
@@ -133,12 +140,17 @@ def test_heartbeat_extends_only_an_owned_lease_and_keeps_it_from_reclaim(app: Ap
             k: v for k, v in initial.items() if k != "locked_until"
         }
 
-        # The original 0.5 s lease is long over, but the extended one holds.
-        expire_after(0.5)
-        assert s.job_reclaim_expired(conn) == {}
+        # Past the original 0.5 s lease, the extended one holds.
+        assert s.job_reclaim_expired(conn, now=original_end + timedelta(seconds=1)) == {}
         still = row(app, job_id)
         assert still is not None
         assert (still["status"], still["locked_by"], still["attempts"]) == ("running", "w1", 1)
+
+        # A heartbeat at a pinned time counts the lease from it.
+        pinned = original_end + timedelta(hours=1)
+        assert s.job_extend_leases(conn, [job.claim], 60, now=pinned) == {job_id: False}
+        assert lease_end(app, job_id) == pinned + timedelta(seconds=60)
+        assert s.job_reclaim_expired(conn, now=pinned + timedelta(seconds=60)) == {}
         assert s.job_finish_many(conn, [job.claim], "keep") == {job_id}
     other = row(app, other_id)
     assert other is not None and other["status"] == "pending" and other["locked_until"] is None
@@ -151,21 +163,21 @@ def test_reclaim_fails_a_job_whose_attempts_are_spent(app: App) -> None:
     job_id = once.enqueue().id
     s = store(app)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        [job] = s.job_claim(conn, ["default"], 1, "w1", 0.5)
+        [job] = s.job_claim(conn, ["default"], 1, "w1", 30)
         assert (job.attempts, job.max_attempts) == (1, 1)
-        expire_after(0.5)
-        assert s.job_reclaim_expired(conn) == {job_id: "failed"}
+        expired_at = lease_end(app, job_id) + MICROSECOND
+        assert s.job_reclaim_expired(conn, now=expired_at) == {job_id: "failed"}
         failed = row(app, job_id)
         assert failed is not None
         assert failed["status"] == "failed"
         assert failed["attempts"] == 1
-        assert failed["finished_at"] is not None
+        assert failed["finished_at"] == expired_at
         assert failed["locked_until"] is None
         assert "lease expired" in failed["last_error"]
         assert "w1" in failed["last_error"]
         # Terminal: not claimable, not reclaimed again, and the old claim cannot revive it.
         assert s.job_claim(conn, ["default"], 10, "w2", 30) == []
-        assert s.job_reclaim_expired(conn) == {}
+        assert s.job_reclaim_expired(conn, now=expired_at + timedelta(hours=1)) == {}
         assert s.job_finish_many(conn, [job.claim], "keep") == set()
         assert row(app, job_id) == failed
 
@@ -190,7 +202,7 @@ def test_only_the_claiming_worker_can_change_its_job(app: App) -> None:
                 assert s.job_finish_many(conn, [impostor], completion) == set()
             assert s.job_fail_many(conn, [(impostor, "nope", None)]) == {}
             assert s.job_snooze_many(conn, [(impostor, 0.0)]) == set()
-            assert s.job_extend_leases(conn, [impostor], 60) == set()
+            assert s.job_extend_leases(conn, [impostor], 60) == {}
         assert row(app, job_id) == before
         assert s.job_finish_many(conn, [job.claim], "keep") == {job_id}
     after = row(app, job_id)
@@ -234,7 +246,7 @@ def test_a_job_claimed_again_with_the_same_worker_and_attempt_is_another_claim(
         assert s.job_fail_many(conn, [(old, "stale failure", 5.0)]) == {}
         assert s.job_fail_many(conn, [(old, "stale final failure", None)]) == {}
         assert s.job_snooze_many(conn, [(old, 0.0)]) == set()
-        assert s.job_extend_leases(conn, [old], 3600) == set()
+        assert s.job_extend_leases(conn, [old], 3600) == {}
         assert s.job_cancel_claimed_many(conn, [old]) == set()
         assert s.job_release_many(conn, [old]) == set()
         assert s.job_count_dead_attempts(conn, old, 2, "stale count") is False

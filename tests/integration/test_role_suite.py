@@ -564,7 +564,7 @@ def test_row_level_security_leaves_the_workers_plans_alone(
         "queue": "default", "queues": ["default"], "after_priority": None, "after_run_at": None,
         "after_id": None, "limit": 10, "commit_async": True, "held_marker": False,
         "schema": schema, "worker": "w", "lease_seconds": 30, "ids": [1], "attempts": [1],
-        "claim_time_index": [1], "claim_times": ["2030-01-01"],
+        "claim_time_index": [1], "claim_times": ["2030-01-01"], "now": None,
     }  # fmt: skip
     plans: dict[str, list[str]] = {}
     for who, dsn in (("owner", pg_dsn), ("worker", roles.dsn["worker"])):

@@ -22,6 +22,7 @@ import pytest
 from psycopg import conninfo, sql
 
 from skiplock import App, Worker
+from skiplock._db.records import LimitedClaim, QueueLimits
 from skiplock._db.store_async import AsyncStore
 from skiplock._db.store_sync import SyncStore
 from skiplock._doctor.command import Doctor, Thresholds
@@ -78,7 +79,9 @@ def test_a_strangers_advisory_lock_on_a_limited_queue_does_not_stall_its_claims(
     )
     store = SyncStore(app.queries)
     with connect(app) as conn:
-        jobs = store.job_claim_limited(conn, "lim", 10, 5, False, "w", 30.0)
+        jobs = store.job_claim_limited(
+            conn, LimitedClaim("lim", QueueLimits(5, False), "w", 30.0, want=10)
+        )
     assert sorted(j.id for j in jobs) == ids
 
 
@@ -95,11 +98,20 @@ def test_a_queue_lock_held_by_a_careless_session_delays_only_its_queue(app: App,
             )
         )
         with pytest.raises(QueueLockBusy) as busy:
-            store.job_claim_limited(conn, "lim", 10, 5, False, "w", 30.0)
+            store.job_claim_limited(
+                conn, LimitedClaim("lim", QueueLimits(5, False), "w", 30.0, want=10)
+            )
         assert busy.value.queue == "lim"
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         admin.rollback()
-        assert len(store.job_claim_limited(conn, "lim", 10, 5, False, "w", 30.0)) == 2
+        assert (
+            len(
+                store.job_claim_limited(
+                    conn, LimitedClaim("lim", QueueLimits(5, False), "w", 30.0, want=10)
+                )
+            )
+            == 2
+        )
 
 
 def test_a_strangers_shared_lock_on_the_held_marker_does_not_fill_a_queue(
@@ -117,9 +129,21 @@ def test_a_strangers_shared_lock_on_the_held_marker_does_not_fill_a_queue(
     assert status["lim"]["running"] == 0 and status["lim"]["pending"] == 2
     store = SyncStore(app.queries)
     with connect(app) as conn:
-        assert len(store.job_claim_limited(conn, "lim", 10, 1, False, "w", 30.0)) == 1
+        assert (
+            len(
+                store.job_claim_limited(
+                    conn, LimitedClaim("lim", QueueLimits(1, False), "w", 30.0, want=10)
+                )
+            )
+            == 1
+        )
     with connect(app) as conn, connect(app) as guard:
-        assert store.job_claim_held_limited(conn, guard, "lim", 2, False, "w", 30.0) is not None
+        assert (
+            store.job_claim_held_limited(
+                conn, guard, LimitedClaim("lim", QueueLimits(2, False), "w", 30.0)
+            )
+            is not None
+        )
         conn.rollback()
 
 

@@ -15,7 +15,7 @@ import pytest
 import skiplock
 from skiplock import App, Worker
 from skiplock._cli.status import duration
-from skiplock._runtime.presence import GONE_AFTER, SILENT_AFTER, is_silent
+from skiplock._db.presence import GONE_AFTER, SILENT_AFTER, is_silent
 
 
 @pytest.fixture(autouse=True)

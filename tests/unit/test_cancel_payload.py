@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from skiplock._db.payload import check_queue_name
-from skiplock._runtime.listener import cancel_payload
+from skiplock._db.wakeups import cancel_payload
 from skiplock.errors import InvalidName
 
 

@@ -16,7 +16,8 @@ Four roles without login, to be granted to the login users of each kind of proce
 
 ``skiplock roles --sql`` prints the script for a DBA; without ``--sql`` it is applied at once
 (creating the roles that do not exist yet), which needs a superuser or a role that owns the
-schema's tables and may create roles.  The statements are in ``sql/roles/grants.sql``.
+schema's tables and may create roles.  The statements are in ``sql/roles/grants.sql``, run by
+:mod:`skiplock._db.roles`.
 Role names are cluster-wide: roles that already have privileges in another database are
 refused (the printed script stops too), so that one database's logins never reach another's.
 """
@@ -24,111 +25,31 @@ refused (the printed script stops too), so that one database's logins never reac
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any
 
 import click
 import psycopg
-from psycopg import Connection, sql
+from psycopg import Connection
 
 from skiplock._cli.admin import dsn_option, schema_option
 from skiplock._db.connections import connect_kwargs, redact, resolve_dsn, translate, unavailable
-from skiplock._db.payload import check_schema_name
-from skiplock._db.sql import parse_blocks
-from skiplock.errors import InvalidName, SchemaNotMigrated, SkiplockError
+from skiplock._db.roles import (
+    TABLE_COUNT,
+    RoleNames,
+    grant_statements,
+    role_check_owner,
+    role_create,
+    role_find_existing,
+    role_find_other_databases,
+    role_grant_all,
+    role_lock_timeout,
+    statement,
+)
+from skiplock.errors import SchemaNotMigrated, SkiplockError
 
-_ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-GRANTS = ("role_grant_enqueuer", "role_grant_worker", "role_grant_admin", "role_grant_viewer")
-TABLE_COUNT = 9  # the tables role_check_owner looks for (grants.sql)
+__all__ = ["RoleNames", "apply", "command", "render_sql"]
+
 LOCK_TIMEOUT_MS = 5000  # longest wait for the jobs table's lock (role_lock_timeout)
-
-
-ANY_ROW_POLICY = "skiplock_any_row"  # the jobs table's permissive policy (grants.sql)
-
-
-def check_role_name(name: str) -> str:
-    if not isinstance(name, str) or not _ROLE_NAME.fullmatch(name) or name.startswith("pg_"):
-        raise InvalidName(
-            f"invalid role name {name!r}: use 1-63 lower-case letters, digits or '_', not "
-            "starting with a digit or 'pg_'"
-        )
-    if name == ANY_ROW_POLICY:
-        # The enqueuer's policy is named after its role: it would replace this one.
-        raise InvalidName(f"invalid role name {name!r}: skiplock names a policy so")
-    return name
-
-
-@dataclass(frozen=True)
-class RoleNames:
-    enqueuer: str
-    worker: str
-    admin: str
-    viewer: str
-
-    @classmethod
-    def for_schema(
-        cls,
-        schema: str,
-        *,
-        enqueuer: str | None = None,
-        worker: str | None = None,
-        admin: str | None = None,
-        viewer: str | None = None,
-    ) -> RoleNames:
-        """The given names, else ``<schema>_enqueuer``, ``<schema>_worker``, ``<schema>_admin``,
-        ``<schema>_viewer``."""
-        check_schema_name(schema)
-        names = cls(
-            check_role_name(enqueuer or f"{schema}_enqueuer"),
-            check_role_name(worker or f"{schema}_worker"),
-            check_role_name(admin or f"{schema}_admin"),
-            check_role_name(viewer or f"{schema}_viewer"),
-        )
-        if len(set(names.all())) != 4:
-            raise InvalidName(
-                "the enqueuer, worker, admin and viewer roles need four different names"
-            )
-        return names
-
-    def all(self) -> list[str]:
-        return [self.enqueuer, self.worker, self.admin, self.viewer]
-
-
-@cache
-def _statements() -> dict[str, str]:
-    text = resources.files("skiplock._db.sql").joinpath("roles", "grants.sql").read_text("utf-8")
-    return {name: s.text for name, s in parse_blocks(text).items()}
-
-
-def statement(name: str, schema: str, roles: RoleNames, role: str | None = None) -> sql.Composed:
-    """One statement of ``grants.sql`` with the schema, its tables and the roles quoted."""
-    names: dict[str, Any] = {
-        "schema": sql.Identifier(schema),
-        "jobs": sql.Identifier(schema, "jobs"),
-        "archive": sql.Identifier(schema, "jobs_archive"),
-        "queues": sql.Identifier(schema, "queues"),
-        "leaders": sql.Identifier(schema, "leaders"),
-        "ticks": sql.Identifier(schema, "periodic_ticks"),
-        "held_starts": sql.Identifier(schema, "held_starts"),
-        "workers": sql.Identifier(schema, "workers"),
-        "dependencies": sql.Identifier(schema, "job_dependencies"),
-        "jobs_id_seq": sql.Identifier(schema, "jobs_id_seq"),
-        "migrations": sql.Identifier(schema, "migrations"),
-        "enqueuer": sql.Identifier(roles.enqueuer),
-        "worker": sql.Identifier(roles.worker),
-        "admin": sql.Identifier(roles.admin),
-        "viewer": sql.Identifier(roles.viewer),
-        "role": sql.Identifier(role or roles.admin),
-        "names": sql.Literal(roles.all()),
-    }
-    return sql.SQL(_statements()[name]).format(**names)
-
-
-def grant_statements(schema: str, roles: RoleNames, *, monitor: bool = True) -> list[sql.Composed]:
-    names = ["role_revoke_all", *GRANTS] + (["role_grant_monitor"] if monitor else [])
-    return [statement(name, schema, roles) for name in names]
 
 
 def render_sql(schema: str, roles: RoleNames, *, monitor: bool = True) -> str:
@@ -182,10 +103,8 @@ def apply(
     """Create the missing roles and grant, in one transaction; returns the roles created."""
     try:
         with conn.transaction():
-            conn.execute(statement("role_lock_timeout", schema, roles), {"ms": LOCK_TIMEOUT_MS})
-            may_grant, tables = conn.execute(
-                statement("role_check_owner", schema, roles), {"schema": schema}
-            ).fetchone() or (False, 0)
+            role_lock_timeout(conn, schema, roles, LOCK_TIMEOUT_MS)
+            may_grant, tables = role_check_owner(conn, schema, roles)
             if tables < TABLE_COUNT:
                 raise SchemaNotMigrated(schema)
             if not may_grant:
@@ -194,20 +113,14 @@ def apply(
                     "its grants would change nothing: connect as a superuser or the owner, or "
                     "print the script with --sql for a DBA"
                 )
-            elsewhere = conn.execute(
-                statement("role_find_other_databases", schema, roles), {"names": roles.all()}
-            ).fetchall()
+            elsewhere = role_find_other_databases(conn, schema, roles)
             if elsewhere:
                 raise SkiplockError(refusal(schema, conn.info.dbname, elsewhere))
-            found = conn.execute(
-                statement("role_find_existing", schema, roles), {"names": roles.all()}
-            ).fetchall()
-            existing = {row[0] for row in found}
+            existing = role_find_existing(conn, schema, roles)
             created = [role for role in roles.all() if role not in existing]
             for role in created:
-                conn.execute(statement("role_create", schema, roles, role))
-            for grants in grant_statements(schema, roles, monitor=monitor):
-                conn.execute(grants, prepare=False)
+                role_create(conn, schema, roles, role)
+            role_grant_all(conn, schema, roles, monitor=monitor)
     except psycopg.errors.LockNotAvailable:
         raise SkiplockError(
             f"the jobs table of schema {schema!r} stayed locked for {LOCK_TIMEOUT_MS} ms "

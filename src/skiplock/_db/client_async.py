@@ -25,10 +25,10 @@ from skiplock._db.connections import connect_kwargs, server_watch_settings, unav
 from skiplock._db.enqueue import NewJob, NewJobs
 from skiplock._db.migrations import all_migrations
 from skiplock._db.payload import BIGINT_MAX, INT_MAX, load_json
+from skiplock._db.presence import is_silent
 from skiplock._db.store_async import AsyncStore
+from skiplock._db.wakeups import cancel_payload
 from skiplock._rate_limit import check_rate_limit
-from skiplock._runtime.listener import cancel_payload
-from skiplock._runtime.presence import is_silent
 from skiplock.bulk import BULK_BATCH, CancelledJobs, JobFilter, RetriedJobs
 from skiplock.job import Enqueued, Job
 

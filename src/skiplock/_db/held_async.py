@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
 
-from skiplock._db.dependencies_async import AsyncDependencyStatements
-from skiplock._db.queue_locks import QUEUE_LOCK_WAIT
+from skiplock._db.records import LimitedClaim
 from skiplock._db.statement_params import claim_statement
-from skiplock._db.statements_async import ENTITY_KEY_RETRIES
+from skiplock._db.statements_async import ENTITY_KEY_RETRIES, AsyncQueueStatements
 from skiplock.job import Claim, Job
 
 
@@ -29,7 +29,9 @@ async def roll_back_quietly(conn: AsyncConnection[Any]) -> None:
             await conn.rollback()
 
 
-class AsyncHeldStatements(AsyncDependencyStatements):
+class AsyncHeldStatements(AsyncQueueStatements):
+    """The statements of held-lock jobs (a limited queue's claim needs the queue's)."""
+
     async def job_claim_held(
         self, conn: AsyncConnection[Any], queues: Sequence[str], worker: str, lease_seconds: float
     ) -> Job | None:
@@ -67,20 +69,12 @@ class AsyncHeldStatements(AsyncDependencyStatements):
         return None  # each time, other workers took every candidate first: the next round
 
     async def job_claim_held_limited(
-        self,
-        conn: AsyncConnection[Any],
-        guard: AsyncConnection[Any],
-        queue: str,
-        queue_limit: int | None,
-        rated: bool,
-        worker: str,
-        lease_seconds: float,
-        lock_wait: float = QUEUE_LOCK_WAIT,
+        self, conn: AsyncConnection[Any], guard: AsyncConnection[Any], claim: LimitedClaim
     ) -> Job | None:
-        """:meth:`job_claim_held` from one queue with a concurrency limit (``queue_limit``) or
-        a rate limit (``rated``), or both, which hold exactly across both worker models.
-        Raises :class:`QueueLockBusy`, nothing claimed, when the queue's claim lock stays busy
-        for ``lock_wait`` seconds.
+        """:meth:`job_claim_held` from one queue with a concurrency limit or a rate limit, or
+        both, which hold exactly across both worker models (one job: ``claim.want`` is not
+        read).  Raises :class:`QueueLockBusy`, nothing claimed, when the queue's claim lock
+        stays busy for ``claim.lock_wait`` seconds.
 
         The claims of a limited queue are serialised by a transaction on ``guard``, another
         idle connection (the one on ``conn`` lasts as long as the job; the guard's ends with
@@ -93,14 +87,14 @@ class AsyncHeldStatements(AsyncDependencyStatements):
         job = None
         try:
             async with guard.transaction():
-                room, budget = await self.queue_room_for_claim(
-                    guard, queue, 1, queue_limit, rated, lock_wait
-                )
-                if room <= 0:
+                room = await self.queue_room_for_claim(guard, replace(claim, want=1))
+                if room.room <= 0:
                     return None
-                job = await self._claim_held_from(conn, queue, worker, lease_seconds)
-                if budget is not None and job is not None:
-                    await self.queue_spend_rate_budget(guard, queue, budget - 1)
+                job = await self._claim_held_from(
+                    conn, claim.queue, claim.worker, claim.lease_seconds
+                )
+                if room.budget is not None and job is not None:
+                    await self.queue_spend_rate_budget(guard, claim.queue, room.budget - 1)
             return job
         except BaseException:
             if job is not None:  # its budget was not spent: the claim rolls back too

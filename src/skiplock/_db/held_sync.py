@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import psycopg
 from psycopg import Connection
 
-from skiplock._db.dependencies_sync import SyncDependencyStatements
-from skiplock._db.queue_locks import QUEUE_LOCK_WAIT
+from skiplock._db.records import LimitedClaim
 from skiplock._db.statement_params import claim_statement
-from skiplock._db.statements_sync import ENTITY_KEY_RETRIES
+from skiplock._db.statements_sync import ENTITY_KEY_RETRIES, SyncQueueStatements
 from skiplock.job import Claim, Job
 
 
@@ -30,7 +30,9 @@ def roll_back_quietly(conn: Connection[Any]) -> None:
             conn.rollback()
 
 
-class SyncHeldStatements(SyncDependencyStatements):
+class SyncHeldStatements(SyncQueueStatements):
+    """The statements of held-lock jobs (a limited queue's claim needs the queue's)."""
+
     def job_claim_held(
         self, conn: Connection[Any], queues: Sequence[str], worker: str, lease_seconds: float
     ) -> Job | None:
@@ -68,20 +70,12 @@ class SyncHeldStatements(SyncDependencyStatements):
         return None  # each time, other workers took every candidate first: the next round
 
     def job_claim_held_limited(
-        self,
-        conn: Connection[Any],
-        guard: Connection[Any],
-        queue: str,
-        queue_limit: int | None,
-        rated: bool,
-        worker: str,
-        lease_seconds: float,
-        lock_wait: float = QUEUE_LOCK_WAIT,
+        self, conn: Connection[Any], guard: Connection[Any], claim: LimitedClaim
     ) -> Job | None:
-        """:meth:`job_claim_held` from one queue with a concurrency limit (``queue_limit``) or
-        a rate limit (``rated``), or both, which hold exactly across both worker models.
-        Raises :class:`QueueLockBusy`, nothing claimed, when the queue's claim lock stays busy
-        for ``lock_wait`` seconds.
+        """:meth:`job_claim_held` from one queue with a concurrency limit or a rate limit, or
+        both, which hold exactly across both worker models (one job: ``claim.want`` is not
+        read).  Raises :class:`QueueLockBusy`, nothing claimed, when the queue's claim lock
+        stays busy for ``claim.lock_wait`` seconds.
 
         The claims of a limited queue are serialised by a transaction on ``guard``, another
         idle connection (the one on ``conn`` lasts as long as the job; the guard's ends with
@@ -94,14 +88,12 @@ class SyncHeldStatements(SyncDependencyStatements):
         job = None
         try:
             with guard.transaction():
-                room, budget = self.queue_room_for_claim(
-                    guard, queue, 1, queue_limit, rated, lock_wait
-                )
-                if room <= 0:
+                room = self.queue_room_for_claim(guard, replace(claim, want=1))
+                if room.room <= 0:
                     return None
-                job = self._claim_held_from(conn, queue, worker, lease_seconds)
-                if budget is not None and job is not None:
-                    self.queue_spend_rate_budget(guard, queue, budget - 1)
+                job = self._claim_held_from(conn, claim.queue, claim.worker, claim.lease_seconds)
+                if room.budget is not None and job is not None:
+                    self.queue_spend_rate_budget(guard, claim.queue, room.budget - 1)
             return job
         except BaseException:
             if job is not None:  # its budget was not spent: the claim rolls back too

@@ -1,7 +1,9 @@
-"""The one place that executes SQL (:meth:`AsyncStatements._fetch`), and the statements about
-everything but a job's own life: queue settings, leadership, periodic ticks, administration,
-wake-ups and migrations.  :class:`~skiplock._db.store_async.AsyncStore` adds the statements of a
-job's life (enqueue, claim, finish, leases) on top.
+"""The one place that executes SQL (:meth:`AsyncSeam._fetch`), and the statements about
+everything but a job's own life, one class per what they act on: the schema and session,
+the notification channel, queues, leadership, worker presence, administration.
+:class:`AsyncStatements` composes them; :class:`~skiplock._db.store_async.AsyncStore` composes
+them with the statements of a job's life (enqueue, claim, finish, leases), of held-lock jobs and
+of dependencies.  A group that needs another's statement derives from that group only.
 
 Every method takes the connection to run on, so the same statements serve the caller's own
 transaction, a pooled connection and a worker's held-lock transaction alike.  Driver errors
@@ -24,10 +26,11 @@ from psycopg.rows import dict_row, tuple_row
 from skiplock._db.claimed_rows import claimed_jobs
 from skiplock._db.connections import translate
 from skiplock._db.enqueue import NewJobs, shared_key_results
-from skiplock._db.queue_locks import QUEUE_LOCK_WAIT, lock_timeout_setting
+from skiplock._db.presence import SILENT_AFTER
+from skiplock._db.queue_locks import lock_timeout_setting
+from skiplock._db.records import ClaimRoom, LimitedClaim, QueueLimits, QueueSetting
 from skiplock._db.shown_rows import show_any_row
 from skiplock._db.sql import Queries
-from skiplock._runtime.presence import SILENT_AFTER
 from skiplock.bulk import JobFilter
 from skiplock.errors import IdempotencyConflict, QueueLockBusy, SchemaNotMigrated
 from skiplock.job import Enqueued, Job
@@ -37,7 +40,9 @@ TUPLES_OK = ExecStatus.TUPLES_OK
 ENTITY_KEY_RETRIES = 5
 
 
-class AsyncStatements:
+class AsyncSeam:
+    """The one place that runs the store's SQL, and the helpers of the groups below."""
+
     def __init__(self, queries: Queries) -> None:
         self.queries = queries
         self.schema = queries.schema
@@ -98,171 +103,6 @@ class AsyncStatements:
         rows = await self._fetch(conn, name, params, shown=True)
         return [Job.from_tuple(row) for row in rows]
 
-    async def session_watch_client(
-        self, conn: AsyncConnection[Any], settings: dict[str, str]
-    ) -> None:
-        """Have the server notice soon when this session's client goes silent (see
-        :func:`skiplock._db.connections.server_watch_settings`)."""
-        await self._fetch(conn, "session_watch_client", settings)
-
-    async def session_use_utc(self, conn: AsyncConnection[Any]) -> None:
-        """Have timestamps come back in UTC (the fastest for psycopg to read: see runtime.sql)."""
-        await self._fetch(conn, "session_use_utc", {})
-
-    # -- queues, leadership, periodic ----------------------------------------------------
-
-    async def queue_settings(
-        self, conn: AsyncConnection[Any], names: Sequence[str]
-    ) -> dict[str, tuple[bool, int | None, bool]]:
-        """(paused, concurrency limit, rate-limited) of the given queues that have settings."""
-        rows = await self._rows(conn, "queue_settings", {"names": list(names)})
-        return {name: (paused, limit, rated) for name, paused, limit, rated in rows}
-
-    async def queue_set_paused(self, conn: AsyncConnection[Any], name: str, paused: bool) -> None:
-        await self._rows(conn, "queue_set_paused", {"name": name, "paused": paused})
-
-    async def queue_set_concurrency_limit(
-        self, conn: AsyncConnection[Any], name: str, limit: int | None
-    ) -> None:
-        await self._rows(conn, "queue_set_concurrency_limit", {"name": name, "limit": limit})
-
-    async def queue_set_rate_limit(
-        self, conn: AsyncConnection[Any], name: str, limit: int | None, period: float
-    ) -> None:
-        params = {"name": name, "limit": limit, "period": period}
-        await self._rows(conn, "queue_set_rate_limit", params)
-
-    async def queue_rate_budget(self, conn: AsyncConnection[Any], queue: str) -> float | None:
-        """Starts the queue's rate limit allows now (None: it has none)."""
-        rows = await self._rows(conn, "queue_rate_budget", {"queue": queue})
-        return float(rows[0][0]) if rows else None
-
-    async def queue_room_for_claim(
-        self,
-        conn: AsyncConnection[Any],
-        queue: str,
-        want: int,
-        queue_limit: int | None,
-        rated: bool,
-        lock_wait: float = QUEUE_LOCK_WAIT,
-    ) -> tuple[int, float | None]:
-        """In a transaction on ``conn``: serialise the claims of a limited queue until it ends,
-        then how many of ``want`` jobs its concurrency limit (``queue_limit``) and rate budget
-        (``rated``) let start now, and the budget (None: no rate limit) to spend from.
-
-        Raises :class:`QueueLockBusy` (the transaction is then failed) when another session
-        holds the queue's claim lock for ``lock_wait`` seconds, or when a session that may not
-        write the jobs table holds the key of its held-lock marker (see queue_running_count)."""
-        key = {"schema": self.schema, "queue": queue}
-        try:
-            await self._rows(
-                conn,
-                "queue_lock_for_claim",
-                {**key, "lock_timeout": lock_timeout_setting(lock_wait)},
-            )
-        except psycopg.errors.LockNotAvailable as exc:
-            raise QueueLockBusy(queue) from exc
-        room = want
-        if queue_limit is not None:
-            running, stranger = (await self._rows(conn, "queue_running_count", key))[0]
-            if stranger:
-                raise QueueLockBusy(
-                    queue, "a login that may not write the jobs table holds its held-lock marker"
-                )
-            room = min(room, queue_limit - running)
-        budget = await self.queue_rate_budget(conn, queue) if rated else None
-        if budget is not None:
-            room = min(room, math.floor(budget))
-        return room, budget
-
-    async def queue_spend_rate_budget(
-        self, conn: AsyncConnection[Any], queue: str, left: float
-    ) -> None:
-        await self._rows(conn, "queue_spend_rate_budget", {"queue": queue, "left": left})
-
-    async def session_list_lock_strangers(
-        self, conn: AsyncConnection[Any]
-    ) -> list[tuple[int, str, str, str, bool]]:
-        """(pid, user, what, mode, granted) of each session that holds or waits for one of
-        skiplock's advisory keys of the schema without being allowed to write the jobs table."""
-        rows = await self._rows(conn, "session_list_lock_strangers", {"schema": self.schema})
-        return [tuple(row) for row in rows]
-
-    async def leader_acquire(
-        self, conn: AsyncConnection[Any], role: str, holder: str, ttl: float
-    ) -> bool:
-        """Take or renew ``role``; True while ``holder`` has it."""
-        params = {"role": role, "holder": holder, "ttl": ttl}
-        return bool(await self._rows(conn, "leader_acquire", params))
-
-    async def leader_resign(self, conn: AsyncConnection[Any], role: str, holder: str) -> None:
-        await self._rows(conn, "leader_resign", {"role": role, "holder": holder})
-
-    async def presence_report(self, conn: AsyncConnection[Any], params: dict[str, Any]) -> None:
-        """Upsert this worker's row (see presence.py for the parameters)."""
-        await self._rows(conn, "presence_report", params)
-
-    async def presence_forget(self, conn: AsyncConnection[Any], worker_id: str) -> None:
-        await self._rows(conn, "presence_forget", {"id": worker_id})
-
-    async def presence_prune_gone(self, conn: AsyncConnection[Any], older_than: float) -> int:
-        return len(await self._rows(conn, "presence_prune_gone", {"older_than": older_than}))
-
-    async def presence_list(self, conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
-        return await self._fetch(conn, "presence_list", {}, dict_row)
-
-    async def periodic_prune_ticks(self, conn: AsyncConnection[Any]) -> None:
-        await self._rows(conn, "periodic_prune_ticks", {})
-
-    # -- admin ---------------------------------------------------------------------------
-
-    async def job_get(self, conn: AsyncConnection[Any], job_id: int) -> Job | None:
-        jobs = await self._jobs(conn, "job_get", {"id": job_id, "schema": self.schema})
-        return jobs[0] if jobs else None
-
-    async def job_find_waiting(
-        self, conn: AsyncConnection[Any], task: str, payload: str, queue: str | None
-    ) -> list[Job]:
-        """Waiting jobs of ``task`` whose payload contains ``payload`` (JSON text)."""
-        params = {"task": task, "payload": payload, "queue": queue}
-        return await self._jobs(conn, "job_find_waiting", params)
-
-    async def job_make_scheduled_due(self, conn: AsyncConnection[Any], queues: list[str]) -> None:
-        await self._rows(conn, "job_make_scheduled_due", {"queues": queues})
-
-    async def job_retry_failed(self, conn: AsyncConnection[Any], job_id: int) -> bool:
-        """Retry one failed or cancelled job now; False if it is in another state.  Raises
-        :class:`IdempotencyConflict` when an unfinished job holds its idempotency key."""
-        params = {"id": job_id, "channel": self.queries.channel}
-        rows = await self._fetch_until_unrefused(conn, "job_retry_failed", params, tries=3)
-        if not rows:
-            return False
-        _, holder, key, _ = rows[0]
-        if holder is not None:
-            raise IdempotencyConflict(job_id, key, holder)
-        return True
-
-    async def job_retry_many(
-        self,
-        conn: AsyncConnection[Any],
-        jobs: JobFilter,
-        statuses: Sequence[str],
-        after_id: int,
-        batch: int,
-    ) -> tuple[int, int, int]:
-        """One batch of a bulk retry: (jobs looked at, last id looked at, jobs retried)."""
-        params = {
-            **jobs.params(),
-            "statuses": list(statuses),
-            "after_id": after_id,
-            "batch": batch,
-            "channel": self.queries.channel,
-        }
-        ((seen, last_id, retried),) = await self._fetch_until_unrefused(
-            conn, "job_retry_many", params, tries=3
-        )
-        return seen, last_id or after_id, retried
-
     async def _fetch_until_unrefused(
         self,
         conn: AsyncConnection[Any],
@@ -315,6 +155,256 @@ class AsyncStatements:
         raise RuntimeError(
             f"idempotency key {jobs.idempotency_key!r} kept changing hands; enqueue again"
         )
+
+
+class AsyncSchemaStatements(AsyncSeam):
+    """The schema and the session: migrations, dropping the schema, session settings."""
+
+    async def session_watch_client(
+        self, conn: AsyncConnection[Any], settings: dict[str, str]
+    ) -> None:
+        """Have the server notice soon when this session's client goes silent (see
+        :func:`skiplock._db.connections.server_watch_settings`)."""
+        await self._fetch(conn, "session_watch_client", settings)
+
+    async def session_use_utc(self, conn: AsyncConnection[Any]) -> None:
+        """Have timestamps come back in UTC (the fastest for psycopg to read: see runtime.sql)."""
+        await self._fetch(conn, "session_use_utc", {})
+
+    async def migration_apply(
+        self, conn: AsyncConnection[Any], migrations: Sequence[tuple[int, str, Any]]
+    ) -> list[int]:
+        """Apply the given (version, name, statement) migrations not yet recorded, atomically."""
+        applied_now: list[int] = []
+        if not conn.autocommit:
+            # A caller's connection whose transaction has not begun yet (Django's atomic()
+            # before its first statement): this statement begins it, so that the block below
+            # is a savepoint in it, not a transaction of psycopg's own that would commit alone.
+            await self._rows(conn, "migration_lock", {"schema": self.schema})
+        async with conn.transaction():
+            await self._rows(conn, "migration_lock", {"schema": self.schema})
+            await conn.execute(self.queries["migration_prepare"], prepare=False)
+            done = await self.migration_applied_versions(conn)
+            for version, name, statement in migrations:
+                if version in done:
+                    continue
+                await conn.execute(statement, prepare=False)
+                await self._rows(conn, "migration_record", {"version": version, "name": name})
+                applied_now.append(version)
+        return applied_now
+
+    async def migration_applied_versions(self, conn: AsyncConnection[Any]) -> set[int]:
+        """The versions of the migrations applied (raises SchemaNotMigrated when none is)."""
+        return {row[0] for row in await self._rows(conn, "migration_applied_versions", {})}
+
+    async def migration_pending(
+        self, conn: AsyncConnection[Any], versions: Sequence[int]
+    ) -> list[int]:
+        """Which of ``versions`` are not applied yet (all of them when nothing is)."""
+        try:
+            async with conn.transaction():
+                done = await self.migration_applied_versions(conn)
+        except SchemaNotMigrated:
+            done = set()
+        return [v for v in versions if v not in done]
+
+    async def schema_drop(self, conn: AsyncConnection[Any]) -> None:
+        """Drop the schema and everything in it."""
+        await conn.execute(self.queries["schema_drop"], prepare=False)
+
+
+class AsyncChannelStatements(AsyncSeam):
+    """The schema's notification channel (wake-ups and held-lock cancel requests)."""
+
+    async def channel_listen(self, conn: AsyncConnection[Any]) -> None:
+        """Subscribe ``conn`` to the schema's wake-up channel."""
+        await self._rows(conn, "channel_listen", {})
+
+    async def channel_notify(self, conn: AsyncConnection[Any], payload: str) -> None:
+        await self._rows(
+            conn, "channel_notify", {"channel": self.queries.channel, "payload": payload}
+        )
+
+    async def channel_notify_many(self, conn: AsyncConnection[Any], payloads: list[str]) -> None:
+        await self._rows(
+            conn, "channel_notify_many", {"channel": self.queries.channel, "payloads": payloads}
+        )
+
+
+class AsyncQueueStatements(AsyncSeam):
+    """Queue settings, and the claim lock and budget of a limited queue."""
+
+    async def queue_settings(
+        self, conn: AsyncConnection[Any], names: Sequence[str]
+    ) -> dict[str, QueueSetting]:
+        """The settings of the given queues that have settings."""
+        rows = await self._rows(conn, "queue_settings", {"names": list(names)})
+        return {
+            name: QueueSetting(paused, QueueLimits(limit, rated))
+            for name, paused, limit, rated in rows
+        }
+
+    async def queue_set_paused(self, conn: AsyncConnection[Any], name: str, paused: bool) -> None:
+        await self._rows(conn, "queue_set_paused", {"name": name, "paused": paused})
+
+    async def queue_set_concurrency_limit(
+        self, conn: AsyncConnection[Any], name: str, limit: int | None
+    ) -> None:
+        await self._rows(conn, "queue_set_concurrency_limit", {"name": name, "limit": limit})
+
+    async def queue_set_rate_limit(
+        self, conn: AsyncConnection[Any], name: str, limit: int | None, period: float
+    ) -> None:
+        params = {"name": name, "limit": limit, "period": period}
+        await self._rows(conn, "queue_set_rate_limit", params)
+
+    async def queue_rate_budget(self, conn: AsyncConnection[Any], queue: str) -> float | None:
+        """Starts the queue's rate limit allows now (None: it has none)."""
+        rows = await self._rows(conn, "queue_rate_budget", {"queue": queue})
+        return float(rows[0][0]) if rows else None
+
+    async def queue_room_for_claim(
+        self, conn: AsyncConnection[Any], claim: LimitedClaim
+    ) -> ClaimRoom:
+        """In a transaction on ``conn``: serialise the claims of a limited queue until it ends,
+        then how many of the jobs the claim wants the queue's concurrency limit and rate budget
+        let start now, and the budget (None: no rate limit) to spend from.
+
+        Raises :class:`QueueLockBusy` (the transaction is then failed) when another session
+        holds the queue's claim lock for ``claim.lock_wait`` seconds, or when a session that may
+        not write the jobs table holds the key of its held-lock marker (see
+        queue_running_count)."""
+        queue, limits = claim.queue, claim.limits
+        try:
+            await self.queue_lock_for_claim(conn, queue, claim.lock_wait)
+        except psycopg.errors.LockNotAvailable as exc:
+            raise QueueLockBusy(queue) from exc
+        room = claim.want
+        if limits.concurrency is not None:
+            running, stranger = await self.queue_running_count(conn, queue)
+            if stranger:
+                raise QueueLockBusy(
+                    queue, "a login that may not write the jobs table holds its held-lock marker"
+                )
+            room = min(room, limits.concurrency - running)
+        budget = await self.queue_rate_budget(conn, queue) if limits.rated else None
+        if budget is not None:
+            room = min(room, math.floor(budget))
+        return ClaimRoom(room, budget)
+
+    async def queue_running_count(self, conn: AsyncConnection[Any], queue: str) -> tuple[int, bool]:
+        """How many jobs of ``queue`` run now, and whether a session that may not write the jobs
+        table holds the key of its held-lock marker (see runtime.sql)."""
+        params = {"schema": self.schema, "queue": queue}
+        ((running, stranger),) = await self._rows(conn, "queue_running_count", params)
+        return int(running), bool(stranger)
+
+    async def queue_lock_for_claim(
+        self, conn: AsyncConnection[Any], queue: str, lock_wait: float
+    ) -> None:
+        """Take the claim lock of a limited queue until the transaction ends, waiting at most
+        ``lock_wait`` seconds (then psycopg's LockNotAvailable)."""
+        params = {"schema": self.schema, "queue": queue}
+        params["lock_timeout"] = lock_timeout_setting(lock_wait)
+        await self._rows(conn, "queue_lock_for_claim", params)
+
+    async def queue_spend_rate_budget(
+        self, conn: AsyncConnection[Any], queue: str, left: float
+    ) -> None:
+        await self._rows(conn, "queue_spend_rate_budget", {"queue": queue, "left": left})
+
+    async def session_list_lock_strangers(
+        self, conn: AsyncConnection[Any]
+    ) -> list[tuple[int, str, str, str, bool]]:
+        """(pid, user, what, mode, granted) of each session that holds or waits for one of
+        skiplock's advisory keys of the schema without being allowed to write the jobs table."""
+        rows = await self._rows(conn, "session_list_lock_strangers", {"schema": self.schema})
+        return [tuple(row) for row in rows]
+
+
+class AsyncLeadershipStatements(AsyncSeam):
+    """The leaders table (maintenance, periodic ticks) and the upkeep of periodic ticks."""
+
+    async def leader_acquire(
+        self, conn: AsyncConnection[Any], role: str, holder: str, ttl: float
+    ) -> bool:
+        """Take or renew ``role``; True while ``holder`` has it."""
+        params = {"role": role, "holder": holder, "ttl": ttl}
+        return bool(await self._rows(conn, "leader_acquire", params))
+
+    async def leader_resign(self, conn: AsyncConnection[Any], role: str, holder: str) -> None:
+        await self._rows(conn, "leader_resign", {"role": role, "holder": holder})
+
+    async def periodic_prune_ticks(self, conn: AsyncConnection[Any]) -> None:
+        await self._rows(conn, "periodic_prune_ticks", {})
+
+
+class AsyncPresenceStatements(AsyncSeam):
+    """The workers table: each worker's row."""
+
+    async def presence_report(self, conn: AsyncConnection[Any], params: dict[str, Any]) -> None:
+        """Upsert this worker's row (see presence.py for the parameters)."""
+        await self._rows(conn, "presence_report", params)
+
+    async def presence_forget(self, conn: AsyncConnection[Any], worker_id: str) -> None:
+        await self._rows(conn, "presence_forget", {"id": worker_id})
+
+    async def presence_prune_gone(self, conn: AsyncConnection[Any], older_than: float) -> int:
+        return len(await self._rows(conn, "presence_prune_gone", {"older_than": older_than}))
+
+    async def presence_list(self, conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
+        return await self._fetch(conn, "presence_list", {}, dict_row)
+
+
+class AsyncAdminStatements(AsyncSeam):
+    """What an admin, the CLI, the dashboard and the testing helpers read and change."""
+
+    async def job_get(self, conn: AsyncConnection[Any], job_id: int) -> Job | None:
+        jobs = await self._jobs(conn, "job_get", {"id": job_id, "schema": self.schema})
+        return jobs[0] if jobs else None
+
+    async def job_find_waiting(
+        self, conn: AsyncConnection[Any], task: str, payload: str, queue: str | None
+    ) -> list[Job]:
+        """Waiting jobs of ``task`` whose payload contains ``payload`` (JSON text)."""
+        params = {"task": task, "payload": payload, "queue": queue}
+        return await self._jobs(conn, "job_find_waiting", params)
+
+    async def job_make_scheduled_due(self, conn: AsyncConnection[Any], queues: list[str]) -> None:
+        await self._rows(conn, "job_make_scheduled_due", {"queues": queues})
+
+    async def job_retry_failed(self, conn: AsyncConnection[Any], job_id: int) -> bool:
+        """Retry one failed or cancelled job now; False if it is in another state.  Raises
+        :class:`IdempotencyConflict` when an unfinished job holds its idempotency key."""
+        params = {"id": job_id, "channel": self.queries.channel}
+        rows = await self._fetch_until_unrefused(conn, "job_retry_failed", params, tries=3)
+        if not rows:
+            return False
+        _, holder, key, _ = rows[0]
+        if holder is not None:
+            raise IdempotencyConflict(job_id, key, holder)
+        return True
+
+    async def job_retry_many(
+        self,
+        conn: AsyncConnection[Any],
+        jobs: JobFilter,
+        statuses: Sequence[str],
+        after_id: int,
+        batch: int,
+    ) -> tuple[int, int, int]:
+        """One batch of a bulk retry: (jobs looked at, last id looked at, jobs retried)."""
+        params = {
+            **jobs.params(),
+            "statuses": list(statuses),
+            "after_id": after_id,
+            "batch": batch,
+            "channel": self.queries.channel,
+        }
+        ((seen, last_id, retried),) = await self._fetch_until_unrefused(
+            conn, "job_retry_many", params, tries=3
+        )
+        return seen, last_id or after_id, retried
 
     async def job_count_matching(
         self, conn: AsyncConnection[Any], jobs: JobFilter, statuses: Sequence[str]
@@ -382,57 +472,13 @@ class AsyncStatements:
     ) -> list[tuple[str, str, int]]:
         return list(await self._rows(conn, "job_count_by_queue_and_status", {}))
 
-    # -- wake-ups ------------------------------------------------------------------------
 
-    async def channel_listen(self, conn: AsyncConnection[Any]) -> None:
-        """Subscribe ``conn`` to the schema's wake-up channel."""
-        await self._rows(conn, "channel_listen", {})
-
-    async def channel_notify(self, conn: AsyncConnection[Any], payload: str) -> None:
-        await self._rows(
-            conn, "channel_notify", {"channel": self.queries.channel, "payload": payload}
-        )
-
-    async def channel_notify_many(self, conn: AsyncConnection[Any], payloads: list[str]) -> None:
-        await self._rows(
-            conn, "channel_notify_many", {"channel": self.queries.channel, "payloads": payloads}
-        )
-
-    # -- migrations ----------------------------------------------------------------------
-
-    async def migration_apply(
-        self, conn: AsyncConnection[Any], migrations: Sequence[tuple[int, str, Any]]
-    ) -> list[int]:
-        """Apply the given (version, name, statement) migrations not yet recorded, atomically."""
-        applied_now: list[int] = []
-        if not conn.autocommit:
-            # A caller's connection whose transaction has not begun yet (Django's atomic()
-            # before its first statement): this statement begins it, so that the block below
-            # is a savepoint in it, not a transaction of psycopg's own that would commit alone.
-            await self._rows(conn, "migration_lock", {"schema": self.schema})
-        async with conn.transaction():
-            await self._rows(conn, "migration_lock", {"schema": self.schema})
-            await conn.execute(self.queries["migration_prepare"], prepare=False)
-            done = {row[0] for row in await self._rows(conn, "migration_applied_versions", {})}
-            for version, name, statement in migrations:
-                if version in done:
-                    continue
-                await conn.execute(statement, prepare=False)
-                await self._rows(conn, "migration_record", {"version": version, "name": name})
-                applied_now.append(version)
-        return applied_now
-
-    async def migration_pending(
-        self, conn: AsyncConnection[Any], versions: Sequence[int]
-    ) -> list[int]:
-        """Which of ``versions`` are not applied yet (all of them when nothing is)."""
-        try:
-            async with conn.transaction():
-                done = {row[0] for row in await self._rows(conn, "migration_applied_versions", {})}
-        except SchemaNotMigrated:
-            done = set()
-        return [v for v in versions if v not in done]
-
-    async def schema_drop(self, conn: AsyncConnection[Any]) -> None:
-        """Drop the schema and everything in it."""
-        await conn.execute(self.queries["schema_drop"], prepare=False)
+class AsyncStatements(
+    AsyncSchemaStatements,
+    AsyncChannelStatements,
+    AsyncQueueStatements,
+    AsyncLeadershipStatements,
+    AsyncPresenceStatements,
+    AsyncAdminStatements,
+):
+    """Every statement about everything but a job's own life, composed from its groups."""

@@ -1,8 +1,10 @@
 # Generated from statements_async.py by tools/async_to_sync.py: do not edit.
-"""The one place that executes SQL (:meth:`SyncStatements._fetch`), and the statements about
-everything but a job's own life: queue settings, leadership, periodic ticks, administration,
-wake-ups and migrations.  :class:`~skiplock._db.store_sync.SyncStore` adds the statements of a
-job's life (enqueue, claim, finish, leases) on top.
+"""The one place that executes SQL (:meth:`SyncSeam._fetch`), and the statements about
+everything but a job's own life, one class per what they act on: the schema and session,
+the notification channel, queues, leadership, worker presence, administration.
+:class:`SyncStatements` composes them; :class:`~skiplock._db.store_sync.SyncStore` composes
+them with the statements of a job's life (enqueue, claim, finish, leases), of held-lock jobs and
+of dependencies.  A group that needs another's statement derives from that group only.
 
 Every method takes the connection to run on, so the same statements serve the caller's own
 transaction, a pooled connection and a worker's held-lock transaction alike.  Driver errors
@@ -25,10 +27,11 @@ from psycopg.rows import dict_row, tuple_row
 from skiplock._db.claimed_rows import claimed_jobs
 from skiplock._db.connections import translate
 from skiplock._db.enqueue import NewJobs, shared_key_results
-from skiplock._db.queue_locks import QUEUE_LOCK_WAIT, lock_timeout_setting
+from skiplock._db.presence import SILENT_AFTER
+from skiplock._db.queue_locks import lock_timeout_setting
+from skiplock._db.records import ClaimRoom, LimitedClaim, QueueLimits, QueueSetting
 from skiplock._db.shown_rows import show_any_row
 from skiplock._db.sql import Queries
-from skiplock._runtime.presence import SILENT_AFTER
 from skiplock.bulk import JobFilter
 from skiplock.errors import IdempotencyConflict, QueueLockBusy, SchemaNotMigrated
 from skiplock.job import Enqueued, Job
@@ -38,7 +41,9 @@ TUPLES_OK = ExecStatus.TUPLES_OK
 ENTITY_KEY_RETRIES = 5
 
 
-class SyncStatements:
+class SyncSeam:
+    """The one place that runs the store's SQL, and the helpers of the groups below."""
+
     def __init__(self, queries: Queries) -> None:
         self.queries = queries
         self.schema = queries.schema
@@ -93,165 +98,6 @@ class SyncStatements:
         rows = self._fetch(conn, name, params, shown=True)
         return [Job.from_tuple(row) for row in rows]
 
-    def session_watch_client(self, conn: Connection[Any], settings: dict[str, str]) -> None:
-        """Have the server notice soon when this session's client goes silent (see
-        :func:`skiplock._db.connections.server_watch_settings`)."""
-        self._fetch(conn, "session_watch_client", settings)
-
-    def session_use_utc(self, conn: Connection[Any]) -> None:
-        """Have timestamps come back in UTC (the fastest for psycopg to read: see runtime.sql)."""
-        self._fetch(conn, "session_use_utc", {})
-
-    # -- queues, leadership, periodic ----------------------------------------------------
-
-    def queue_settings(
-        self, conn: Connection[Any], names: Sequence[str]
-    ) -> dict[str, tuple[bool, int | None, bool]]:
-        """(paused, concurrency limit, rate-limited) of the given queues that have settings."""
-        rows = self._rows(conn, "queue_settings", {"names": list(names)})
-        return {name: (paused, limit, rated) for name, paused, limit, rated in rows}
-
-    def queue_set_paused(self, conn: Connection[Any], name: str, paused: bool) -> None:
-        self._rows(conn, "queue_set_paused", {"name": name, "paused": paused})
-
-    def queue_set_concurrency_limit(
-        self, conn: Connection[Any], name: str, limit: int | None
-    ) -> None:
-        self._rows(conn, "queue_set_concurrency_limit", {"name": name, "limit": limit})
-
-    def queue_set_rate_limit(
-        self, conn: Connection[Any], name: str, limit: int | None, period: float
-    ) -> None:
-        params = {"name": name, "limit": limit, "period": period}
-        self._rows(conn, "queue_set_rate_limit", params)
-
-    def queue_rate_budget(self, conn: Connection[Any], queue: str) -> float | None:
-        """Starts the queue's rate limit allows now (None: it has none)."""
-        rows = self._rows(conn, "queue_rate_budget", {"queue": queue})
-        return float(rows[0][0]) if rows else None
-
-    def queue_room_for_claim(
-        self,
-        conn: Connection[Any],
-        queue: str,
-        want: int,
-        queue_limit: int | None,
-        rated: bool,
-        lock_wait: float = QUEUE_LOCK_WAIT,
-    ) -> tuple[int, float | None]:
-        """In a transaction on ``conn``: serialise the claims of a limited queue until it ends,
-        then how many of ``want`` jobs its concurrency limit (``queue_limit``) and rate budget
-        (``rated``) let start now, and the budget (None: no rate limit) to spend from.
-
-        Raises :class:`QueueLockBusy` (the transaction is then failed) when another session
-        holds the queue's claim lock for ``lock_wait`` seconds, or when a session that may not
-        write the jobs table holds the key of its held-lock marker (see queue_running_count)."""
-        key = {"schema": self.schema, "queue": queue}
-        try:
-            self._rows(
-                conn,
-                "queue_lock_for_claim",
-                {**key, "lock_timeout": lock_timeout_setting(lock_wait)},
-            )
-        except psycopg.errors.LockNotAvailable as exc:
-            raise QueueLockBusy(queue) from exc
-        room = want
-        if queue_limit is not None:
-            running, stranger = (self._rows(conn, "queue_running_count", key))[0]
-            if stranger:
-                raise QueueLockBusy(
-                    queue, "a login that may not write the jobs table holds its held-lock marker"
-                )
-            room = min(room, queue_limit - running)
-        budget = self.queue_rate_budget(conn, queue) if rated else None
-        if budget is not None:
-            room = min(room, math.floor(budget))
-        return room, budget
-
-    def queue_spend_rate_budget(self, conn: Connection[Any], queue: str, left: float) -> None:
-        self._rows(conn, "queue_spend_rate_budget", {"queue": queue, "left": left})
-
-    def session_list_lock_strangers(
-        self, conn: Connection[Any]
-    ) -> list[tuple[int, str, str, str, bool]]:
-        """(pid, user, what, mode, granted) of each session that holds or waits for one of
-        skiplock's advisory keys of the schema without being allowed to write the jobs table."""
-        rows = self._rows(conn, "session_list_lock_strangers", {"schema": self.schema})
-        return [tuple(row) for row in rows]
-
-    def leader_acquire(self, conn: Connection[Any], role: str, holder: str, ttl: float) -> bool:
-        """Take or renew ``role``; True while ``holder`` has it."""
-        params = {"role": role, "holder": holder, "ttl": ttl}
-        return bool(self._rows(conn, "leader_acquire", params))
-
-    def leader_resign(self, conn: Connection[Any], role: str, holder: str) -> None:
-        self._rows(conn, "leader_resign", {"role": role, "holder": holder})
-
-    def presence_report(self, conn: Connection[Any], params: dict[str, Any]) -> None:
-        """Upsert this worker's row (see presence.py for the parameters)."""
-        self._rows(conn, "presence_report", params)
-
-    def presence_forget(self, conn: Connection[Any], worker_id: str) -> None:
-        self._rows(conn, "presence_forget", {"id": worker_id})
-
-    def presence_prune_gone(self, conn: Connection[Any], older_than: float) -> int:
-        return len(self._rows(conn, "presence_prune_gone", {"older_than": older_than}))
-
-    def presence_list(self, conn: Connection[Any]) -> list[dict[str, Any]]:
-        return self._fetch(conn, "presence_list", {}, dict_row)
-
-    def periodic_prune_ticks(self, conn: Connection[Any]) -> None:
-        self._rows(conn, "periodic_prune_ticks", {})
-
-    # -- admin ---------------------------------------------------------------------------
-
-    def job_get(self, conn: Connection[Any], job_id: int) -> Job | None:
-        jobs = self._jobs(conn, "job_get", {"id": job_id, "schema": self.schema})
-        return jobs[0] if jobs else None
-
-    def job_find_waiting(
-        self, conn: Connection[Any], task: str, payload: str, queue: str | None
-    ) -> list[Job]:
-        """Waiting jobs of ``task`` whose payload contains ``payload`` (JSON text)."""
-        params = {"task": task, "payload": payload, "queue": queue}
-        return self._jobs(conn, "job_find_waiting", params)
-
-    def job_make_scheduled_due(self, conn: Connection[Any], queues: list[str]) -> None:
-        self._rows(conn, "job_make_scheduled_due", {"queues": queues})
-
-    def job_retry_failed(self, conn: Connection[Any], job_id: int) -> bool:
-        """Retry one failed or cancelled job now; False if it is in another state.  Raises
-        :class:`IdempotencyConflict` when an unfinished job holds its idempotency key."""
-        params = {"id": job_id, "channel": self.queries.channel}
-        rows = self._fetch_until_unrefused(conn, "job_retry_failed", params, tries=3)
-        if not rows:
-            return False
-        _, holder, key, _ = rows[0]
-        if holder is not None:
-            raise IdempotencyConflict(job_id, key, holder)
-        return True
-
-    def job_retry_many(
-        self,
-        conn: Connection[Any],
-        jobs: JobFilter,
-        statuses: Sequence[str],
-        after_id: int,
-        batch: int,
-    ) -> tuple[int, int, int]:
-        """One batch of a bulk retry: (jobs looked at, last id looked at, jobs retried)."""
-        params = {
-            **jobs.params(),
-            "statuses": list(statuses),
-            "after_id": after_id,
-            "batch": batch,
-            "channel": self.queries.channel,
-        }
-        ((seen, last_id, retried),) = self._fetch_until_unrefused(
-            conn, "job_retry_many", params, tries=3
-        )
-        return seen, last_id or after_id, retried
-
     def _fetch_until_unrefused(
         self,
         conn: Connection[Any],
@@ -304,6 +150,242 @@ class SyncStatements:
         raise RuntimeError(
             f"idempotency key {jobs.idempotency_key!r} kept changing hands; enqueue again"
         )
+
+
+class SyncSchemaStatements(SyncSeam):
+    """The schema and the session: migrations, dropping the schema, session settings."""
+
+    def session_watch_client(self, conn: Connection[Any], settings: dict[str, str]) -> None:
+        """Have the server notice soon when this session's client goes silent (see
+        :func:`skiplock._db.connections.server_watch_settings`)."""
+        self._fetch(conn, "session_watch_client", settings)
+
+    def session_use_utc(self, conn: Connection[Any]) -> None:
+        """Have timestamps come back in UTC (the fastest for psycopg to read: see runtime.sql)."""
+        self._fetch(conn, "session_use_utc", {})
+
+    def migration_apply(
+        self, conn: Connection[Any], migrations: Sequence[tuple[int, str, Any]]
+    ) -> list[int]:
+        """Apply the given (version, name, statement) migrations not yet recorded, atomically."""
+        applied_now: list[int] = []
+        if not conn.autocommit:
+            # A caller's connection whose transaction has not begun yet (Django's atomic()
+            # before its first statement): this statement begins it, so that the block below
+            # is a savepoint in it, not a transaction of psycopg's own that would commit alone.
+            self._rows(conn, "migration_lock", {"schema": self.schema})
+        with conn.transaction():
+            self._rows(conn, "migration_lock", {"schema": self.schema})
+            conn.execute(self.queries["migration_prepare"], prepare=False)
+            done = self.migration_applied_versions(conn)
+            for version, name, statement in migrations:
+                if version in done:
+                    continue
+                conn.execute(statement, prepare=False)
+                self._rows(conn, "migration_record", {"version": version, "name": name})
+                applied_now.append(version)
+        return applied_now
+
+    def migration_applied_versions(self, conn: Connection[Any]) -> set[int]:
+        """The versions of the migrations applied (raises SchemaNotMigrated when none is)."""
+        return {row[0] for row in self._rows(conn, "migration_applied_versions", {})}
+
+    def migration_pending(self, conn: Connection[Any], versions: Sequence[int]) -> list[int]:
+        """Which of ``versions`` are not applied yet (all of them when nothing is)."""
+        try:
+            with conn.transaction():
+                done = self.migration_applied_versions(conn)
+        except SchemaNotMigrated:
+            done = set()
+        return [v for v in versions if v not in done]
+
+    def schema_drop(self, conn: Connection[Any]) -> None:
+        """Drop the schema and everything in it."""
+        conn.execute(self.queries["schema_drop"], prepare=False)
+
+
+class SyncChannelStatements(SyncSeam):
+    """The schema's notification channel (wake-ups and held-lock cancel requests)."""
+
+    def channel_listen(self, conn: Connection[Any]) -> None:
+        """Subscribe ``conn`` to the schema's wake-up channel."""
+        self._rows(conn, "channel_listen", {})
+
+    def channel_notify(self, conn: Connection[Any], payload: str) -> None:
+        self._rows(conn, "channel_notify", {"channel": self.queries.channel, "payload": payload})
+
+    def channel_notify_many(self, conn: Connection[Any], payloads: list[str]) -> None:
+        self._rows(
+            conn, "channel_notify_many", {"channel": self.queries.channel, "payloads": payloads}
+        )
+
+
+class SyncQueueStatements(SyncSeam):
+    """Queue settings, and the claim lock and budget of a limited queue."""
+
+    def queue_settings(
+        self, conn: Connection[Any], names: Sequence[str]
+    ) -> dict[str, QueueSetting]:
+        """The settings of the given queues that have settings."""
+        rows = self._rows(conn, "queue_settings", {"names": list(names)})
+        return {
+            name: QueueSetting(paused, QueueLimits(limit, rated))
+            for name, paused, limit, rated in rows
+        }
+
+    def queue_set_paused(self, conn: Connection[Any], name: str, paused: bool) -> None:
+        self._rows(conn, "queue_set_paused", {"name": name, "paused": paused})
+
+    def queue_set_concurrency_limit(
+        self, conn: Connection[Any], name: str, limit: int | None
+    ) -> None:
+        self._rows(conn, "queue_set_concurrency_limit", {"name": name, "limit": limit})
+
+    def queue_set_rate_limit(
+        self, conn: Connection[Any], name: str, limit: int | None, period: float
+    ) -> None:
+        params = {"name": name, "limit": limit, "period": period}
+        self._rows(conn, "queue_set_rate_limit", params)
+
+    def queue_rate_budget(self, conn: Connection[Any], queue: str) -> float | None:
+        """Starts the queue's rate limit allows now (None: it has none)."""
+        rows = self._rows(conn, "queue_rate_budget", {"queue": queue})
+        return float(rows[0][0]) if rows else None
+
+    def queue_room_for_claim(self, conn: Connection[Any], claim: LimitedClaim) -> ClaimRoom:
+        """In a transaction on ``conn``: serialise the claims of a limited queue until it ends,
+        then how many of the jobs the claim wants the queue's concurrency limit and rate budget
+        let start now, and the budget (None: no rate limit) to spend from.
+
+        Raises :class:`QueueLockBusy` (the transaction is then failed) when another session
+        holds the queue's claim lock for ``claim.lock_wait`` seconds, or when a session that may
+        not write the jobs table holds the key of its held-lock marker (see
+        queue_running_count)."""
+        queue, limits = claim.queue, claim.limits
+        try:
+            self.queue_lock_for_claim(conn, queue, claim.lock_wait)
+        except psycopg.errors.LockNotAvailable as exc:
+            raise QueueLockBusy(queue) from exc
+        room = claim.want
+        if limits.concurrency is not None:
+            running, stranger = self.queue_running_count(conn, queue)
+            if stranger:
+                raise QueueLockBusy(
+                    queue, "a login that may not write the jobs table holds its held-lock marker"
+                )
+            room = min(room, limits.concurrency - running)
+        budget = self.queue_rate_budget(conn, queue) if limits.rated else None
+        if budget is not None:
+            room = min(room, math.floor(budget))
+        return ClaimRoom(room, budget)
+
+    def queue_running_count(self, conn: Connection[Any], queue: str) -> tuple[int, bool]:
+        """How many jobs of ``queue`` run now, and whether a session that may not write the jobs
+        table holds the key of its held-lock marker (see runtime.sql)."""
+        params = {"schema": self.schema, "queue": queue}
+        ((running, stranger),) = self._rows(conn, "queue_running_count", params)
+        return int(running), bool(stranger)
+
+    def queue_lock_for_claim(self, conn: Connection[Any], queue: str, lock_wait: float) -> None:
+        """Take the claim lock of a limited queue until the transaction ends, waiting at most
+        ``lock_wait`` seconds (then psycopg's LockNotAvailable)."""
+        params = {"schema": self.schema, "queue": queue}
+        params["lock_timeout"] = lock_timeout_setting(lock_wait)
+        self._rows(conn, "queue_lock_for_claim", params)
+
+    def queue_spend_rate_budget(self, conn: Connection[Any], queue: str, left: float) -> None:
+        self._rows(conn, "queue_spend_rate_budget", {"queue": queue, "left": left})
+
+    def session_list_lock_strangers(
+        self, conn: Connection[Any]
+    ) -> list[tuple[int, str, str, str, bool]]:
+        """(pid, user, what, mode, granted) of each session that holds or waits for one of
+        skiplock's advisory keys of the schema without being allowed to write the jobs table."""
+        rows = self._rows(conn, "session_list_lock_strangers", {"schema": self.schema})
+        return [tuple(row) for row in rows]
+
+
+class SyncLeadershipStatements(SyncSeam):
+    """The leaders table (maintenance, periodic ticks) and the upkeep of periodic ticks."""
+
+    def leader_acquire(self, conn: Connection[Any], role: str, holder: str, ttl: float) -> bool:
+        """Take or renew ``role``; True while ``holder`` has it."""
+        params = {"role": role, "holder": holder, "ttl": ttl}
+        return bool(self._rows(conn, "leader_acquire", params))
+
+    def leader_resign(self, conn: Connection[Any], role: str, holder: str) -> None:
+        self._rows(conn, "leader_resign", {"role": role, "holder": holder})
+
+    def periodic_prune_ticks(self, conn: Connection[Any]) -> None:
+        self._rows(conn, "periodic_prune_ticks", {})
+
+
+class SyncPresenceStatements(SyncSeam):
+    """The workers table: each worker's row."""
+
+    def presence_report(self, conn: Connection[Any], params: dict[str, Any]) -> None:
+        """Upsert this worker's row (see presence.py for the parameters)."""
+        self._rows(conn, "presence_report", params)
+
+    def presence_forget(self, conn: Connection[Any], worker_id: str) -> None:
+        self._rows(conn, "presence_forget", {"id": worker_id})
+
+    def presence_prune_gone(self, conn: Connection[Any], older_than: float) -> int:
+        return len(self._rows(conn, "presence_prune_gone", {"older_than": older_than}))
+
+    def presence_list(self, conn: Connection[Any]) -> list[dict[str, Any]]:
+        return self._fetch(conn, "presence_list", {}, dict_row)
+
+
+class SyncAdminStatements(SyncSeam):
+    """What an admin, the CLI, the dashboard and the testing helpers read and change."""
+
+    def job_get(self, conn: Connection[Any], job_id: int) -> Job | None:
+        jobs = self._jobs(conn, "job_get", {"id": job_id, "schema": self.schema})
+        return jobs[0] if jobs else None
+
+    def job_find_waiting(
+        self, conn: Connection[Any], task: str, payload: str, queue: str | None
+    ) -> list[Job]:
+        """Waiting jobs of ``task`` whose payload contains ``payload`` (JSON text)."""
+        params = {"task": task, "payload": payload, "queue": queue}
+        return self._jobs(conn, "job_find_waiting", params)
+
+    def job_make_scheduled_due(self, conn: Connection[Any], queues: list[str]) -> None:
+        self._rows(conn, "job_make_scheduled_due", {"queues": queues})
+
+    def job_retry_failed(self, conn: Connection[Any], job_id: int) -> bool:
+        """Retry one failed or cancelled job now; False if it is in another state.  Raises
+        :class:`IdempotencyConflict` when an unfinished job holds its idempotency key."""
+        params = {"id": job_id, "channel": self.queries.channel}
+        rows = self._fetch_until_unrefused(conn, "job_retry_failed", params, tries=3)
+        if not rows:
+            return False
+        _, holder, key, _ = rows[0]
+        if holder is not None:
+            raise IdempotencyConflict(job_id, key, holder)
+        return True
+
+    def job_retry_many(
+        self,
+        conn: Connection[Any],
+        jobs: JobFilter,
+        statuses: Sequence[str],
+        after_id: int,
+        batch: int,
+    ) -> tuple[int, int, int]:
+        """One batch of a bulk retry: (jobs looked at, last id looked at, jobs retried)."""
+        params = {
+            **jobs.params(),
+            "statuses": list(statuses),
+            "after_id": after_id,
+            "batch": batch,
+            "channel": self.queries.channel,
+        }
+        ((seen, last_id, retried),) = self._fetch_until_unrefused(
+            conn, "job_retry_many", params, tries=3
+        )
+        return seen, last_id or after_id, retried
 
     def job_count_matching(
         self, conn: Connection[Any], jobs: JobFilter, statuses: Sequence[str]
@@ -367,53 +449,13 @@ class SyncStatements:
     def job_count_by_queue_and_status(self, conn: Connection[Any]) -> list[tuple[str, str, int]]:
         return list(self._rows(conn, "job_count_by_queue_and_status", {}))
 
-    # -- wake-ups ------------------------------------------------------------------------
 
-    def channel_listen(self, conn: Connection[Any]) -> None:
-        """Subscribe ``conn`` to the schema's wake-up channel."""
-        self._rows(conn, "channel_listen", {})
-
-    def channel_notify(self, conn: Connection[Any], payload: str) -> None:
-        self._rows(conn, "channel_notify", {"channel": self.queries.channel, "payload": payload})
-
-    def channel_notify_many(self, conn: Connection[Any], payloads: list[str]) -> None:
-        self._rows(
-            conn, "channel_notify_many", {"channel": self.queries.channel, "payloads": payloads}
-        )
-
-    # -- migrations ----------------------------------------------------------------------
-
-    def migration_apply(
-        self, conn: Connection[Any], migrations: Sequence[tuple[int, str, Any]]
-    ) -> list[int]:
-        """Apply the given (version, name, statement) migrations not yet recorded, atomically."""
-        applied_now: list[int] = []
-        if not conn.autocommit:
-            # A caller's connection whose transaction has not begun yet (Django's atomic()
-            # before its first statement): this statement begins it, so that the block below
-            # is a savepoint in it, not a transaction of psycopg's own that would commit alone.
-            self._rows(conn, "migration_lock", {"schema": self.schema})
-        with conn.transaction():
-            self._rows(conn, "migration_lock", {"schema": self.schema})
-            conn.execute(self.queries["migration_prepare"], prepare=False)
-            done = {row[0] for row in self._rows(conn, "migration_applied_versions", {})}
-            for version, name, statement in migrations:
-                if version in done:
-                    continue
-                conn.execute(statement, prepare=False)
-                self._rows(conn, "migration_record", {"version": version, "name": name})
-                applied_now.append(version)
-        return applied_now
-
-    def migration_pending(self, conn: Connection[Any], versions: Sequence[int]) -> list[int]:
-        """Which of ``versions`` are not applied yet (all of them when nothing is)."""
-        try:
-            with conn.transaction():
-                done = {row[0] for row in self._rows(conn, "migration_applied_versions", {})}
-        except SchemaNotMigrated:
-            done = set()
-        return [v for v in versions if v not in done]
-
-    def schema_drop(self, conn: Connection[Any]) -> None:
-        """Drop the schema and everything in it."""
-        conn.execute(self.queries["schema_drop"], prepare=False)
+class SyncStatements(
+    SyncSchemaStatements,
+    SyncChannelStatements,
+    SyncQueueStatements,
+    SyncLeadershipStatements,
+    SyncPresenceStatements,
+    SyncAdminStatements,
+):
+    """Every statement about everything but a job's own life, composed from its groups."""

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 
 from skiplock._db.connections import connect_kwargs
+from skiplock._db.demo import DemoStatements
 from skiplock.app import App
 from skiplock.retry import ExponentialBackoff
 from skiplock.task import JobContext
@@ -69,9 +70,10 @@ def build_app(dsn: str | None, schema: str) -> App:
 def _side_effect(app: App, ctx: JobContext) -> None:
     """Write a row outside the job's transaction (as an e-mail sent or a file uploaded would
     be), then, in a worker that is about to be killed, take a long time."""
-    params = {"job": ctx.job.id, "attempt": ctx.job.attempts, "pid": os.getpid()}
     with psycopg.connect(app.dsn, **connect_kwargs(app.dsn)) as conn:
-        conn.execute(app.queries["demo_effect_record"], params)
+        DemoStatements(app.queries).demo_effect_record(
+            conn, job=ctx.job.id, attempt=ctx.job.attempts, pid=os.getpid()
+        )
     deadline = time.monotonic() + float(os.environ.get(ENV_STALL) or 0)
     while time.monotonic() < deadline and not ctx.cancelled.is_set():
         time.sleep(0.05)

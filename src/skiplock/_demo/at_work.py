@@ -25,10 +25,9 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
-import psycopg
-
+from skiplock._db.demo import DemoStatements
 from skiplock._demo.app import APP_SPEC, CRASH_QUEUES, ENV_DSN, ENV_SCHEMA, ENV_STALL, FLEET_QUEUES
 from skiplock._demo.report import AtWorkResult, AtWorkState, final_result
 from skiplock.app import App
@@ -48,37 +47,27 @@ class _Declined(Exception):
     pass
 
 
-def _scalar(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> Any:
-    row = conn.execute(statement, params).fetchone()
-    assert row is not None
-    return row[0]
-
-
 def _prepare(app: App, jobs: int, state: AtWorkState) -> tuple[list[int], dict[str, int], bool]:
     """Tables, the two transactional enqueues, the crash-test jobs and the bulk.  Returns the
     ids of every job enqueued, the crash-test jobs, and whether the rolled-back job is absent."""
-    queries, ids = app.queries, []
+    demo, ids = DemoStatements(app.queries), []
     with app.sync_client.connection() as conn:
-        conn.execute(queries["demo_jobs_reset"])
-        conn.execute(queries["demo_tables_create"])
+        demo.demo_jobs_reset(conn)
+        demo.demo_tables_create(conn)
         with conn.transaction():
-            order = _scalar(
-                conn, queries["demo_order_insert"], {"customer": "ada", "total_cents": 1999}
-            )
+            order = demo.demo_order_insert(conn, customer="ada", total_cents=1999)
             for task in ("demo.send_receipt", "demo.notify_warehouse"):
                 ids.append(app.enqueue(task, {"order_id": order}, conn=conn).id)
         state.say(f"order {order} committed in one transaction with its jobs {ids[0]}, {ids[1]}")
         try:
             with conn.transaction():
-                declined = _scalar(
-                    conn, queries["demo_order_insert"], {"customer": "bob", "total_cents": 5}
-                )
+                declined = demo.demo_order_insert(conn, customer="bob", total_cents=5)
                 ghost = app.enqueue("demo.send_receipt", {"order_id": declined}, conn=conn).id
                 raise _Declined
         except _Declined:
             pass
         absent = app.sync_client.get_job(ghost, conn) is None
-        absent = absent and _scalar(conn, queries["demo_order_count"], {"id": declined}) == 0
+        absent = absent and demo.demo_order_count(conn, declined) == 0
         state.say(f"order {declined} rolled back (payment declined): its receipt job {ghost} "
                   f"{'rolled back with it' if absent else 'EXISTS, which is a bug'}")  # fmt: skip
         crash = {
@@ -150,8 +139,7 @@ def _observe(app: App, state: AtWorkState, crash_ids: list[int]) -> list[tuple[i
             counts.setdefault(queue, {})[status] = n
     state.counts = counts
     with app.sync_client.connection() as conn:
-        rows = conn.execute(app.queries["demo_effect_list"], {"ids": crash_ids}).fetchall()
-    return [(r[0], r[1], r[2]) for r in rows]
+        return DemoStatements(app.queries).demo_effect_list(conn, crash_ids)
 
 
 async def run_at_work(

@@ -30,6 +30,7 @@ import psycopg
 from psycopg import Connection
 
 from skiplock._db.connections import connect_kwargs
+from skiplock._db.demo import DemoStatements
 from skiplock._db.sql import Queries
 
 PATTERNS = ("naive", "for_update", "skip_locked")
@@ -102,8 +103,12 @@ class PatternBench:
     dsn: str
     queries: Queries
     max_workers: int
+    demo: DemoStatements = field(init=False)
     conns: list[Connection[Any]] = field(default_factory=list)
     sampler: Connection[Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.demo = DemoStatements(self.queries)
 
     def __enter__(self) -> PatternBench:
         kwargs = {**connect_kwargs(self.dsn), "application_name": "skiplock demo"}
@@ -112,7 +117,7 @@ class PatternBench:
             for _ in range(self.max_workers):
                 self.conns.append(Connection.connect(self.dsn, **kwargs))
             for conn in [self.sampler, *self.conns]:
-                conn.execute(self.queries["demo_session_setup"])
+                self.demo.demo_session_setup(conn)
         except BaseException:
             self.close()
             raise
@@ -144,8 +149,8 @@ class PatternBench:
     ) -> PatternResult:
         """Drain ``jobs`` fresh jobs with ``workers`` threads using ``pattern``."""
         assert self.sampler is not None and workers <= len(self.conns)
-        queries, queue = self.queries, f"{run}-{pattern.replace('_', '-')}-w{workers}"
-        self.sampler.execute(queries["demo_pattern_jobs_insert"], {"queue": queue, "n": jobs})
+        demo, queue = self.demo, f"{run}-{pattern.replace('_', '-')}-w{workers}"
+        demo.demo_pattern_jobs_insert(self.sampler, queue, jobs)
         conns = self.conns[:workers]
         pids = [c.info.backend_pid for c in conns]
         tallies = [_Tally() for _ in conns]
@@ -154,7 +159,7 @@ class PatternBench:
         threads = [
             threading.Thread(
                 target=_drain,
-                args=(pattern, conn, queries, queue, f"w{i}", start, stop, tally),
+                args=(pattern, conn, demo, queue, f"w{i}", start, stop, tally),
                 name=f"skiplock-demo-{pattern}-{i}",
                 daemon=True,
             )
@@ -167,9 +172,9 @@ class PatternBench:
             began = last = time.perf_counter()
             waited = 0.0
             while any(t.is_alive() for t in threads):
-                row = self.sampler.execute(queries["demo_lock_waits"], {"pids": pids}).fetchone()
+                waiting = demo.demo_lock_waits(self.sampler, pids)
                 now = time.perf_counter()
-                waited += (row[0] if row else 0) * (now - last)
+                waited += waiting * (now - last)
                 last = now
                 on_progress(sum(t.claims for t in tallies))
                 time.sleep(SAMPLE_SECONDS)
@@ -185,9 +190,7 @@ class PatternBench:
         for tally in tallies:
             if tally.error is not None:
                 raise tally.error
-        row = self.sampler.execute(queries["demo_pattern_tally"], {"queue": queue}).fetchone()
-        assert row is not None
-        total_jobs, claims, duplicates, unfinished = row
+        total_jobs, claims, duplicates, unfinished = demo.demo_pattern_tally(self.sampler, queue)
         return PatternResult(
             pattern=pattern,
             workers=workers,
@@ -204,7 +207,7 @@ class PatternBench:
 def _drain(
     pattern: str,
     conn: Connection[Any],
-    queries: Queries,
+    demo: DemoStatements,
     queue: str,
     worker: str,
     start: threading.Barrier,
@@ -214,19 +217,18 @@ def _drain(
     try:
         start.wait()
         if pattern == "naive":
-            _drain_naive(conn, queries, queue, worker, stop, tally)
+            _drain_naive(conn, demo, queue, worker, stop, tally)
         else:
-            claim = queries["demo_claim_wait" if pattern == "for_update" else "demo_claim_skip"]
-            params = {"queue": queue, "worker": worker}
+            claim = demo.demo_claim_wait if pattern == "for_update" else demo.demo_claim_skip
             while not stop.is_set():
                 with conn.transaction():
                     began = time.perf_counter()
-                    row = conn.execute(claim, params).fetchone()
+                    job_id = claim(conn, queue, worker)
                     tally.claim_seconds += time.perf_counter() - began
-                    if row is None:
+                    if job_id is None:
                         return
                     time.sleep(WORK_SECONDS)  # the work, done while holding the row lock
-                    conn.execute(queries["demo_job_done"], {"id": row[0]})
+                    demo.demo_job_done(conn, job_id)
                 tally.claims += 1
     except (psycopg.Error, threading.BrokenBarrierError) as exc:
         tally.error = exc
@@ -234,7 +236,7 @@ def _drain(
 
 def _drain_naive(
     conn: Connection[Any],
-    queries: Queries,
+    demo: DemoStatements,
     queue: str,
     worker: str,
     stop: threading.Event,
@@ -242,12 +244,12 @@ def _drain_naive(
 ) -> None:
     while not stop.is_set():
         began = time.perf_counter()
-        row = conn.execute(queries["demo_naive_peek"], {"queue": queue}).fetchone()
-        if row is None:
+        job_id = demo.demo_naive_peek(conn, queue)
+        if job_id is None:
             return
         # Between these two statements another worker may read the same job.
-        conn.execute(queries["demo_naive_claim"], {"id": row[0], "worker": worker})
+        demo.demo_naive_claim(conn, job_id, worker)
         tally.claim_seconds += time.perf_counter() - began
         tally.claims += 1
         time.sleep(WORK_SECONDS)
-        conn.execute(queries["demo_job_done"], {"id": row[0]})
+        demo.demo_job_done(conn, job_id)

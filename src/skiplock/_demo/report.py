@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from skiplock._db.demo import DemoStatements
 from skiplock.app import App
 from skiplock.events import JobEvent
 
@@ -93,9 +94,9 @@ def final_result(
     """The tally of a finished run, counted in the database: every job enqueued (``ids``), and
     what became of the crash-test jobs (``crash``) of the killed processes (``pids``)."""
     with app.sync_client.connection() as conn:
-        tally = dict(conn.execute(app.queries["demo_jobs_tally"], {"ids": ids}).fetchall())
-        params = {"ids": list(crash.values())}
-        effects = conn.execute(app.queries["demo_effect_list"], params).fetchall()
+        demo = DemoStatements(app.queries)
+        tally = demo.demo_jobs_tally(conn, ids)
+        effects = demo.demo_effect_list(conn, list(crash.values()))
         runs = {m: [r[2] for r in effects if r[0] == job_id] for m, job_id in crash.items()}
     victim_runs = sum(pid in pids for pids_ in runs.values() for pid in pids_)
     jobs = {m: app.sync_client.get_job(job_id) for m, job_id in crash.items()}

@@ -20,12 +20,8 @@ SHOWN = 20  # sessions listed at most
 
 
 def check_locks(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
-    holders = doctor.rows(
-        conn,
-        "doctor_lock_holders",
-        schema=doctor.schema,
-        older_than=doctor.thresholds.lock_seconds,
-        limit=SHOWN,
+    holders = doctor.statements.doctor_lock_holders(
+        conn, older_than=doctor.thresholds.lock_seconds, limit=SHOWN
     )
     if not holders:
         return Finding(

@@ -1,6 +1,7 @@
 """The :class:`Doctor`: runs ``skiplock doctor``'s checks on one database and schema.
 
-Its seam to the server is small and lives in :mod:`skiplock._doctor.session`, which the check
+Its seam to the server is small and lives in :mod:`skiplock._doctor.session` (a connection,
+and the named statements of ``doctor.sql`` run by :mod:`skiplock._db.doctor`), which the check
 modules (:mod:`skiplock._doctor.upkeep`, :mod:`skiplock._doctor.vacuum`,
 :mod:`skiplock._doctor.server`, :mod:`skiplock._doctor.locks`) import instead of this runner.
 """

@@ -51,7 +51,7 @@ def check_listen(doctor: DoctorSession, notify_dsn: str | None = None) -> Findin
 
 def check_connections(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
     per_worker = doctor.thresholds.connections_per_worker
-    row = doctor.rows(conn, "doctor_connections")[0]
+    row = doctor.statements.doctor_connections(conn)[0]
     usable = row["max_connections"] - row["reserved"]
     free = usable - row["in_use"]
     room = max(free, 0) // per_worker

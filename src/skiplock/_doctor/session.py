@@ -1,7 +1,8 @@
 """What every check of ``skiplock doctor`` works with: one database and schema, the thresholds,
-and the seam to the server (:meth:`DoctorSession.connect` and :meth:`DoctorSession.rows`, which
-runs one named statement of ``doctor.sql``).  The check modules take a session; the
-:class:`~skiplock._doctor.runner.Doctor` that runs them all is one."""
+and the seam to the server (:meth:`DoctorSession.connect`, and :attr:`DoctorSession.statements`,
+whose methods run the named statements of ``doctor.sql``: :mod:`skiplock._db.doctor`).  The
+check modules take a session; the :class:`~skiplock._doctor.runner.Doctor` that runs them all
+is one."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 
 import psycopg
 from psycopg import Connection
-from psycopg.rows import dict_row
 
 from skiplock._db.connections import connect_kwargs, unavailable
+from skiplock._db.doctor import DoctorStatements
 from skiplock._db.payload import check_schema_name
 from skiplock._db.sql import Queries
 from skiplock._db.store_sync import SyncStore
@@ -38,12 +39,7 @@ class DoctorSession:
         self.thresholds = thresholds or Thresholds()
         self.queries = Queries(self.schema)
         self.store = SyncStore(self.queries)
+        self.statements = DoctorStatements(self.queries)
 
     def connect(self) -> Connection[Any]:
         return connect(self.dsn)
-
-    def rows(self, conn: Connection[Any], name: str, **params: Any) -> list[dict[str, Any]]:
-        """Run one named statement of ``doctor.sql``; its rows as dicts."""
-        with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(self.queries[name], params)
-            return cur.fetchall()

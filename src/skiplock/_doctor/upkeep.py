@@ -13,7 +13,6 @@ from psycopg import Connection
 from skiplock._db.migrations import all_migrations
 from skiplock._doctor.findings import COUNT_CAP, Finding, duration
 from skiplock._doctor.session import DoctorSession
-from skiplock._runtime.presence import SILENT_AFTER
 
 
 def check_schema(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
@@ -40,10 +39,8 @@ def check_schema(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
 
 
 def check_workers(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
-    unserved = doctor.rows(
-        conn, "doctor_queues_without_workers", silent=SILENT_AFTER, cap=COUNT_CAP
-    )
-    workers = doctor.rows(conn, "doctor_workers", silent=SILENT_AFTER)
+    unserved = doctor.statements.doctor_queues_without_workers(conn, cap=COUNT_CAP)
+    workers = doctor.statements.doctor_workers(conn)
     live = [w for w in workers if w["live"]]
     silent = [w for w in workers if not w["live"]]
     details = {"live": len(live), "silent": silent, "queues_without_workers": unserved}
@@ -81,8 +78,8 @@ def check_workers(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
 
 def check_expired_leases(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
     grace = doctor.thresholds.lease_grace
-    row = doctor.rows(conn, "doctor_expired_leases", grace=grace)[0]
-    leader_rows = doctor.rows(conn, "doctor_maintenance_leader")
+    row = doctor.statements.doctor_expired_leases(conn, grace=grace)[0]
+    leader_rows = doctor.statements.doctor_maintenance_leader(conn)
     if not leader_rows:
         leader = "no worker has ever been the maintenance leader"
     elif leader_rows[0]["seconds_left"] < 0:
@@ -116,7 +113,7 @@ def check_expired_leases(doctor: DoctorSession, conn: Connection[Any]) -> Findin
 
 
 def check_impossible_states(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
-    row = doctor.rows(conn, "doctor_impossible_states", cap=COUNT_CAP)[0]
+    row = doctor.statements.doctor_impossible_states(conn, cap=COUNT_CAP)[0]
     details = {
         "running_without_lease": row["running_ids"],
         "finished_without_time": row["finished_ids"],
@@ -156,9 +153,8 @@ def check_retention(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
     t = doctor.thresholds
     kept = {s: sec for s, sec in t.retention.items() if sec is not None}
     statuses = sorted(kept)
-    rows = doctor.rows(
+    rows = doctor.statements.doctor_finished_past_retention(
         conn,
-        "doctor_finished_past_retention",
         statuses=statuses,
         older_than=[kept[s] for s in statuses],
         grace=t.retention_grace,

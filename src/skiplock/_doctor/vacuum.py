@@ -17,8 +17,8 @@ INDEX_ENTRY_BYTES = 64  # a claim-index entry (queue, priority, run_at, id) with
 
 def check_xmin_horizon(doctor: DoctorSession, conn: Connection[Any]) -> list[Finding]:
     limit = doctor.thresholds.transaction_seconds
-    sees_all = bool(doctor.rows(conn, "doctor_session_visibility")[0]["sees_all"])
-    sessions = doctor.rows(conn, "doctor_old_transactions", older_than=limit, limit=20)
+    sees_all = bool(doctor.statements.doctor_session_visibility(conn)[0]["sees_all"])
+    sessions = doctor.statements.doctor_old_transactions(conn, older_than=limit, limit=20)
     findings = []
     if not sees_all:
         findings.append(
@@ -75,7 +75,7 @@ def check_xmin_horizon(doctor: DoctorSession, conn: Connection[Any]) -> list[Fin
 
 def check_dead_tuples(doctor: DoctorSession, conn: Connection[Any]) -> list[Finding]:
     t = doctor.thresholds
-    tables = doctor.rows(conn, "doctor_table_health", schema=doctor.schema)
+    tables = doctor.statements.doctor_table_health(conn)
     findings = []
     if tables and tables[0]["autovacuum"] == "on":
         findings.append(Finding("autovacuum", "ok", "autovacuum is on for the server"))
@@ -136,7 +136,7 @@ def check_dead_tuples(doctor: DoctorSession, conn: Connection[Any]) -> list[Find
 
 def check_claim_index(doctor: DoctorSession, conn: Connection[Any]) -> list[Finding]:
     t = doctor.thresholds
-    indexes = doctor.rows(conn, "doctor_job_indexes", schema=doctor.schema, cap=COUNT_CAP)
+    indexes = doctor.statements.doctor_job_indexes(conn, cap=COUNT_CAP)
     by_name = {i["name"]: i for i in indexes}
     claim = by_name.get("jobs_claim_idx")
     jobs = f'"{doctor.schema}".jobs'

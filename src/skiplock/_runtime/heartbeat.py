@@ -43,7 +43,7 @@ class Heartbeat:
         sent = time.monotonic()
         try:
             async with self.pool.connection() as conn:
-                kept = await self.store.job_heartbeat(
+                kept = await self.store.job_extend_leases(
                     conn, [r.job.claim for r in leased], self.lease_seconds
                 )
         except (psycopg.Error, SkiplockError) as exc:

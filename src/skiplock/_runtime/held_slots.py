@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from skiplock._db.held_async import roll_back_quietly
 from skiplock._db.queue_locks import QueueLockWaits
+from skiplock._db.records import LimitedClaim
 from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.completer import Recorded
 from skiplock._runtime.execution import Outcome, dead_starts, rolled_back
@@ -190,15 +191,14 @@ class HeldSlots:
                 break
             try:
                 async with self.pool.connection() as guard:
-                    job = await self.store.job_claim_held_limited(
-                        conn,
-                        guard,
+                    claim = LimitedClaim(
                         queue,
-                        *limits[queue],
+                        limits[queue],
                         self.worker_id,
                         self.lease_seconds,
-                        self.queue_lock_waits.wait_for(queue),
+                        lock_wait=self.queue_lock_waits.wait_for(queue),
                     )
+                    job = await self.store.job_claim_held_limited(conn, guard, claim)
             except QueueLockBusy as busy:  # that queue waits; the others are claimed from
                 self.queue_lock_waits.busy(busy)
             else:

@@ -18,6 +18,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from skiplock._db.queue_locks import QueueLockWaits
+from skiplock._db.records import LimitedClaim
 from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.claim_cursor import ClaimCursor
 from skiplock._runtime.queue_settings import QueueSettings
@@ -90,15 +91,15 @@ class LeasedClaims:
             if len(jobs) >= limit_startable:
                 break
             try:
-                jobs += await self.store.job_claim_limited(
-                    conn,
+                claim = LimitedClaim(
                     queue,
-                    limit_startable - len(jobs),
-                    *limits[queue],
+                    limits[queue],
                     self.worker_id,
                     self.lease_seconds,
-                    self.queue_lock_waits.wait_for(queue),
+                    want=limit_startable - len(jobs),
+                    lock_wait=self.queue_lock_waits.wait_for(queue),
                 )
+                jobs += await self.store.job_claim_limited(conn, claim)
             except QueueLockBusy as busy:  # that queue waits; the jobs claimed so far run
                 self.queue_lock_waits.busy(busy)
             else:

@@ -7,8 +7,8 @@ connecting it notifies itself once: when that probe never arrives (a transaction
 such as PgBouncer sits in between), it says so loudly and the worker relies on polling.
 
 The same channel carries an admin's request to cancel a job running under a held lock (see
-:func:`cancel_payload`): a leased job's row takes a flag its worker's heartbeat reads, but a
-held-lock job's row is locked by the transaction it runs in.
+:func:`skiplock._db.wakeups.cancel_payload`): a leased job's row takes a flag its worker's
+heartbeat reads, but a held-lock job's row is locked by the transaction it runs in.
 """
 
 from __future__ import annotations
@@ -26,18 +26,12 @@ from psycopg import AsyncConnection
 
 from skiplock._db.connections import connect_kwargs, server_watch_settings
 from skiplock._db.store_async import AsyncStore
+from skiplock._db.wakeups import CANCEL_PREFIX
 from skiplock.errors import SkiplockError
 
 log = logging.getLogger("skiplock._runtime.listener")
 
 PROBE_TIMEOUT = 2.0
-_CANCEL = "!cancel:"  # "!" never starts a queue name, so no payload is both
-
-
-def cancel_payload(job_id: int) -> str:
-    """The notification that asks the worker running job ``job_id`` under a held lock to
-    cancel it."""
-    return f"{_CANCEL}{int(job_id)}"
 
 
 class Listener:
@@ -104,9 +98,9 @@ class Listener:
                     # Let the woken claim loop send its claim before this task goes back to
                     # waiting for notifications (which takes it a while, in the driver).
                     await asyncio.sleep(0)
-                elif notify.payload.startswith(_CANCEL):
+                elif notify.payload.startswith(CANCEL_PREFIX):
                     with contextlib.suppress(ValueError):
-                        self.on_cancel(int(notify.payload.removeprefix(_CANCEL)))
+                        self.on_cancel(int(notify.payload.removeprefix(CANCEL_PREFIX)))
         finally:
             if probe_task is not None:
                 probe_task.cancel()

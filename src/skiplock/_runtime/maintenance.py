@@ -25,10 +25,10 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from skiplock._db.enqueue import EnqueueOptions
+from skiplock._db.presence import GONE_AFTER
 from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.leader import LeaderElector
 from skiplock._runtime.periodic import PeriodicTask, ServerClock
-from skiplock._runtime.presence import GONE_AFTER
 from skiplock.app import App
 from skiplock.errors import SkiplockError
 

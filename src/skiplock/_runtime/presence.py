@@ -4,7 +4,8 @@ still answers.
 Each worker upserts its row when it starts and every ``PRESENCE_INTERVAL`` seconds after
 (with the jobs it runs now and has finished since it started), and deletes it when it stops.
 A worker that was killed leaves its row behind: it stops being renewed, is shown as silent
-once older than ``SILENT_AFTER``, and the maintenance leader deletes it after ``GONE_AFTER``.
+once older than ``SILENT_AFTER``, and the maintenance leader deletes it after ``GONE_AFTER``
+(both in :mod:`skiplock._db.presence`).
 Nothing that claims or finishes jobs reads the table, so a failed report is only logged: the
 jobs go on.  ``skiplock workers`` and the dashboard list the rows.
 """
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from skiplock._db.presence import PRESENCE_INTERVAL
 from skiplock._version import __version__
 from skiplock.errors import SkiplockError
 
@@ -28,15 +30,6 @@ if TYPE_CHECKING:
     from skiplock._db.store_async import AsyncStore
 
 log = logging.getLogger("skiplock.worker")
-
-PRESENCE_INTERVAL = 5.0  # seconds between two reports of a worker
-SILENT_AFTER = 3 * PRESENCE_INTERVAL  # a row older than this: the worker stopped answering
-GONE_AFTER = 3600.0  # a row older than this is deleted by the maintenance leader
-
-
-def is_silent(seen_ago: float) -> bool:
-    """Whether a worker that last reported ``seen_ago`` seconds ago has stopped answering."""
-    return seen_ago > SILENT_AFTER
 
 
 class Presence:

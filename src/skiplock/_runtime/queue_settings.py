@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from skiplock._db.records import QueueLimits
 from skiplock._db.store_async import AsyncStore
 from skiplock._rate_limit import describe
 from skiplock.errors import SkiplockError
@@ -34,8 +35,8 @@ class QueueSettings:
         self.interval = interval
         self.on_resume = on_resume
         self.paused: set[str] = set()
-        # Queues claimed through the limited claim: (concurrency limit or None, rate-limited).
-        self.limits: dict[str, tuple[int | None, bool]] = {}
+        # Queues claimed through the limited claim, with their limits.
+        self.limits: dict[str, QueueLimits] = {}
 
     async def run(self) -> None:
         while True:
@@ -48,17 +49,13 @@ class QueueSettings:
     async def refresh(self) -> None:
         async with self.pool.connection() as conn:
             settings = await self.store.queue_settings(conn, self.queues)
-        paused = {name for name, (is_paused, _, _) in settings.items() if is_paused}
+        paused = {name for name, setting in settings.items() if setting.paused}
         if paused != self.paused:
             log.info("paused queues: %s", ", ".join(sorted(paused)) or "none")
             if self.paused - paused:
                 self.on_resume()
         self.paused = paused
-        self.limits = {
-            name: (limit, rated)
-            for name, (_, limit, rated) in settings.items()
-            if limit is not None or rated
-        }
+        self.limits = {name: s.limits for name, s in settings.items() if s.limited}
 
 
 def describe_settings(row: dict[str, Any]) -> str:

@@ -8,23 +8,13 @@
 -- claim's time by its place in %(claim_times)s (a batch's jobs share a few claim times, each
 -- claim statement's now()), so a job costs one more small integer, not a timestamp.
 --
--- A claimed job is found by id, one primary-key lookup per claim.  Its ownership test is
--- wrapped in coalesce(..., false), which means the same in a WHERE clause but hides it from
--- the planner.  With statistics taken while the jobs were pending, the planner believes no row
--- is running: it then scanned the partial index of running jobs (every worker's claims) for
--- each write and, once prepared, compared every claim with every row.  Measured with 10,000
--- jobs running: finishing 50 took 2.0-3.9 ms before, 0.3-0.6 ms after; finishing 1,000 took
--- 209 ms in the prepared plan before, 10 ms after.
+-- A claimed job is found by id, one primary-key lookup per claim; its ownership test is
+-- wrapped in coalesce(..., false), which hides it from the planner (why, and what it saved:
+-- docs/design.md, "Ownership tests hidden from the planner").
 --
--- The claims are planned for their parameters at every run (PostgreSQL never prefers their
--- generic plan: a known LIMIT makes each custom plan look far cheaper); planning takes about
--- 0.5 ms here.  Hiding the LIMIT in a subquery gets the generic plan, but then the planner
--- expects a tenth of the due jobs claimed: with a million due it sorted them all (760 ms a
--- claim) and with ten thousand it joined them back by a sequential scan.  Keep it visible.
--- A claim of a few jobs (at most SMALL_CLAIM, in skiplock/_db/sql/__init__.py) runs a copy of its
--- statement with the number written in for %(limit)s: that generic plan knows the LIMIT, and
--- the server reuses it (a claim of 10: 0.68 -> 0.39 ms back to back, 2.84 -> 2.17 ms when
--- paced at 20 ms, as on an idle worker).
+-- The claims keep their LIMIT visible to the planner, and a claim of at most SMALL_CLAIM jobs
+-- runs a copy of its statement with the number written in for %(limit)s, whose generic plan
+-- the server reuses (docs/design.md, "Claim plans and the LIMIT written in").
 
 -- name: job_insert_many
 -- Insert jobs given as parallel arrays, each with its own options (a mixed batch; one call's
@@ -474,9 +464,11 @@ RETURNING j.id;
 
 -- name: job_extend_leases
 -- Heartbeat: push the lease of each claim that still owns its job; returns those it extended,
--- each with whether an admin asked to cancel it.
+-- each with whether an admin asked to cancel it.  %(now)s: the time to count from (NULL: the
+-- server's now(); tests pin it).
 UPDATE {jobs} AS j
-SET locked_until = now() + make_interval(secs => %(lease_seconds)s)
+SET locked_until = coalesce(%(now)s::timestamptz, now())
+                   + make_interval(secs => %(lease_seconds)s)
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
      AS c(id, attempts, claim_time)
 WHERE j.id = c.id
@@ -488,16 +480,19 @@ RETURNING j.id, j.cancel_requested;
 -- Requeue running jobs whose lease expired (the attempt stays spent); 'failed' when none is left.
 -- A batch of %(limit)s: the caller runs it again while batches come back full.
 -- run_at is kept, so a reclaimed job is among the first claimed again, not behind the backlog.
+-- %(now)s: the time to compare leases with (NULL: the server's now(); tests pin it).
 WITH expired AS (
     SELECT id FROM {jobs}
-    WHERE status = 'running' AND locked_until < now()
+    WHERE status = 'running' AND locked_until < coalesce(%(now)s::timestamptz, now())
     ORDER BY locked_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {jobs} AS j
 SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
-    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    finished_at = CASE
+        WHEN j.attempts >= j.max_attempts THEN coalesce(%(now)s::timestamptz, now())
+    END,
     last_error = format('lease expired: worker %%s did not finish attempt %%s by %%s',
                         j.locked_by, j.attempts, j.locked_until),
     locked_until = NULL
@@ -508,9 +503,10 @@ RETURNING j.id, j.status;
 -- name: job_promote_due
 -- Make scheduled jobs whose run_at has come claimable, and wake workers of their queues.  A
 -- batch of %(limit)s: the caller runs it again while batches come back full (AsyncStore).
+-- %(now)s: the time that has come (NULL: the server's now(); tests pin it).
 WITH due AS (
     SELECT id FROM {jobs}
-    WHERE status = 'scheduled' AND run_at <= now()
+    WHERE status = 'scheduled' AND run_at <= coalesce(%(now)s::timestamptz, now())
     ORDER BY run_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -529,16 +525,18 @@ SELECT extract(epoch FROM min(run_at) - now())::float8 FROM {jobs} WHERE status 
 
 -- name: job_cancel_expired
 -- Cancel jobs not started by their expires_at (claims skip them already); returns how many
--- per queue.
+-- per queue.  %(now)s: the time to compare expiries with (NULL: the server's now(); tests
+-- pin it).
 WITH expired AS (
     SELECT id FROM {jobs}
-    WHERE expires_at < now() AND status IN ('waiting', 'scheduled', 'pending')
+    WHERE expires_at < coalesce(%(now)s::timestamptz, now())
+      AND status IN ('waiting', 'scheduled', 'pending')
     ORDER BY expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), cancelled AS (
     UPDATE {jobs} AS j
-    SET status = 'cancelled', finished_at = now(),
+    SET status = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, now()),
         last_error = format('expired: not run by %%s', j.expires_at)
     FROM expired
     WHERE j.id = expired.id AND j.status IN ('waiting', 'scheduled', 'pending')

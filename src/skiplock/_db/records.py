@@ -1,0 +1,54 @@
+"""The small records the store's statements take and give instead of positional tuples: frozen,
+pure, no I/O (kept apart from the store, whose sync twin is generated, so that they exist
+once)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from skiplock._db.queue_locks import QUEUE_LOCK_WAIT
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """A queue's cluster-wide limits, as its settings say: at most ``concurrency`` jobs running
+    (None: no such limit), and whether a rate limit caps its starts."""
+
+    concurrency: int | None = None
+    rated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSetting:
+    """A queue's row of settings (see ``queue_settings`` in runtime.sql)."""
+
+    paused: bool
+    limits: QueueLimits
+
+    @property
+    def limited(self) -> bool:
+        """Whether its claims go through the serialised, limited claim."""
+        return self.limits.concurrency is not None or self.limits.rated
+
+
+@dataclass(frozen=True, slots=True)
+class LimitedClaim:
+    """A claim from one queue with a cluster-wide limit: up to ``want`` jobs (a held-lock claim
+    takes one) for ``worker`` under a lease of ``lease_seconds``, waiting at most ``lock_wait``
+    seconds for the queue's claim lock."""
+
+    queue: str
+    limits: QueueLimits
+    worker: str
+    lease_seconds: float
+    want: int = 1
+    lock_wait: float = QUEUE_LOCK_WAIT
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRoom:
+    """How many jobs a limited queue lets start now (``room``, which may be 0 or less), and the
+    rate budget to spend from (None: the queue has no rate limit)."""
+
+    room: int
+    budget: float | None
