@@ -30,13 +30,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = (ROOT / "src" / "skiplock", ROOT / "bench")
 
-# Edges that close a cycle today in files another piece of issue 43's work is rewriting; each
+# Edges allowed to close a cycle while work on both ends is under way (none today); each
 # names who removes it.  A known edge that is gone must be deleted from here (see the test).
-KNOWN: dict[tuple[str, str], str] = {
-    # presence -> store -> statements -> presence: the statements read presence's SILENT_AFTER.
-    # The store's restructuring (issue 43) removes every _db -> _runtime import.
-    ("skiplock._db.statements_async", "skiplock._runtime.presence"): "_db -> _runtime (issue 43)",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)
