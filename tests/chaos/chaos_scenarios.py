@@ -28,16 +28,15 @@ from chaos_harness import (
     Fault,
     Result,
     check,
-    comes_true,
     max_per_window,
     percentile,
     socket_owner,
-    wait_for,
     with_params,
 )
 from psycopg import sql
 
-from scratch_pg import scratch_cluster
+from helpers.polling import comes_true, wait_for
+from helpers.scratch_pg import scratch_cluster
 from skiplock._db.store_sync import SyncStore
 from skiplock.job import Job
 

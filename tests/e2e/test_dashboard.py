@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboard_client import Browser
+from helpers.dashboard_client import Browser
 from skiplock import App
 
 pytestmark = pytest.mark.slow

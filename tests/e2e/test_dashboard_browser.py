@@ -40,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from dashboard_client import TOKEN, serving, serving_asgi
+from helpers.dashboard_client import TOKEN, serving, serving_asgi
 from skiplock import App
 from skiplock.dashboard import create_dashboard
 from skiplock.dashboard._access import token_cookie

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from helpers.polling import wait_for
 from skiplock import App, FixedDelay, JobStatus
 from skiplock._db.migrations import all_migrations
 from skiplock._db.store_sync import SyncStore
@@ -104,16 +105,6 @@ def workdir(tmp_path: Path, app: App) -> Path:
 def marks(workdir: Path) -> int:
     path = workdir / "marks"
     return path.read_text().count("\n") if path.exists() else 0
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.05)
 
 
 class WorkerProcess:

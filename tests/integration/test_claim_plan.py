@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from psycopg import ClientCursor
 
-from plans import explain, explain_generic, nodes
+from helpers.plans import explain, explain_generic, nodes
 from skiplock import App, Job
 from skiplock._db.sql import SMALL_CLAIM
 from skiplock._db.store_sync import SyncStore

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from polling import wait_for
+from helpers.polling import comes_true_async, wait_for_async
 from skiplock import App
 from skiplock._db.client_async import open_pool
 from skiplock._db.store_async import AsyncStore
@@ -67,15 +67,17 @@ def test_a_held_up_write_does_not_hold_up_the_next_batch_and_counts_as_unwritten
                 f'SELECT 1 FROM "{app.schema}".jobs WHERE id = %s FOR UPDATE', (held_up.id,)
             )
             completer.submit(held_up, DONE, 0.0)
-            assert await wait_for(lambda: bool(waiting_on_a_lock(db)), 10)
+            await wait_for_async(lambda: bool(waiting_on_a_lock(db)), 10)
             completer.submit(other, DONE, 0.0)
             # With two writes at once the second batch is written meanwhile; with one it waits.
-            written = await wait_for(lambda: len(recorded) == 1, 1.0 if max_writes == 1 else 10)
+            written = await comes_true_async(
+                lambda: len(recorded) == 1, 1.0 if max_writes == 1 else 10
+            )
             assert written == (max_writes == 2)
             assert completer.pending == (1 if max_writes == 2 else 2)  # the held-up one counts
             assert status(db, app, held_up) == "running"
             locker.rollback()
-        assert await wait_for(lambda: len(recorded) == 2, 10)
+        await wait_for_async(lambda: len(recorded) == 2, 10)
         assert completer.pending == 0
         await completer.stop()
         await pool.close()
@@ -98,13 +100,13 @@ def test_a_failed_write_keeps_its_outcomes_and_writes_them_again(app: App, db: A
         with psycopg.connect(app.dsn) as locker:
             locker.execute(f'SELECT 1 FROM "{app.schema}".jobs WHERE id = %s FOR UPDATE', (job.id,))
             completer.submit(job, DONE, 0.0)
-            assert await wait_for(lambda: bool(waiting_on_a_lock(db)), 10)
+            await wait_for_async(lambda: bool(waiting_on_a_lock(db)), 10)
             (writer,) = waiting_on_a_lock(db)
             db.execute("SELECT pg_terminate_backend(%s)", (writer,))  # the write fails
             locker.rollback()
             await asyncio.sleep(0.3)
             assert recorded == [] and completer.pending == 1  # kept, not lost
-        assert await wait_for(lambda: len(recorded) == 1, 10)  # written again, a second later
+        await wait_for_async(lambda: len(recorded) == 1, 10)  # written again, a second later
         assert completer.pending == 0
         await completer.stop()
         await pool.close()

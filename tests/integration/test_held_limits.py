@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
-from running_peak import RunningPeak
+from helpers.running_peak import RunningPeak
 from skiplock import App, Worker
 from skiplock._db.store_async import AsyncStore
 from skiplock._db.store_sync import SyncStore

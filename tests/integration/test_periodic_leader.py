@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from polling import wait_for
+from helpers.polling import comes_true_async, wait_for_async
 from skiplock import App, JobContext, Worker
 from skiplock._db.store_sync import SyncStore
 
@@ -165,11 +165,11 @@ def test_only_workers_serving_a_periodic_tasks_queue_enqueue_its_ticks(app: App,
     async def main() -> None:
         tasks = start([mail])
         try:
-            assert await wait_for(lambda: leaders([mail]) == [mail], 5.0), "mail never leads"
+            await wait_for_async(lambda: leaders([mail]) == [mail], 5.0, "mail never leads")
             await asyncio.sleep(1.6)  # three ticks or more, while only the mail worker runs
             assert ticks_of(db, app, "sweep") == [], "the mail worker enqueued cron ticks"
             tasks += start([cron])
-            assert await wait_for(lambda: len(jobs_of(db, app, "sweep")) >= 2, 10.0)
+            await wait_for_async(lambda: len(jobs_of(db, app, "sweep")) >= 2, 10.0)
             assert leaders([mail, cron]) == [mail]
         finally:
             await stop([mail, cron], tasks)
@@ -213,7 +213,7 @@ def test_no_catch_up_burst_after_downtime_unless_catch_up_asks(app: App, db: Any
         worker = Worker(app, **FAST)
         task = asyncio.create_task(worker.run())
         try:
-            await wait_for(until, timeout)
+            await comes_true_async(until, timeout)
         finally:
             await stop([worker], [task])
 
@@ -296,7 +296,7 @@ def test_one_leader_at_a_time_and_failover_after_a_clean_stop(app: App, db: Any)
     async def main() -> None:
         tasks = start(workers)
         try:
-            assert await wait_for(lambda: len(leaders(workers)) == 1, 5.0), "nobody leads"
+            await wait_for_async(lambda: len(leaders(workers)) == 1, 5.0, "nobody leads")
             first = leaders(workers)[0]
             await sample(1.5)
             assert set(samples) == {1}, f"leader count over time: {Counter(samples)}"
@@ -311,7 +311,7 @@ def test_one_leader_at_a_time_and_failover_after_a_clean_stop(app: App, db: Any)
             assert (first.worker_id,) not in holders, "the stopped leader did not resign"
             others = [w for w in workers if w is not first]
             samples.clear()
-            assert await wait_for(lambda: len(leaders(others)) == 1, 1.0 + 0.5)
+            await wait_for_async(lambda: len(leaders(others)) == 1, 1.0 + 0.5)
             took = time.monotonic() - stopped
             assert took < first.leader_ttl, f"takeover after {took:.2f}s: resign had no effect"
             await sample(0.5)
@@ -320,7 +320,7 @@ def test_one_leader_at_a_time_and_failover_after_a_clean_stop(app: App, db: Any)
             # Maintenance moved with it: a scheduled job gets promoted (only leaders promote).
             new = leaders(others)[0]
             job = later.with_options(delay=0.3).enqueue()
-            assert await wait_for(lambda: job.id in ran, 5.0), "scheduled job never ran"
+            await wait_for_async(lambda: job.id in ran, 5.0, "scheduled job never ran")
             assert new.maintenance is not None and new.maintenance.stats.promoted >= 1
             remaining = [t for i, t in enumerate(tasks) if i != index]
             await stop(others, remaining)
@@ -394,12 +394,12 @@ def test_killed_leader_is_replaced_and_its_expired_lease_is_reclaimed(
                 assert leaders(survivors) == [], "leadership taken from a live leader"
                 victim.send_signal(signal.SIGKILL)
                 killed = time.monotonic()
-                assert await wait_for(lambda: len(leaders(survivors)) == 1, 1.0 + 0.34 + 1.5)
+                await wait_for_async(lambda: len(leaders(survivors)) == 1, 1.0 + 0.34 + 1.5)
                 took = time.monotonic() - killed
                 new = leaders(survivors)[0]
                 # Maintenance continues on the new leader: the dead worker's lease is reclaimed
                 # and the job runs again (attempt 2).
-                assert await wait_for(lambda: (job_id, 2) in ran, 6.0), "job never rerun"
+                await wait_for_async(lambda: (job_id, 2) in ran, 6.0, "job never rerun")
                 assert len(leaders(survivors)) == 1
                 return (
                     took,

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from bad_rows import insert_row, job_state, nested
+from helpers.bad_rows import insert_row, job_state, nested
 from skiplock import App, JobStatus, Worker
 from skiplock._db.store_sync import SyncStore
 from skiplock.job import UnrunnableJob

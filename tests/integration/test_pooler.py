@@ -21,8 +21,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgbouncer import running_pgbouncer
-from running_peak import RunningPeak
+from helpers.pgbouncer import running_pgbouncer
+from helpers.running_peak import RunningPeak
 from skiplock import App, ConfigurationError, Worker
 from skiplock._db.migrations import all_migrations
 from skiplock._db.sql import Queries

@@ -14,10 +14,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from polling import wait_for
+from helpers.polling import wait_for_async
+from helpers.worker_faults import failing_heartbeats
 from skiplock import App, Worker
 from skiplock._db.store_sync import SyncStore
-from worker_faults import failing_heartbeats
 
 
 def primed_worker(app: App) -> Worker:
@@ -82,7 +82,7 @@ def test_a_reserved_job_a_heartbeat_found_reclaimed_is_not_started(
         await asyncio.to_thread(steal)
         await asyncio.sleep(0.8)  # a heartbeat or two (every lease / 3) report it lost
         release.set()
-        assert await wait_for(lambda: worker.stats.lost >= 1, 15)  # given back, reported lost
+        await wait_for_async(lambda: worker.stats.lost >= 1, 15)  # given back, reported lost
         await asyncio.sleep(0.3)
         worker.stop()
         await asyncio.wait_for(running, 15)
@@ -113,7 +113,7 @@ def test_a_reserved_job_no_heartbeat_renewed_is_given_back_not_started(
         assert [r.job.id for r in worker._reserved] == [victim_id]
         await asyncio.sleep(0.9)  # the slow job has ended; heartbeats work again
         reachable.set()
-        assert await wait_for(lambda: bool(runs["victim"]), 15)
+        await wait_for_async(lambda: bool(runs["victim"]), 15)
         await asyncio.sleep(0.5)
         worker.stop()
         await asyncio.wait_for(running, 15)

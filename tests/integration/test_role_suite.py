@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from role_logins import KINDS, Roles, drop_roles, login_users, role_logins, run_cli
+from helpers.role_logins import KINDS, Roles, drop_roles, login_users, role_logins, run_cli
 from skiplock import App, Worker
 from skiplock._cli.roles import RoleNames
 from skiplock._db.migrations import all_migrations

@@ -22,8 +22,8 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from dashboard_client import Browser, serving
-from role_logins import KINDS, Roles, drop_roles, role_logins, run_cli
+from helpers.dashboard_client import Browser, serving
+from helpers.role_logins import KINDS, Roles, drop_roles, role_logins, run_cli
 from skiplock import App, CancelledJobs, FixedDelay, RetriedJobs, Retry, SkiplockError, Worker
 from skiplock._cli.roles import RoleNames
 from skiplock._doctor.command import Doctor, Thresholds
