@@ -24,9 +24,9 @@ import pytest
 from psycopg import sql
 
 from helpers.polling import wait_for
+from helpers.stores import SyncStore
 from skiplock import App, FixedDelay, JobStatus
 from skiplock._db.migrations import all_migrations
-from skiplock._db.store_sync import SyncStore
 
 pytestmark = pytest.mark.slow
 
@@ -161,9 +161,11 @@ def test_burst_runs_every_due_job_and_exits_0(workdir: Path, app: App, db: Any) 
     assert counts == [("default", "done", 50)]
 
 
-def test_held_worker_killed_mid_job_frees_the_job_at_once(workdir: Path, app: App, db: Any) -> None:
+def test_held_worker_killed_mid_job_frees_the_job_at_once(
+    workdir: Path, app: App, store: SyncStore, db: Any
+) -> None:
     job_id = app.enqueue("stall", {"seconds": 120}).id
-    s = SyncStore(app.queries)
+    s = store
     with worker_process(workdir, app, "--model", "held", "--lease", "60", name="held") as w:
         wait_for(lambda: marks(workdir) == 1 or w.proc.poll() is not None, 30, "the first run")
         assert w.proc.poll() is None, w.stderr

@@ -18,8 +18,8 @@ import psycopg
 import pytest
 
 from helpers.polling import wait_for_async
+from helpers.stores import SyncStore, sync_store
 from skiplock import App, Worker
-from skiplock._db.store_sync import SyncStore
 from skiplock.job import ClaimKey, Job
 
 
@@ -36,7 +36,7 @@ def claim(
     limit: int,
     after: dict[str, ClaimKey] | None = None,
 ) -> list[Job]:
-    return SyncStore(app.queries).job_claim(conn, queues, limit, "w", 30, after=after)
+    return sync_store(app).job_claim(conn, queues, limit, "w", 30, after=after)
 
 
 def numbers(jobs: list[Job]) -> list[int]:
@@ -138,13 +138,12 @@ def claim_index_reads(app: App, after: ClaimKey | None) -> int:
 
 
 def test_under_a_long_transaction_a_claim_after_the_key_skips_the_claimed_entries(
-    app: App, conn: psycopg.Connection[Any]
+    app: App, store: SyncStore, conn: psycopg.Connection[Any]
 ) -> None:
     @app.task(name="t")
     def t(n: int) -> None: ...
 
     t.enqueue_many([{"n": n} for n in range(3000)])
-    store = SyncStore(app.queries)
     with psycopg.connect(app.dsn) as holder:  # a session that keeps its snapshot throughout
         holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         holder.execute(f'SELECT count(*) FROM "{app.schema}".jobs').fetchone()

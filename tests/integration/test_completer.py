@@ -12,9 +12,9 @@ import psycopg
 import pytest
 
 from helpers.polling import comes_true_async, wait_for_async
+from helpers.stores import AsyncStore, async_store
 from skiplock import App
 from skiplock._db.client_async import open_pool
-from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.completer import Completer, Recorded
 from skiplock._runtime.execution import DONE
 from skiplock.job import Job
@@ -28,7 +28,7 @@ def claim_two(app: App) -> tuple[Job, Job]:
 
     async def claim() -> list[Job]:
         async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
-            return await AsyncStore(app.queries).job_claim(conn, ["q"], 2, "w", 30.0)
+            return await async_store(app).job_claim(conn, ["q"], 2, "w", 30.0)
 
     first, second = asyncio.run(claim())
     return first, second
@@ -50,15 +50,15 @@ def waiting_on_a_lock(db: Any) -> list[int]:
 
 @pytest.mark.parametrize("max_writes", [1, 2])
 def test_a_held_up_write_does_not_hold_up_the_next_batch_and_counts_as_unwritten(
-    app: App, db: Any, max_writes: int
+    app: App, async_store: AsyncStore, db: Any, max_writes: int
 ) -> None:
     held_up, other = claim_two(app)
     recorded: list[Recorded] = []
 
     async def main() -> None:
-        pool = await open_pool(app.dsn, AsyncStore(app.queries), min_size=2, max_size=4)
+        pool = await open_pool(app.dsn, async_store, min_size=2, max_size=4)
         completer = Completer(
-            AsyncStore(app.queries), pool, "keep", on_recorded=recorded.extend,
+            async_store, pool, "keep", on_recorded=recorded.extend,
             max_writes=max_writes,
         )  # fmt: skip
         completer.start()
@@ -89,13 +89,15 @@ def test_a_held_up_write_does_not_hold_up_the_next_batch_and_counts_as_unwritten
     assert (status(db, app, held_up), status(db, app, other)) == ("done", "done")
 
 
-def test_a_failed_write_keeps_its_outcomes_and_writes_them_again(app: App, db: Any) -> None:
+def test_a_failed_write_keeps_its_outcomes_and_writes_them_again(
+    app: App, async_store: AsyncStore, db: Any
+) -> None:
     job, _ = claim_two(app)
     recorded: list[Recorded] = []
 
     async def main() -> None:
-        pool = await open_pool(app.dsn, AsyncStore(app.queries), min_size=2, max_size=4)
-        completer = Completer(AsyncStore(app.queries), pool, "keep", on_recorded=recorded.extend)
+        pool = await open_pool(app.dsn, async_store, min_size=2, max_size=4)
+        completer = Completer(async_store, pool, "keep", on_recorded=recorded.extend)
         completer.start()
         with psycopg.connect(app.dsn) as locker:
             locker.execute(f'SELECT 1 FROM "{app.schema}".jobs WHERE id = %s FOR UPDATE', (job.id,))

@@ -17,9 +17,9 @@ import psycopg
 import pytest
 
 from helpers.polling import wait_for_async
+from helpers.stores import sync_store
 from helpers.worker_faults import failing_calls, failing_heartbeats
 from skiplock import App, Worker
-from skiplock._db.store_sync import SyncStore
 
 
 def steal(app: App, job_id: int) -> None:
@@ -28,7 +28,7 @@ def steal(app: App, job_id: int) -> None:
     with psycopg.connect(app.dsn) as conn:
         conn.execute(f'UPDATE "{app.schema}".jobs SET locked_until = now() - '
                      "interval '1 s' WHERE id = %s", (job_id,))  # fmt: skip
-        store = SyncStore(app.queries)
+        store = sync_store(app)
         store.job_reclaim_expired(conn)
         taken = store.job_claim(conn, ["default"], 1, "thief", 30)
         assert [j.id for j in taken] == [job_id]

@@ -25,9 +25,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers.polling import comes_true_async, wait_for_async
+from helpers.polling import comes_true_async, wait_for, wait_for_async
+from helpers.stores import SyncStore
 from skiplock import App, JobContext, Worker
-from skiplock._db.store_sync import SyncStore
 
 FAST = {"poll_interval": 0.1, "leader_ttl": 1.0}
 
@@ -116,7 +116,7 @@ def test_three_workers_enqueue_exactly_one_job_per_tick(app: App, pg_dsn: str, d
     )
 
 
-def test_concurrent_enqueues_of_one_tick_make_one_job(app: App, db: Any) -> None:
+def test_concurrent_enqueues_of_one_tick_make_one_job(app: App, store: SyncStore, db: Any) -> None:
     """The tick's primary key decides, even when several maintainers race on the same tick."""
 
     @app.periodic(every=60.0, name="race")
@@ -124,7 +124,6 @@ def test_concurrent_enqueues_of_one_tick_make_one_job(app: App, db: Any) -> None
 
     job = app.build_jobs("race", [{}], app.tasks["race"].settings.options)
     tick = datetime.fromisoformat("2024-01-01T12:00:00+00:00")
-    store = SyncStore(app.queries)
     barrier = threading.Barrier(4)
     results: list[int | None] = []
     errors: list[BaseException] = []
@@ -250,7 +249,7 @@ def test_no_catch_up_burst_after_downtime_unless_catch_up_asks(app: App, db: Any
 
 
 def test_a_caught_up_tick_is_not_enqueued_again_after_the_ticks_are_pruned(
-    app: App, db: Any
+    app: App, store: SyncStore, db: Any
 ) -> None:
     """A daily task with ``catch_up=2`` whose latest tick is past its grace asks for yesterday's
     tick too, which is always more than a day old: once the leader's prune has forgotten ticks
@@ -268,7 +267,7 @@ def test_a_caught_up_tick_is_not_enqueued_again_after_the_ticks_are_pruned(
     first = jobs_of(db, app, "daily")
     assert len(first) >= 2, first  # yesterday's tick and today's (and the day before's)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        SyncStore(app.queries).periodic_prune_ticks(conn)  # as the leader does every minute
+        store.periodic_prune_ticks(conn)  # as the leader does every minute
     burst()
     assert jobs_of(db, app, "daily").keys() == first.keys(), "a tick was enqueued twice"
     assert len(ticks_of(db, app, "daily")) >= 1  # the latest tick stays, against a second run
@@ -373,16 +372,19 @@ def test_killed_leader_is_replaced_and_its_expired_lease_is_reclaimed(
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 15
-        holder = locked_by = None
-        while time.monotonic() < deadline and (holder, locked_by) != ("victim", "victim"):
-            time.sleep(0.05)
+
+        def holder_and_locker() -> tuple[str | None, str | None]:
             row = db.execute(f'SELECT holder FROM "{app.schema}".leaders').fetchone()
-            holder = row[0] if row else None
             locked_by = db.execute(
                 f'SELECT locked_by FROM "{app.schema}".jobs WHERE id = %s', (job_id,)
             ).fetchone()[0]
-        assert (holder, locked_by) == ("victim", "victim"), "the victim never led and claimed"
+            return (row[0] if row else None, locked_by)
+
+        wait_for(
+            lambda: holder_and_locker() == ("victim", "victim"),
+            15,
+            lambda: f"the victim to lead and claim (holder, locked_by: {holder_and_locker()})",
+        )
 
         survivors = [Worker(app, lease_seconds=1.0, **FAST) for _ in range(2)]
 

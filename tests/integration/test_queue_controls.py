@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers.polling import wait_for_async
+from helpers.polling import comes_true_async, wait_for_async
 from helpers.running_peak import RunningPeak
 from skiplock import App, Worker
 from skiplock.job import Claim
@@ -224,9 +224,7 @@ def run_until_done(app: App, workers: list[Worker], jobs: int, timeout: float = 
 
     async def main() -> None:
         runs = asyncio.gather(*(w.run() for w in workers))
-        deadline = time.monotonic() + timeout
-        while sum(w.stats.done for w in workers) < jobs and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        await comes_true_async(lambda: sum(w.stats.done for w in workers) >= jobs, timeout)
         for worker in workers:
             worker.stop()
         await asyncio.wait_for(runs, 30)

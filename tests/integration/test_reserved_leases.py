@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from helpers.polling import wait_for_async
+from helpers.stores import SyncStore
 from helpers.worker_faults import failing_heartbeats
 from skiplock import App, Worker
-from skiplock._db.store_sync import SyncStore
 
 
 def primed_worker(app: App) -> Worker:
@@ -59,7 +59,7 @@ def register(
 
 
 def test_a_reserved_job_a_heartbeat_found_reclaimed_is_not_started(
-    app: App, caplog: pytest.LogCaptureFixture
+    app: App, store: SyncStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def main() -> tuple[Runs, int]:
         release = asyncio.Event()
@@ -75,8 +75,8 @@ def test_a_reserved_job_a_heartbeat_found_reclaimed_is_not_started(
             with psycopg.connect(app.dsn) as conn:
                 conn.execute(f'UPDATE "{app.schema}".jobs SET locked_until = now() - '
                              "interval '1 s' WHERE id = %s", (victim_id,))  # fmt: skip
-                SyncStore(app.queries).job_reclaim_expired(conn)
-                taken = SyncStore(app.queries).job_claim(conn, ["default"], 1, "thief", 30)
+                store.job_reclaim_expired(conn)
+                taken = store.job_claim(conn, ["default"], 1, "thief", 30)
                 assert [j.id for j in taken] == [victim_id]
 
         await asyncio.to_thread(steal)
