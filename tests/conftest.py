@@ -18,6 +18,8 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
+from helpers import stores
+from helpers.stores import AsyncStore, SyncStore
 from skiplock import App
 
 
@@ -45,7 +47,7 @@ def tcp_pg_dsn(pg_dsn: str) -> Iterator[str]:
     if host and not host.startswith("/"):
         yield pg_dsn
         return
-    from scratch_pg import find_pg_bindir, scratch_cluster
+    from helpers.scratch_pg import find_pg_bindir, scratch_cluster
 
     if find_pg_bindir() is None:
         pytest.skip("no initdb/pg_ctl for a PostgreSQL reached over TCP")
@@ -78,6 +80,19 @@ def app(pg_dsn: str, schema: str) -> Iterator[App]:
         yield application
     finally:
         application.close()
+
+
+@pytest.fixture
+def store(app: App) -> SyncStore:
+    """The sync store (the database seam's statements) of the test's own schema; a store for
+    another App comes from ``helpers.stores.sync_store``."""
+    return stores.sync_store(app)
+
+
+@pytest.fixture
+def async_store(app: App) -> AsyncStore:
+    """The async store of the test's own schema (stateless: usable in any event loop)."""
+    return stores.async_store(app)
 
 
 @pytest.fixture

@@ -45,6 +45,8 @@ import chaos_app
 import psycopg
 from psycopg import conninfo, sql
 
+from helpers.polling import wait_for
+
 HERE = Path(__file__).resolve().parent
 TERMINAL = ("done", "failed")
 FINISHED_RE = re.compile(
@@ -60,27 +62,6 @@ RECLAIMED_RE = re.compile(
 def with_params(dsn: str, **params: Any) -> str:
     """``dsn`` with connection parameters added or replaced."""
     return conninfo.make_conninfo(dsn, **params)
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str, step: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(step)
-
-
-def comes_true(check: Callable[[], Any], timeout: float) -> bool:
-    """Whether ``check()`` becomes true within ``timeout`` seconds (:func:`wait_for` without the
-    error, for a scenario's own checks)."""
-    try:
-        wait_for(check, timeout, "")
-    except TimeoutError:
-        return False
-    return True
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

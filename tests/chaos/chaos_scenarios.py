@@ -28,17 +28,16 @@ from chaos_harness import (
     Fault,
     Result,
     check,
-    comes_true,
     max_per_window,
     percentile,
     socket_owner,
-    wait_for,
     with_params,
 )
 from psycopg import sql
 
-from scratch_pg import scratch_cluster
-from skiplock._db.store_sync import SyncStore
+from helpers.polling import comes_true, wait_for
+from helpers.scratch_pg import scratch_cluster
+from helpers.stores import SyncStore, sync_store
 from skiplock.job import Job
 
 # quick (CI) and full sizes of every scenario
@@ -655,7 +654,7 @@ def scenario_race(dsn: str, full: bool) -> Result:
     started = time.time()
     rng = random.Random()
     run = ChaosRun(dsn, "race")
-    store = SyncStore(run.app.queries)
+    store = sync_store(run.app)
     conns = {name: psycopg.connect(dsn, autocommit=True) for name in ("A", "R", "B", "S")}
     executor = ThreadPoolExecutor(2)
     stale = inconsistent = concurrent = 0
@@ -1303,7 +1302,7 @@ def scenario_retries(dsn: str, full: bool) -> Result:
 
         # (b) the herd
         herd = run.enqueue("herd", [{}] * size["herd"])
-        store = SyncStore(run.app.queries)
+        store = sync_store(run.app)
         with psycopg.connect(run.dsn, autocommit=True) as conn:
             claimed: list[Job] = []
             while len(claimed) < len(herd):
@@ -1401,7 +1400,7 @@ def scenario_bigids(dsn: str, full: bool) -> Result:
     run = ChaosRun(dsn, "bigids")
     problems: list[str] = []
     try:
-        store = SyncStore(run.app.queries)
+        store = sync_store(run.app)
         all_ids: list[int] = []
         for start_at in (2**31, 2**53 + 1):
             run.db.execute(

@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # the harness, and tests/scratch_pg.py
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # the harness, and tests/helpers/
 
 from chaos_harness import Result  # noqa: E402
 from chaos_scenarios import SCENARIOS, SIZES  # noqa: E402

@@ -15,11 +15,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from chaos_harness import ChaosRun, Result, blackhole_available, check, wait_for
+from chaos_harness import ChaosRun, Result, blackhole_available, check
 from chaos_scenarios import SCENARIOS
 from psycopg import sql
 
-from scratch_pg import find_pg_bindir
+from helpers.polling import wait_for
+from helpers.scratch_pg import find_pg_bindir
 from skiplock import App, Worker, WorkerStats
 from skiplock.events import JobEvent
 

@@ -10,14 +10,14 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from dashboard_client import Browser
+from helpers.dashboard_client import Browser
+from helpers.polling import wait_for
 from skiplock import App
 
 pytestmark = pytest.mark.slow
@@ -62,14 +62,16 @@ def dashboard(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[str]:
         found = re.search(r"open (http://\S+)", printed[1])
         assert found, (printed, proc.stderr.read() if proc.poll() is not None else "")
         address = found.group(1)
-        deadline = time.monotonic() + 20
-        while True:
+
+        def answers() -> bool:
             try:
                 with socket.create_connection(("127.0.0.1", int(address.split(":")[2][:5]))):
-                    break
+                    return True
             except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "did not start"
-                time.sleep(0.05)
+                assert proc.poll() is None, "did not start"
+                return False
+
+        wait_for(answers, 20, f"the dashboard to answer at {address}")
         yield address
     finally:
         proc.terminate()

@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,7 +39,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from dashboard_client import TOKEN, serving, serving_asgi
+from helpers.dashboard_client import TOKEN, serving, serving_asgi
+from helpers.polling import wait_for
 from skiplock import App
 from skiplock.dashboard import create_dashboard
 from skiplock.dashboard._access import token_cookie
@@ -142,13 +142,6 @@ def working(app: App, queues: list[str]) -> Iterator[Worker]:
         thread.join(timeout=30)
         loop.close()
         assert not thread.is_alive(), "the worker did not stop"
-
-
-def eventually(predicate: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.05)
 
 
 # -- the application and its jobs -----------------------------------------------------------
@@ -349,9 +342,10 @@ def test_every_page_shows_the_tables_and_every_link_leads_where_it_says(
     shop.sync_client.set_concurrency_limit("reports", 2)
     with serving(shop) as base, working(shop, ["media"]):
         running = shop.enqueue("video.encode", {"seconds": 60}).id
-        eventually(lambda: statuses(db, shop)[running] == "running", "the video job runs")
-        eventually(
+        wait_for(lambda: statuses(db, shop)[running] == "running", 20, "the video job runs")
+        wait_for(
             lambda: [w["running"] for w in shop.sync_client.list_workers()] == [1],
+            20,
             "the worker reports itself and its running job",
         )
         log_in(page, base)
@@ -564,11 +558,11 @@ def test_every_button_changes_what_it_says_and_the_page_says_so(
         # Cancel a running job: its worker is asked, and cancels it.
         with working(shop, ["media"]):
             running = shop.enqueue("video.encode", {"seconds": 60}).id
-            eventually(lambda: statuses(db, shop)[running] == "running", "the video job runs")
+            wait_for(lambda: statuses(db, shop)[running] == "running", 20, "the video job runs")
             page.goto(f"{base}/jobs/{running}")
             click(page, "Cancel", f"**/jobs/{running}?notice=requested*")
             assert notice(page) == f"The worker running job {running} was asked to cancel it."
-            eventually(lambda: statuses(db, shop)[running] != "running", "the worker cancels")
+            wait_for(lambda: statuses(db, shop)[running] != "running", 20, "the worker cancels")
         page.reload()
         assert page.locator("h1 .status").inner_text() == "cancelled"
         assert statuses(db, shop)[running] == "cancelled"

@@ -21,6 +21,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from helpers.polling import wait_for
+
 pytestmark = pytest.mark.slow
 
 DEMO_TIMEOUT = 180
@@ -184,16 +186,17 @@ def test_ctrl_c_in_the_middle_of_part_two_still_drops_the_schema(
             preexec_fn=_ctrl_c_as_in_a_terminal,
         )
         try:
-            schema = None
-            deadline = time.monotonic() + 60
-            while schema is None and time.monotonic() < deadline and proc.poll() is None:
+
+            def part_two() -> str | None:
                 for name in demo_schemas(conn) - before:
                     # Part 2 has begun once its tables exist.
                     query = "SELECT to_regclass(%s) IS NOT NULL"
                     if conn.execute(query, [f"{name}.demo_orders"]).fetchone() == (True,):
-                        schema = name
-                time.sleep(0.05)
-            assert schema is not None, "part 2 never started"
+                        return name
+                assert proc.poll() is None, "part 2 never started: the demo exited"
+                return None
+
+            schema = wait_for(part_two, 60, "part 2 to start")
             found = time.monotonic()
             time.sleep(0.7)  # the doomed workers are up, the fleet is busy
             assert proc.poll() is None, "the demo ended before the Ctrl-C"

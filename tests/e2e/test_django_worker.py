@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from helpers.polling import wait_for
 from skiplock import App, FixedDelay
 
 pytestmark = pytest.mark.slow
@@ -138,13 +138,6 @@ def django_worker(
             worker.send_signal(signal.SIGTERM)
             code = worker.wait(timeout=30)
             assert code == 0, log.read_text()
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.05)
 
 
 def job(db: psycopg.Connection[Any], app: App, job_id: int) -> tuple[str, int]:

@@ -25,7 +25,7 @@ import pytest
 from markdown_it import MarkdownIt
 from psycopg import conninfo, sql
 
-from scratch_pg import free_port
+from helpers.scratch_pg import free_port
 from skiplock import App
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from bad_rows import insert_row, job_state, nested
+from helpers.bad_rows import insert_row, job_state, nested
 from skiplock import App
 
 pytestmark = pytest.mark.slow

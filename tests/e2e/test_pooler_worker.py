@@ -21,7 +21,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgbouncer import running_pgbouncer
+from helpers.pgbouncer import running_pgbouncer
+from helpers.polling import wait_for
 from skiplock import App
 
 pytestmark = pytest.mark.slow
@@ -52,13 +53,6 @@ def counts(db: psycopg.Connection[Any], schema: str) -> dict[str, int]:
     query = sql.SQL("SELECT status, count(*) FROM {} GROUP BY status")
     rows = db.execute(query.format(sql.Identifier(schema, "jobs"))).fetchall()
     return {status: count for status, count in rows}
-
-
-def wait_for(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("poll_only", [False, True], ids=["listen", "poll-only"])

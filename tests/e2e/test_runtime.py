@@ -17,7 +17,7 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from helpers.polling import wait_for
 from skiplock import App, JobContext
 
 pytestmark = pytest.mark.slow
@@ -152,16 +153,6 @@ def workdir(tmp_path: Path, app: App, db: psycopg.Connection[Any]) -> Path:
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str, step: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(step)
 
 
 class Proc:

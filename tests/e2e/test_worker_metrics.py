@@ -14,9 +14,7 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
+from helpers.polling import wait_for
 from skiplock import App
 
 pytestmark = pytest.mark.slow
@@ -88,13 +87,6 @@ def total(samples: list[dict[Any, float]], name: str, **labels: str) -> float:
         for (sample_name, sample_labels), value in scraped.items()
         if sample_name == name and wanted <= sample_labels
     )
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.1)
 
 
 def answers(port: int) -> bool:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,9 +23,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from helpers.polling import wait_for
+from helpers.stores import SyncStore
 from skiplock import App, FixedDelay, JobStatus
 from skiplock._db.migrations import all_migrations
-from skiplock._db.store_sync import SyncStore
 
 pytestmark = pytest.mark.slow
 
@@ -106,16 +107,6 @@ def marks(workdir: Path) -> int:
     return path.read_text().count("\n") if path.exists() else 0
 
 
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.05)
-
-
 class WorkerProcess:
     def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
         self.proc = proc
@@ -170,9 +161,11 @@ def test_burst_runs_every_due_job_and_exits_0(workdir: Path, app: App, db: Any) 
     assert counts == [("default", "done", 50)]
 
 
-def test_held_worker_killed_mid_job_frees_the_job_at_once(workdir: Path, app: App, db: Any) -> None:
+def test_held_worker_killed_mid_job_frees_the_job_at_once(
+    workdir: Path, app: App, store: SyncStore, db: Any
+) -> None:
     job_id = app.enqueue("stall", {"seconds": 120}).id
-    s = SyncStore(app.queries)
+    s = store
     with worker_process(workdir, app, "--model", "held", "--lease", "60", name="held") as w:
         wait_for(lambda: marks(workdir) == 1 or w.proc.poll() is not None, 30, "the first run")
         assert w.proc.poll() is None, w.stderr

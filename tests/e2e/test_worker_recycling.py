@@ -11,12 +11,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helpers.polling import wait_for
 from skiplock import App
 
 pytestmark = pytest.mark.slow
@@ -70,13 +70,6 @@ def runs(path: Path) -> list[tuple[int, int]]:
         (int(n), int(pid))
         for n, pid in (line.split() for line in path.read_text().split("\n") if line)
     ]
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.05)
 
 
 def run_worker(tmp_path: Path, app: App, *args: str) -> subprocess.Popen[bytes]:

@@ -33,7 +33,7 @@ from fuzz_inputs import EXAMPLES, TALLY, client_case, payload_kind, raw_row, row
 from hypothesis import HealthCheck, given, settings
 from psycopg import sql
 
-from dashboard_client import Browser, serving
+from helpers.dashboard_client import Browser, serving
 from skiplock import App, InvalidName, InvalidPayload, Worker
 from skiplock._cli.roles import RoleNames
 

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from helpers.polling import wait_for
 from skiplock import App
 
 pytestmark = pytest.mark.slow
@@ -241,16 +242,16 @@ def test_status_watch_stops_between_reads_and_a_second_ctrl_c_at_once(
         assert proc.stdout is not None
         json.loads(proc.stdout.readline())  # it reads; now its next read waits on a lock
         locker.execute(f"LOCK TABLE {jobs_table(app)} IN ACCESS EXCLUSIVE MODE")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            waiting = locker.execute(
+
+        def waiting() -> int:
+            row = locker.execute(
                 "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass",
                 (jobs_table(app),),
             ).fetchone()
-            if waiting and waiting[0]:
-                return proc
-            time.sleep(0.05)
-        raise AssertionError("the watch's read never waited on the lock")
+            return int(row[0]) if row else 0
+
+        wait_for(waiting, 30, "the watch's read to wait on the lock")
+        return proc
 
     with psycopg.connect(pg_dsn) as locker:  # a transaction: the lock holds until commit
         proc = blocked_read(locker)

@@ -18,6 +18,7 @@ import pytest
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 
+from helpers.stores import sync_store
 from skiplock import (
     App,
     ConfigurationError,
@@ -29,7 +30,6 @@ from skiplock import (
     UnknownTask,
     Worker,
 )
-from skiplock._db.store_sync import SyncStore
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/test"
 INJECTIONS = [
@@ -471,7 +471,7 @@ def test_worker_refuses_a_schema_missing_a_migration_and_says_which(pg_dsn: str,
             psycopg.connect(app.dsn, autocommit=True) as conn,
             pytest.raises(SchemaNotMigrated) as claim_failed,
         ):
-            SyncStore(app.queries).job_claim(conn, [t.queue], 1, "w1", 30.0)
+            sync_store(app).job_claim(conn, [t.queue], 1, "w1", 30.0)
         assert "entity_key_running" in str(claim_failed.value)
         assert "skiplock migrate" in str(claim_failed.value)
 

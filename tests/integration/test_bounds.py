@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from bad_rows import insert_sql
-from bad_rows import nested_payload as nested
+from helpers.bad_rows import insert_sql
+from helpers.bad_rows import nested_payload as nested
 from skiplock import App, InvalidName, InvalidPayload, Worker
 from skiplock._cli.main import main as cli_main
 from skiplock._db.connections import translate

@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from bad_rows import insert_sql
-from bad_rows import nested_payload as nested
-from dashboard_client import Browser, serving
+from helpers.bad_rows import insert_sql
+from helpers.bad_rows import nested_payload as nested
+from helpers.dashboard_client import Browser, serving
 from skiplock import App, InvalidPayload
 from skiplock._cli.main import main as cli_main
 from skiplock._db.migrations import all_migrations

@@ -11,8 +11,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from helpers.polling import wait_for
+from helpers.stores import sync_store
 from skiplock import App, CancelledJobs, IdempotencyConflict, RetriedJobs, Worker
-from skiplock._db.store_sync import SyncStore
 from skiplock.bulk import JobFilter
 
 
@@ -155,17 +156,17 @@ def retry_or_error(app: App) -> Any:
 
 
 def wait_until_blocked(db: Any, app: App, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        waiting = db.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE wait_event_type = 'Lock' AND query LIKE %s",
-            (f"%{app.schema}%",),
-        ).fetchone()[0]
-        if waiting:
-            return
-        time.sleep(0.01)
-    raise AssertionError("the retry never waited on the uncommitted key")
+
+    def waiting() -> int:
+        return int(
+            db.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                (f"%{app.schema}%",),
+            ).fetchone()[0]
+        )
+
+    wait_for(waiting, timeout, "the retry to wait on the uncommitted key", step=0.01)
 
 
 def test_cancel_jobs_cancels_what_has_not_started_and_asks_running_ones(
@@ -176,7 +177,7 @@ def test_cancel_jobs_cancels_what_has_not_started_and_asks_running_ones(
     scheduled = enqueue(app, "mail.send", 2, delay=3600)
     other = enqueue(app, "mail.digest", 2)
     video = enqueue(app, "video.encode", 2)
-    store = SyncStore(app.queries)
+    store = sync_store(app)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         running = [j.id for j in store.job_claim(conn, ["mail"], 1, "w-1", 30.0)]
     assert running == pending[:1]
@@ -200,7 +201,7 @@ def test_cancel_jobs_cancels_what_has_not_started_and_asks_running_ones(
 def test_cancel_jobs_does_not_wait_for_or_cancel_a_held_lock_job(tasks: App, db: Any) -> None:
     app = tasks
     first, second = enqueue(app, "mail.send", 2)
-    store = SyncStore(app.queries)
+    store = sync_store(app)
     with psycopg.connect(app.dsn, autocommit=True) as holder:
         job = store.job_claim_held(holder, ["mail"], "w-held", 30.0)
         assert job is not None and job.id == first  # running, its row locked, still "pending"

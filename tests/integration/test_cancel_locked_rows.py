@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from polling import wait_for
+from helpers.polling import wait_for_async
 from skiplock import App, CancelledJobs, JobContext, JobStatus, Worker
 from skiplock.bulk import JobFilter
 
@@ -97,9 +97,9 @@ def test_a_running_leased_job_whose_row_is_locked_is_cancelled(
     async def main() -> tuple[str, float]:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(started.is_set, 5.0), "the job never started"
+            await wait_for_async(started.is_set, 5.0, "the job never started")
             if worker.listener is not None:
-                assert await wait_for(worker.listener.listening.is_set, 5.0)
+                await wait_for_async(worker.listener.listening.is_set, 5.0)
 
             def cancel_while_locked() -> tuple[str, float]:
                 with row_locked(app, job_id, locked_for):
@@ -107,7 +107,7 @@ def test_a_running_leased_job_whose_row_is_locked_is_cancelled(
                     return app.sync_client.cancel_or_request(job_id), time.monotonic() - asked
 
             got, took = await asyncio.to_thread(cancel_while_locked)
-            assert await wait_for(lambda: worker.stats.cancelled == 1, 5.0), worker.stats
+            await wait_for_async(lambda: worker.stats.cancelled == 1, 5.0, lambda: worker.stats)
             return got, took
         finally:
             worker.stop()
@@ -156,7 +156,7 @@ def test_a_cancel_that_arrives_before_a_held_job_starts_stops_it_at_its_start(
     async def main() -> None:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(lambda: worker.stats.cancelled == 1, 10.0), worker.stats
+            await wait_for_async(lambda: worker.stats.cancelled == 1, 10.0, lambda: worker.stats)
         finally:
             worker.stop()
             await asyncio.wait_for(task, 15)
@@ -187,11 +187,11 @@ def test_a_held_job_is_cancelled_by_a_worker_that_does_not_listen(app: App, db: 
     async def main() -> tuple[str, float]:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(started.is_set, 5.0), "the job never started"
+            await wait_for_async(started.is_set, 5.0, "the job never started")
             assert worker.listener is None
             answer = await app.async_client.cancel_or_request(job_id)
             asked = time.monotonic()
-            assert await wait_for(lambda: worker.stats.cancelled == 1, 5.0), worker.stats
+            await wait_for_async(lambda: worker.stats.cancelled == 1, 5.0, lambda: worker.stats)
             return answer, time.monotonic() - asked
         finally:
             worker.stop()
@@ -226,7 +226,7 @@ def test_a_request_for_a_held_job_stopped_at_shutdown_waits_for_its_next_start(
     async def first() -> str:
         task = asyncio.create_task(deaf.run())
         try:
-            assert await wait_for(started.is_set, 5.0), "the job never started"
+            await wait_for_async(started.is_set, 5.0, "the job never started")
             return await app.async_client.cancel_or_request(job_id)
         finally:
             deaf.stop()
@@ -315,12 +315,12 @@ def test_a_bulk_cancel_of_running_jobs_stops_held_lock_jobs_too(app: App, listen
     async def main() -> tuple[Any, Any]:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(lambda: len(started) == 3, 5.0), started
+            await wait_for_async(lambda: len(started) == 3, 5.0, lambda: started)
             if worker.listener is not None:
-                assert await wait_for(worker.listener.listening.is_set, 5.0)
+                await wait_for_async(worker.listener.listening.is_set, 5.0)
             first = await app.async_client.cancel_jobs(JobFilter(queue="default"), running=True)
             again = await app.async_client.cancel_jobs(JobFilter(queue="default"), running=True)
-            assert await wait_for(lambda: worker.stats.cancelled == 2, 5.0), worker.stats
+            await wait_for_async(lambda: worker.stats.cancelled == 2, 5.0, lambda: worker.stats)
             return first, again
         finally:
             worker.stop()

@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from helpers.stores import SyncStore
 from skiplock import App
 from skiplock._db.statement_params import claim_statement
-from skiplock._db.store_sync import SyncStore
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def enqueue_two(app: App) -> None:
 
 
 def test_a_leased_claim_commits_asynchronously_and_leaves_the_session_as_it_was(
-    app: App, conn: psycopg.Connection[Any]
+    app: App, store: SyncStore, conn: psycopg.Connection[Any]
 ) -> None:
     enqueue_two(app)
     # The statement as the worker sends it, followed in its implicit transaction (one simple
@@ -53,29 +53,29 @@ def test_a_leased_claim_commits_asynchronously_and_leaves_the_session_as_it_was(
         assert cur.fetchall() == [("off",)]
     assert setting(conn) == "on"
     # Through the store, as a worker claims: the job is claimed, the session unchanged.
-    assert len(SyncStore(app.queries).job_claim(conn, ["q"], 1, "w", 30.0)) == 1
+    assert len(store.job_claim(conn, ["q"], 1, "w", 30.0)) == 1
     assert setting(conn) == "on"
 
 
 def test_a_claim_in_a_callers_transaction_makes_that_transaction_commit_asynchronously(
-    app: App, conn: psycopg.Connection[Any]
+    app: App, store: SyncStore, conn: psycopg.Connection[Any]
 ) -> None:
     """As a claim from a queue with a concurrency limit runs: only claims in that transaction."""
     enqueue_two(app)
     with conn.transaction():
         assert setting(conn) == "on"
-        assert len(SyncStore(app.queries).job_claim(conn, ["q"], 2, "w", 30.0)) == 2
+        assert len(store.job_claim(conn, ["q"], 2, "w", 30.0)) == 2
         assert setting(conn) == "off"
     assert setting(conn) == "on"
 
 
 def test_a_held_lock_claim_keeps_the_sessions_commit_setting(
-    app: App, conn: psycopg.Connection[Any]
+    app: App, store: SyncStore, conn: psycopg.Connection[Any]
 ) -> None:
     """Its transaction writes the job's outcome too: that commit waits as the session says."""
     enqueue_two(app)
     conn.execute("SET synchronous_commit = remote_write")
-    job = SyncStore(app.queries).job_claim_held(conn, ["q"], "w-held", 30.0)
+    job = store.job_claim_held(conn, ["q"], "w-held", 30.0)
     assert job is not None
     assert setting(conn) == "remote_write"
     conn.commit()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from polling import wait_for
+from helpers.polling import wait_for_async
 from skiplock import App, Worker
 from skiplock._runtime.leased_slots import LeasedSlots
 
@@ -43,11 +43,11 @@ def test_claims_share_a_connection_and_a_broken_one_is_replaced(app: App, db: An
         try:
             for n in (1, 2):
                 note.enqueue(n=n)
-                assert await wait_for(lambda n=n: n in ran, 5.0), ran
+                await wait_for_async(lambda n=n: n in ran, 5.0, lambda: ran)
                 pids.append(claim_pid())
             db.execute("SELECT pg_terminate_backend(%s)", [pids[0]])
             note.enqueue(n=3)  # its NOTIFY wakes a claim on the dead session, then a new one
-            assert await wait_for(lambda: 3 in ran, 5.0), (ran, worker.stats)
+            await wait_for_async(lambda: 3 in ran, 5.0, lambda: (ran, worker.stats))
             pids.append(claim_pid())
             last = claim_conn()
         finally:

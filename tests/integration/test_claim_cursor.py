@@ -17,9 +17,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from polling import wait_for
+from helpers.polling import wait_for_async
+from helpers.stores import SyncStore, sync_store
 from skiplock import App, Worker
-from skiplock._db.store_sync import SyncStore
 from skiplock.job import ClaimKey, Job
 
 
@@ -36,7 +36,7 @@ def claim(
     limit: int,
     after: dict[str, ClaimKey] | None = None,
 ) -> list[Job]:
-    return SyncStore(app.queries).job_claim(conn, queues, limit, "w", 30, after=after)
+    return sync_store(app).job_claim(conn, queues, limit, "w", 30, after=after)
 
 
 def numbers(jobs: list[Job]) -> list[int]:
@@ -138,13 +138,12 @@ def claim_index_reads(app: App, after: ClaimKey | None) -> int:
 
 
 def test_under_a_long_transaction_a_claim_after_the_key_skips_the_claimed_entries(
-    app: App, conn: psycopg.Connection[Any]
+    app: App, store: SyncStore, conn: psycopg.Connection[Any]
 ) -> None:
     @app.task(name="t")
     def t(n: int) -> None: ...
 
     t.enqueue_many([{"n": n} for n in range(3000)])
-    store = SyncStore(app.queries)
     with psycopg.connect(app.dsn) as holder:  # a session that keeps its snapshot throughout
         holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         holder.execute(f'SELECT count(*) FROM "{app.schema}".jobs').fetchone()
@@ -177,14 +176,14 @@ def test_a_job_behind_the_workers_key_still_runs_while_the_backlog_lasts(app: Ap
     async def main() -> None:
         run = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(lambda: len(started) >= 10, 10.0)
+            await wait_for_async(lambda: len(started) >= 10, 10.0)
             # Pending with an older key than anything claimed so far (like a released job),
             # and no NOTIFY: only a claim that reads from the start finds it.
             db.execute(
                 f"""INSERT INTO "{app.schema}".jobs (queue, task, payload, run_at)
                     VALUES ('default', 'slow', '{{"n": 0}}', now() - interval '1 hour')"""
             )
-            assert await wait_for(lambda: any(n == 0 for n, _ in started), 10.0)
+            await wait_for_async(lambda: any(n == 0 for n, _ in started), 10.0)
         finally:
             worker.stop()
             await run
@@ -236,7 +235,7 @@ def test_under_a_long_transaction_reads_from_the_start_are_rationed(
                 for n in range(150):  # 5 jobs every 10 ms: the worker keeps up
                     await t.enqueue_many_async([{"n": n}] * 5)
                     await asyncio.sleep(0.01)
-                assert await wait_for(lambda: len(ran) == 760, 10.0), len(ran)
+                await wait_for_async(lambda: len(ran) == 760, 10.0, lambda: len(ran))
             finally:
                 worker.stop()
                 await run
@@ -269,7 +268,7 @@ def test_the_next_job_of_an_entity_key_starts_when_the_running_one_finishes(
     async def main() -> None:
         run = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(lambda: 1 in started, 10.0), sorted(started)
+            await wait_for_async(lambda: 1 in started, 10.0, lambda: sorted(started))
         finally:
             worker.stop()
             await run

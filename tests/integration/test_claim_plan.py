@@ -18,10 +18,10 @@ import psycopg
 import pytest
 from psycopg import ClientCursor
 
-from plans import explain, explain_generic, nodes
+from helpers.plans import explain, explain_generic, nodes
+from helpers.stores import sync_store
 from skiplock import App, Job
 from skiplock._db.sql import SMALL_CLAIM
-from skiplock._db.store_sync import SyncStore
 
 QUEUES = ["default", "mail", "reports"]
 DONE_ROWS = 100_000
@@ -421,7 +421,7 @@ def test_small_claims_reuse_one_plan_and_big_ones_are_planned_each_time(due_only
     """A claim of at most SMALL_CLAIM jobs runs a statement with its LIMIT written in, whose
     generic plan the server reuses once psycopg has prepared it; a bigger claim is planned for
     its parameters every time (see skiplock._db.sql.SMALL_CLAIM)."""
-    store = SyncStore(due_only.queries)
+    store = sync_store(due_only)
     with psycopg.connect(due_only.dsn) as conn:  # one transaction, rolled back at the end
         for _ in range(15):
             assert len(store.job_claim(conn, ["mail"], 2, "w1", 30.0)) == 2

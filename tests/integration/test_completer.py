@@ -11,10 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from polling import wait_for
+from helpers.polling import comes_true_async, wait_for_async
+from helpers.stores import AsyncStore, async_store
 from skiplock import App
 from skiplock._db.client_async import open_pool
-from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.completer import Completer, Recorded
 from skiplock._runtime.execution import DONE
 from skiplock.job import Job
@@ -28,7 +28,7 @@ def claim_two(app: App) -> tuple[Job, Job]:
 
     async def claim() -> list[Job]:
         async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
-            return await AsyncStore(app.queries).job_claim(conn, ["q"], 2, "w", 30.0)
+            return await async_store(app).job_claim(conn, ["q"], 2, "w", 30.0)
 
     first, second = asyncio.run(claim())
     return first, second
@@ -50,15 +50,15 @@ def waiting_on_a_lock(db: Any) -> list[int]:
 
 @pytest.mark.parametrize("max_writes", [1, 2])
 def test_a_held_up_write_does_not_hold_up_the_next_batch_and_counts_as_unwritten(
-    app: App, db: Any, max_writes: int
+    app: App, async_store: AsyncStore, db: Any, max_writes: int
 ) -> None:
     held_up, other = claim_two(app)
     recorded: list[Recorded] = []
 
     async def main() -> None:
-        pool = await open_pool(app.dsn, AsyncStore(app.queries), min_size=2, max_size=4)
+        pool = await open_pool(app.dsn, async_store, min_size=2, max_size=4)
         completer = Completer(
-            AsyncStore(app.queries), pool, "keep", on_recorded=recorded.extend,
+            async_store, pool, "keep", on_recorded=recorded.extend,
             max_writes=max_writes,
         )  # fmt: skip
         completer.start()
@@ -67,15 +67,17 @@ def test_a_held_up_write_does_not_hold_up_the_next_batch_and_counts_as_unwritten
                 f'SELECT 1 FROM "{app.schema}".jobs WHERE id = %s FOR UPDATE', (held_up.id,)
             )
             completer.submit(held_up, DONE, 0.0)
-            assert await wait_for(lambda: bool(waiting_on_a_lock(db)), 10)
+            await wait_for_async(lambda: bool(waiting_on_a_lock(db)), 10)
             completer.submit(other, DONE, 0.0)
             # With two writes at once the second batch is written meanwhile; with one it waits.
-            written = await wait_for(lambda: len(recorded) == 1, 1.0 if max_writes == 1 else 10)
+            written = await comes_true_async(
+                lambda: len(recorded) == 1, 1.0 if max_writes == 1 else 10
+            )
             assert written == (max_writes == 2)
             assert completer.pending == (1 if max_writes == 2 else 2)  # the held-up one counts
             assert status(db, app, held_up) == "running"
             locker.rollback()
-        assert await wait_for(lambda: len(recorded) == 2, 10)
+        await wait_for_async(lambda: len(recorded) == 2, 10)
         assert completer.pending == 0
         await completer.stop()
         await pool.close()
@@ -87,24 +89,26 @@ def test_a_held_up_write_does_not_hold_up_the_next_batch_and_counts_as_unwritten
     assert (status(db, app, held_up), status(db, app, other)) == ("done", "done")
 
 
-def test_a_failed_write_keeps_its_outcomes_and_writes_them_again(app: App, db: Any) -> None:
+def test_a_failed_write_keeps_its_outcomes_and_writes_them_again(
+    app: App, async_store: AsyncStore, db: Any
+) -> None:
     job, _ = claim_two(app)
     recorded: list[Recorded] = []
 
     async def main() -> None:
-        pool = await open_pool(app.dsn, AsyncStore(app.queries), min_size=2, max_size=4)
-        completer = Completer(AsyncStore(app.queries), pool, "keep", on_recorded=recorded.extend)
+        pool = await open_pool(app.dsn, async_store, min_size=2, max_size=4)
+        completer = Completer(async_store, pool, "keep", on_recorded=recorded.extend)
         completer.start()
         with psycopg.connect(app.dsn) as locker:
             locker.execute(f'SELECT 1 FROM "{app.schema}".jobs WHERE id = %s FOR UPDATE', (job.id,))
             completer.submit(job, DONE, 0.0)
-            assert await wait_for(lambda: bool(waiting_on_a_lock(db)), 10)
+            await wait_for_async(lambda: bool(waiting_on_a_lock(db)), 10)
             (writer,) = waiting_on_a_lock(db)
             db.execute("SELECT pg_terminate_backend(%s)", (writer,))  # the write fails
             locker.rollback()
             await asyncio.sleep(0.3)
             assert recorded == [] and completer.pending == 1  # kept, not lost
-        assert await wait_for(lambda: len(recorded) == 1, 10)  # written again, a second later
+        await wait_for_async(lambda: len(recorded) == 1, 10)  # written again, a second later
         assert completer.pending == 0
         await completer.stop()
         await pool.close()

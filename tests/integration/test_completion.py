@@ -11,8 +11,8 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from helpers.stores import SyncStore
 from skiplock import App, FixedDelay, JobContext, JobStatus, Worker, WorkerStats
-from skiplock._db.store_sync import SyncStore
 
 pytestmark = pytest.mark.smoke
 
@@ -164,7 +164,7 @@ def test_archive_moves_the_row_to_the_archive_table(pg_dsn: str, schema: str, db
 
 
 def test_held_task_writes_commit_with_the_job_and_stay_invisible_meanwhile(
-    app: App, db: Any, orders: sql.Composable
+    app: App, store: SyncStore, db: Any, orders: sql.Composable
 ) -> None:
     events: dict[str, asyncio.Event] = {}
 
@@ -183,7 +183,7 @@ def test_held_task_writes_commit_with_the_job_and_stay_invisible_meanwhile(
 
     held_id = place_order.enqueue(order=1).id
     other_id = other.enqueue().id
-    s = SyncStore(app.queries)
+    s = store
 
     def look_from_outside() -> dict[str, Any]:
         seen: dict[str, Any] = {}
@@ -261,9 +261,11 @@ def test_held_task_failure_rolls_back_its_writes_but_records_the_failure(
     assert (row["finished_at"] is not None) == (status == "failed")
 
 
-def test_sync_held_task_gets_no_connection_but_its_job_stays_locked(app: App, db: Any) -> None:
+def test_sync_held_task_gets_no_connection_but_its_job_stays_locked(
+    app: App, store: SyncStore, db: Any
+) -> None:
     seen: dict[str, Any] = {}
-    s = SyncStore(app.queries)
+    s = store
 
     @app.task(name="sync_held", model="held", pass_context=True)
     def sync_held(ctx: JobContext) -> None:

@@ -22,9 +22,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from helpers.polling import wait_for
+from helpers.stores import SyncStore
 from skiplock import App, Enqueued, JobStatus
 from skiplock._db.enqueue import EnqueueOptions
-from skiplock._db.store_sync import SyncStore
 
 # One script for every multi-process scenario: argv = mode, index, sync dir.
 CLIENT_SCRIPT = r"""
@@ -139,12 +140,15 @@ def run_together(tmp_path: Path, app: App, mode: str, n: int) -> list[Any]:
         for i in range(n)
     ]
     try:
-        deadline = time.monotonic() + 60
-        while len(list(sync_dir.glob("ready-*"))) < n:
+
+        def ready() -> bool:
+            if len(list(sync_dir.glob("ready-*"))) >= n:
+                return True
             failed = [p for p in procs if p.poll() not in (None, 0)]
             assert not failed, failed[0].communicate()[1]
-            assert time.monotonic() < deadline, "client processes did not get ready"
-            time.sleep(0.01)
+            return False
+
+        wait_for(ready, 60, "the client processes to get ready", step=0.01)
         (sync_dir / "go").touch()
         outputs = []
         for p in procs:
@@ -307,25 +311,26 @@ def test_entity_key_jobs_never_run_twice_at_once_across_worker_processes(
             )
         # The jobs come once every worker is up, so none of them drains the queue alone while
         # the others are still starting.
-        deadline = time.monotonic() + 60
-        while not all("started:" in (tmp_path / f"worker-{i}.log").read_text() for i in range(4)):
-            assert time.monotonic() < deadline, "the workers did not start"
+
+        def started() -> bool:
+            if all("started:" in (tmp_path / f"worker-{i}.log").read_text() for i in range(4)):
+                return True
             assert all(w.poll() is None for w in workers), "a worker exited early"
-            time.sleep(0.05)
+            return False
+
+        wait_for(started, 60, "the workers to start")
         for n in range(200):
             key = keys[n % 5]
             keyed.with_options(entity_key=key).enqueue(key=key, n=n)
-        deadline = time.monotonic() + 90
-        done = 0
-        while time.monotonic() < deadline:
+
+        def all_done() -> bool:
             (done,) = db.execute(
                 f"SELECT count(*) FROM {jobs_table(app)} WHERE status = 'done'"
             ).fetchone()
-            if done == 200:
-                break
-            assert all(w.poll() is None for w in workers), "a worker exited early"
-            time.sleep(0.05)
-        assert done == 200
+            assert done == 200 or all(w.poll() is None for w in workers), "a worker exited early"
+            return bool(done == 200)
+
+        wait_for(all_done, 90, "all 200 jobs to be done")
     finally:
         monitor.stop_event.set()
         monitor.join(30)
@@ -415,7 +420,9 @@ def test_duplicate_idempotency_keys_within_one_batch_resolve_to_the_first(
     assert db.execute(f"SELECT count(*) FROM {jobs_table(app)}").fetchone() == (5,)
 
 
-def test_idempotency_key_is_free_again_once_its_job_is_done(app: App, db: Any) -> None:
+def test_idempotency_key_is_free_again_once_its_job_is_done(
+    app: App, store: SyncStore, db: Any
+) -> None:
     @app.task(name="charge", queue="billing")
     def charge(cents: int) -> None: ...
 
@@ -423,7 +430,6 @@ def test_idempotency_key_is_free_again_once_its_job_is_done(app: App, db: Any) -
     first = keyed.enqueue(cents=100)
     assert keyed.enqueue(cents=100) == Enqueued(first.id, deduplicated=True)
 
-    store = SyncStore(app.queries)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         (job,) = store.job_claim(conn, ["billing"], 10, "w1", 30)
         assert job.id == first.id

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dashboard_client import TOKEN, Browser, serving, serving_asgi
+from helpers.dashboard_client import TOKEN, Browser, serving, serving_asgi
 from skiplock import App, ConfigurationError
 from skiplock.dashboard import create_dashboard
 

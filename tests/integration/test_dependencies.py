@@ -13,9 +13,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from helpers.stores import SyncStore
 from skiplock import App, JobStatus, Worker, WorkerStats
 from skiplock._db.enqueue import EnqueueOptions
-from skiplock._db.store_sync import SyncStore
 
 
 def burst(app: App) -> WorkerStats:
@@ -224,7 +224,7 @@ def test_a_dependency_deleted_when_done_counts_as_done(deleting_app: App) -> Non
 
 
 def test_release_reads_waiting_jobs_a_batch_at_a_time_from_where_it_stopped(
-    app: App, db: Any
+    app: App, store: SyncStore, db: Any
 ) -> None:
     @app.task(name="noop")
     def noop() -> None:
@@ -233,7 +233,6 @@ def test_release_reads_waiting_jobs_a_batch_at_a_time_from_where_it_stopped(
     first = noop.with_options(delay=3600).enqueue()
     waiting = [noop.with_options(depends_on=[first]).enqueue().id for _ in range(5)]
     db.execute(f"UPDATE \"{app.schema}\".jobs SET status = 'done' WHERE id = %s", (first.id,))
-    store = SyncStore(app.queries)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         one = store.job_release_waiting(conn, after_id=0, limit=2)
         two = store.job_release_waiting(conn, after_id=one.last_id or 0, limit=2)
@@ -252,7 +251,9 @@ def test_release_reads_waiting_jobs_a_batch_at_a_time_from_where_it_stopped(
     assert {status(app, job_id) for job_id in waiting} == {JobStatus.PENDING}
 
 
-def test_jobs_no_longer_waiting_lose_their_dependency_rows_at_the_prune(app: App, db: Any) -> None:
+def test_jobs_no_longer_waiting_lose_their_dependency_rows_at_the_prune(
+    app: App, store: SyncStore, db: Any
+) -> None:
     @app.task(name="noop")
     def noop() -> None:
         pass
@@ -263,7 +264,7 @@ def test_jobs_no_longer_waiting_lose_their_dependency_rows_at_the_prune(app: App
     assert app.sync_client.cancel_or_request(second.id) == "cancelled"  # an admin's cancel
     assert len(dependency_rows(app, db)) == 2
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        SyncStore(app.queries).job_dependencies_prune(conn)
+        store.job_dependencies_prune(conn)
     assert dependency_rows(app, db) == [(third.id, first.id)]
 
 

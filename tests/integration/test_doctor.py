@@ -19,8 +19,9 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
+from helpers.polling import comes_true
+from helpers.stores import SyncStore
 from skiplock import App, JobStatus, Worker
-from skiplock._db.store_sync import SyncStore
 from skiplock._doctor.command import Doctor, Finding, Thresholds
 from skiplock.app import DEFAULT_RETENTION
 
@@ -41,13 +42,16 @@ def wait_for_finding(
     timeout: float = 10.0,
     **thresholds: Any,
 ) -> Finding:
-    """Run doctor until ``check``'s finding satisfies ``until`` (statistics arrive late)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        finding = findings(dsn, schema, **thresholds)[check]
-        if until(finding) or time.monotonic() > deadline:
-            return finding
-        time.sleep(0.3)
+    """Run doctor until ``check``'s finding satisfies ``until`` (statistics arrive late); the
+    last finding either way, for the test to assert on."""
+    last: list[Finding] = []
+
+    def satisfied() -> bool:
+        last[:] = [findings(dsn, schema, **thresholds)[check]]
+        return until(last[0])
+
+    comes_true(satisfied, timeout, step=0.3)
+    return last[0]
 
 
 def table(schema: str, name: str = "jobs") -> sql.Identifier:
@@ -323,12 +327,11 @@ def test_queues_with_due_jobs_and_no_live_worker_are_reported(app: App, db: Any)
     assert [w["id"] for w in stuck.details["silent"]] == ["silent-one"]
 
 
-def test_expired_leases_are_reported(app: App, db: Any) -> None:
+def test_expired_leases_are_reported(app: App, store: SyncStore, db: Any) -> None:
     @app.task(name="leased")
     def leased() -> None: ...
 
     ids = [e.id for e in leased.enqueue_many([{}, {}, {}])]
-    store = SyncStore(app.queries)
     claimed = store.job_claim(db, ["default"], 3, "gone-worker", 0.1)
     assert sorted(j.id for j in claimed) == ids
     time.sleep(0.5)

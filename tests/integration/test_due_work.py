@@ -11,9 +11,9 @@ from typing import Any
 
 import psycopg
 
-from polling import wait_for
+from helpers.polling import wait_for_async
+from helpers.stores import sync_store
 from skiplock import App, Worker
-from skiplock._db.store_sync import SyncStore
 
 MANY = 4000  # four times the promotion's (and the reclaim's) batch
 
@@ -32,7 +32,7 @@ def test_one_promotion_makes_every_due_scheduled_job_claimable(app: App, db: Any
 
     later.with_options(delay=0.3).enqueue_many([{"n": n} for n in range(MANY)])
     wait_until_due(db, f'"{app.schema}".jobs', "run_at")
-    store = SyncStore(app.queries)
+    store = sync_store(app)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         assert store.job_promote_due(conn) == {"default": MANY}
         assert len(store.job_claim(conn, ["default"], MANY, "w", 30)) == MANY
@@ -43,7 +43,7 @@ def test_one_reclaim_requeues_every_expired_lease(app: App, db: Any) -> None:
     def t(n: int) -> None: ...
 
     t.enqueue_many([{"n": n} for n in range(MANY)])
-    store = SyncStore(app.queries)
+    store = sync_store(app)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         assert len(store.job_claim(conn, ["default"], MANY, "dead", 0.2)) == MANY
         wait_until_due(db, f'"{app.schema}".jobs', "locked_until")
@@ -63,11 +63,11 @@ def test_an_idle_worker_starts_scheduled_jobs_on_time(app: App, db: Any) -> None
     async def main() -> None:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(lambda: bool(worker.elector and worker.elector.is_leader), 10)
+            await wait_for_async(lambda: bool(worker.elector and worker.elector.is_leader), 10)
             await asyncio.sleep(0.3)  # idle: the leader's first round is over
             for n, delay in enumerate((0.5, 0.85, 1.2)):
                 await on_time.with_options(delay=delay).enqueue_async(n=n)
-            assert await wait_for(lambda: worker.stats.finished >= 3, 10)
+            await wait_for_async(lambda: worker.stats.finished >= 3, 10)
         finally:
             worker.stop()
             await asyncio.wait_for(task, 30)

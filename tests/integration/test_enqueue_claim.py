@@ -9,23 +9,21 @@ from typing import Any
 import psycopg
 import pytest
 
+from helpers.stores import SyncStore
 from skiplock import App, JobStatus
-from skiplock._db.store_sync import SyncStore
 
 pytestmark = pytest.mark.smoke
 
 
-def store(app: App) -> SyncStore:
-    return SyncStore(app.queries)
-
-
-def test_enqueue_then_claim_returns_the_job_running_with_one_attempt(app: App, db: Any) -> None:
+def test_enqueue_then_claim_returns_the_job_running_with_one_attempt(
+    app: App, store: SyncStore, db: Any
+) -> None:
     @app.task(name="send", queue="mail")
     def send(to: str) -> None: ...
 
     enqueued = send.enqueue(to="a@example.com")
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        jobs = store(app).job_claim(conn, ["mail"], 10, "w1", 30)
+        jobs = store.job_claim(conn, ["mail"], 10, "w1", 30)
     assert [j.id for j in jobs] == [enqueued.id]
     job = jobs[0]
     assert job.status is JobStatus.RUNNING
@@ -34,7 +32,7 @@ def test_enqueue_then_claim_returns_the_job_running_with_one_attempt(app: App, d
     assert job.locked_until is not None
 
 
-def test_claim_orders_by_priority_then_run_at(app: App) -> None:
+def test_claim_orders_by_priority_then_run_at(app: App, store: SyncStore) -> None:
     @app.task(name="t")
     def t(n: int) -> None: ...
 
@@ -44,19 +42,17 @@ def test_claim_orders_by_priority_then_run_at(app: App) -> None:
     t.with_options(priority=0, run_at=now - timedelta(seconds=2)).enqueue(n=3)
     t.with_options(priority=-1, run_at=now).enqueue(n=4)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        order = [
-            store(app).job_claim(conn, ["default"], 1, "w", 30)[0].payload["n"] for _ in range(4)
-        ]
+        order = [store.job_claim(conn, ["default"], 1, "w", 30)[0].payload["n"] for _ in range(4)]
     assert order == [4, 3, 2, 1]
 
 
-def test_future_jobs_are_not_claimed_until_due_and_promoted(app: App) -> None:
+def test_future_jobs_are_not_claimed_until_due_and_promoted(app: App, store: SyncStore) -> None:
     @app.task(name="later")
     def later() -> None: ...
 
     job = later.with_options(delay=3600).enqueue()
     run_at = app.get_job(job.id).run_at  # type: ignore[union-attr]
-    s = store(app)
+    s = store
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         assert s.job_claim(conn, ["default"], 10, "w", 30) == []
         # The statement runs at a pinned time rather than after a sleep.
@@ -67,7 +63,7 @@ def test_future_jobs_are_not_claimed_until_due_and_promoted(app: App) -> None:
         assert len(s.job_claim(conn, ["default"], 10, "w", 30)) == 1
 
 
-def test_claim_takes_only_its_queues_and_batches(app: App) -> None:
+def test_claim_takes_only_its_queues_and_batches(app: App, store: SyncStore) -> None:
     @app.task(name="a", queue="qa")
     def a() -> None: ...
 
@@ -80,7 +76,7 @@ def test_claim_takes_only_its_queues_and_batches(app: App) -> None:
     a.enqueue_many([{}] * 3)
     b.enqueue_many([{}] * 3)
     c.enqueue_many([{}] * 3)
-    s = store(app)
+    s = store
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         first = s.job_claim(conn, ["qa", "qb"], 4, "w", 30)
         assert len(first) == 4 and {j.queue for j in first} <= {"qa", "qb"}

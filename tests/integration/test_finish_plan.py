@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from psycopg import ClientCursor
 
-from plans import explain, explain_generic, nodes
+from helpers.plans import explain, explain_generic, nodes
 from skiplock import App, Claim
 from skiplock._db.statement_params import claim_arrays
 

@@ -9,17 +9,17 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
+from helpers.stores import AsyncStore, SyncStore
 from skiplock import App, JobStatus
-from skiplock._db.store_async import AsyncStore
-from skiplock._db.store_sync import SyncStore
 
 
-def test_claims_one_job_in_an_open_transaction_that_keeps_its_row_locked(app: App, db: Any) -> None:
+def test_claims_one_job_in_an_open_transaction_that_keeps_its_row_locked(
+    app: App, store: SyncStore, db: Any
+) -> None:
     @app.task(name="t", queue="q")
     def t(n: int) -> None: ...
 
     first, second = t.enqueue_many([{"n": 1}, {"n": 2}])
-    store = SyncStore(app.queries)
     with (
         psycopg.connect(app.dsn, autocommit=True) as holder,
         psycopg.connect(app.dsn, autocommit=True) as other,
@@ -38,14 +38,15 @@ def test_claims_one_job_in_an_open_transaction_that_keeps_its_row_locked(app: Ap
         ).fetchone() == ("pending", 0)
 
 
-def test_an_empty_claim_ends_its_transaction_and_keeps_prepared_statements(app: App) -> None:
+def test_an_empty_claim_ends_its_transaction_and_keeps_prepared_statements(
+    app: App, store: SyncStore
+) -> None:
     """An empty claim commits (nothing was written): a rollback would make psycopg deallocate
     the connection's prepared statements, and every claim would be planned again."""
 
     @app.task(name="t", queue="q")
     def t(n: int) -> None: ...
 
-    store = SyncStore(app.queries)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         for _ in range(8):
             assert store.job_claim_held(conn, ["q"], "w-held", 30.0) is None
@@ -58,7 +59,9 @@ def test_an_empty_claim_ends_its_transaction_and_keeps_prepared_statements(app: 
         conn.commit()
 
 
-def test_a_claim_cancelled_while_it_waits_leaves_the_connection_idle(app: App, db: Any) -> None:
+def test_a_claim_cancelled_while_it_waits_leaves_the_connection_idle(
+    app: App, async_store: AsyncStore, db: Any
+) -> None:
     """Worker shutdown cancels a held slot mid-claim: its transaction must not go back to the
     pool open (the pool would roll it back itself, with a warning)."""
 
@@ -68,7 +71,7 @@ def test_a_claim_cancelled_while_it_waits_leaves_the_connection_idle(app: App, d
     t.enqueue(n=1)
 
     async def scenario() -> TransactionStatus:
-        store = AsyncStore(app.queries)
+        store = async_store
         conn = await psycopg.AsyncConnection.connect(app.dsn, autocommit=True)
         async with conn:
             # A table lock is waited on, not skipped: the claim blocks until it is cancelled.
@@ -88,7 +91,9 @@ def test_a_claim_cancelled_while_it_waits_leaves_the_connection_idle(app: App, d
     assert db.execute(f'SELECT status FROM "{app.schema}".jobs').fetchall() == [("pending",)]
 
 
-def test_a_claim_across_queues_keeps_only_its_own_job_locked(app: App, db: Any) -> None:
+def test_a_claim_across_queues_keeps_only_its_own_job_locked(
+    app: App, store: SyncStore, db: Any
+) -> None:
     """Claiming the best job of several queues looks at the best job of each; the held
     transaction must not keep the others locked (they would be unclaimable, by anyone, for as
     long as the claimed job runs).  Priorities still order the queues' jobs."""
@@ -99,7 +104,6 @@ def test_a_claim_across_queues_keeps_only_its_own_job_locked(app: App, db: Any) 
     low = t.with_options(priority=5).enqueue(n=1).id
     best = t.with_options(queue="b", priority=1).enqueue(n=2).id
     other = t.with_options(queue="c", priority=3).enqueue(n=3).id
-    store = SyncStore(app.queries)
     with (
         psycopg.connect(app.dsn, autocommit=True) as holder,
         psycopg.connect(app.dsn, autocommit=True) as second,

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from helpers.stores import SyncStore, sync_store
 from skiplock import App
-from skiplock._db.store_sync import SyncStore
 
 pytestmark = pytest.mark.smoke
 
@@ -42,13 +42,12 @@ def oldest_hours(app: App) -> int:
     return round(row["oldest_pending_seconds"] / 3600)
 
 
-def test_running_held_lock_jobs_are_shown_running(app: App, db: Any) -> None:
+def test_running_held_lock_jobs_are_shown_running(app: App, store: SyncStore, db: Any) -> None:
     @app.task(name="t", queue="q")
     def t(n: int) -> None: ...
 
     first, second, third = (e.id for e in t.enqueue_many([{"n": i} for i in range(3)]))
     age_the_jobs(db, app, {first: 3, second: 2, third: 1})
-    store = SyncStore(app.queries)
     with (
         psycopg.connect(app.dsn, autocommit=True) as one,
         psycopg.connect(app.dsn, autocommit=True) as two,
@@ -97,7 +96,7 @@ def test_a_job_marker_is_its_own_schemas(app: App, other_app: App) -> None:
         (only,) = t.enqueue_many([{"n": 1}])
         assert only.id == 1
     with psycopg.connect(other_app.dsn, autocommit=True) as held:
-        job = SyncStore(other_app.queries).job_claim_held(held, ["q"], "w", 30.0)
+        job = sync_store(other_app).job_claim_held(held, ["q"], "w", 30.0)
         assert job is not None and job.id == 1
         assert shown(other_app, 1) == "running"
         assert shown(app, 1) == "pending"
@@ -105,7 +104,7 @@ def test_a_job_marker_is_its_own_schemas(app: App, other_app: App) -> None:
         held.rollback()
 
 
-def test_a_leased_claim_takes_no_job_marker(app: App, db: Any) -> None:
+def test_a_leased_claim_takes_no_job_marker(app: App, store: SyncStore, db: Any) -> None:
     """Only held-lock claims take job markers: a leased job's row says running itself, and
     once it is finished no marker of its claim could show it running again."""
 
@@ -113,7 +112,6 @@ def test_a_leased_claim_takes_no_job_marker(app: App, db: Any) -> None:
     def t(n: int) -> None: ...
 
     (enqueued,) = t.enqueue_many([{"n": 1}])
-    store = SyncStore(app.queries)
     with psycopg.connect(app.dsn, autocommit=True) as conn, conn.transaction():
         (job,) = store.job_claim(conn, ["q"], 1, "w", 30.0)
         markers = conn.execute(
@@ -123,7 +121,7 @@ def test_a_leased_claim_takes_no_job_marker(app: App, db: Any) -> None:
         assert job.id == enqueued.id
 
 
-def test_job_ids_past_2_to_the_31_are_marked_too(app: App, db: Any) -> None:
+def test_job_ids_past_2_to_the_31_are_marked_too(app: App, store: SyncStore, db: Any) -> None:
     """The marker's key is the id's low 32 bits as a signed int4: negative from 2^31 on,
     which pg_locks shows unsigned."""
 
@@ -135,7 +133,7 @@ def test_job_ids_past_2_to_the_31_are_marked_too(app: App, db: Any) -> None:
     db.execute(f'ALTER TABLE "{app.schema}".jobs ALTER COLUMN id RESTART WITH {2**32 + 7}')
     (second,) = t.enqueue_many([{"n": 2}])
     with psycopg.connect(app.dsn, autocommit=True) as held:
-        job = SyncStore(app.queries).job_claim_held(held, ["q"], "w", 30.0)
+        job = store.job_claim_held(held, ["q"], "w", 30.0)
         assert job is not None and job.id == first.id == 2**31 + 5
         assert shown(app, first.id) == "running"
         assert shown(app, second.id) == "pending"

@@ -11,11 +11,11 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
-from running_peak import RunningPeak
+from helpers.polling import comes_true_async
+from helpers.running_peak import RunningPeak
+from helpers.stores import AsyncStore, SyncStore
 from skiplock import App, Worker
 from skiplock._db.records import LimitedClaim, QueueLimits
-from skiplock._db.store_async import AsyncStore
-from skiplock._db.store_sync import SyncStore
 
 pytestmark = pytest.mark.smoke
 
@@ -25,14 +25,13 @@ def statuses(db: Any, app: App) -> dict[str, int]:
 
 
 def test_held_claims_of_a_limited_queue_stop_at_the_limit_until_a_job_ends(
-    app: App, db: Any
+    app: App, store: SyncStore, db: Any
 ) -> None:
     @app.task(name="t", queue="lim")
     def t(n: int) -> None: ...
 
     t.enqueue_many([{"n": i} for i in range(6)])
     app.sync_client.set_concurrency_limit("lim", 2)
-    store = SyncStore(app.queries)
     conns = [psycopg.connect(app.dsn, autocommit=True) for _ in range(4)]
     guard = psycopg.connect(app.dsn, autocommit=True)
     try:
@@ -57,13 +56,12 @@ def test_held_claims_of_a_limited_queue_stop_at_the_limit_until_a_job_ends(
             conn.close()
 
 
-def test_leased_claims_count_running_held_lock_jobs(app: App, db: Any) -> None:
+def test_leased_claims_count_running_held_lock_jobs(app: App, store: SyncStore, db: Any) -> None:
     @app.task(name="t", queue="lim")
     def t(n: int) -> None: ...
 
     t.enqueue_many([{"n": i} for i in range(6)])
     app.sync_client.set_concurrency_limit("lim", 3)
-    store = SyncStore(app.queries)
     with (
         psycopg.connect(app.dsn, autocommit=True) as held,
         psycopg.connect(app.dsn, autocommit=True) as guard,
@@ -91,7 +89,7 @@ def test_leased_claims_count_running_held_lock_jobs(app: App, db: Any) -> None:
     assert statuses(db, app) == {"running": 3, "pending": 3}
 
 
-def test_concurrent_held_claims_take_exactly_the_limit(app: App) -> None:
+def test_concurrent_held_claims_take_exactly_the_limit(app: App, async_store: AsyncStore) -> None:
     """Ten slots claim at once from a queue limited to 3: the per-queue serialisation lets
     exactly 3 start (without it, each would count the others' slots before they were taken)."""
 
@@ -102,7 +100,7 @@ def test_concurrent_held_claims_take_exactly_the_limit(app: App) -> None:
     app.sync_client.set_concurrency_limit("lim", 3)
 
     async def scenario() -> int:
-        store = AsyncStore(app.queries)
+        store = async_store
         conns = [await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) for _ in range(20)]
         try:
             claims = [
@@ -142,9 +140,7 @@ def test_held_lock_workers_keep_a_queue_to_its_concurrency_limit(app: App, db: A
 
     async def main() -> None:
         runs = asyncio.gather(*(w.run() for w in workers))
-        deadline = time.monotonic() + 60
-        while sum(w.stats.done for w in workers) < 40 and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        await comes_true_async(lambda: sum(w.stats.done for w in workers) >= 40, 60)
         for worker in workers:
             worker.stop()
         await asyncio.wait_for(runs, 30)
@@ -178,7 +174,7 @@ def test_a_held_lock_worker_spends_a_queues_rate_budget(app: App, db: Any) -> No
 
 
 def test_a_claim_whose_budget_cannot_be_spent_is_rolled_back(
-    app: App, db: Any, monkeypatch: pytest.MonkeyPatch
+    app: App, store: SyncStore, db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The claim's job must not start unpaid: it is rolled back, its connection left idle."""
 
@@ -187,7 +183,6 @@ def test_a_claim_whose_budget_cannot_be_spent_is_rolled_back(
 
     (job,) = t.enqueue_many([{"n": 1}])
     app.sync_client.set_rate_limit("rated", 3, 3600)
-    store = SyncStore(app.queries)
 
     def spend(*args: Any) -> None:
         raise psycopg.OperationalError("the server went away")
@@ -208,12 +203,13 @@ def test_a_claim_whose_budget_cannot_be_spent_is_rolled_back(
     assert store.queue_rate_budget(db, "rated") == pytest.approx(3, abs=0.01)
 
 
-def test_queue_status_counts_running_held_lock_jobs_as_running(app: App, db: Any) -> None:
+def test_queue_status_counts_running_held_lock_jobs_as_running(
+    app: App, store: SyncStore, db: Any
+) -> None:
     @app.task(name="t", queue="q")
     def t(n: int) -> None: ...
 
     t.enqueue_many([{"n": i} for i in range(3)])
-    store = SyncStore(app.queries)
 
     def counts() -> tuple[int, int]:
         (row,) = app.sync_client.queue_status()
@@ -236,12 +232,12 @@ def test_queue_status_counts_running_held_lock_jobs_as_running(app: App, db: Any
 
 def test_a_held_lock_job_started_before_its_queue_got_a_limit_counts_against_it(
     app: App,
+    store: SyncStore,
 ) -> None:
     @app.task(name="t", queue="q")
     def t(n: int) -> None: ...
 
     t.enqueue_many([{"n": i} for i in range(3)])
-    store = SyncStore(app.queries)
     with (
         psycopg.connect(app.dsn, autocommit=True) as held,
         psycopg.connect(app.dsn, autocommit=True) as guard,

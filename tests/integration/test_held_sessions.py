@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from polling import wait_for
+from helpers.polling import wait_for_async
 from skiplock import App, Worker
 from skiplock._runtime.held_sessions import session_ended
 
@@ -56,7 +56,7 @@ def test_session_ended_is_seen_without_a_round_trip_only_on_an_idle_transaction(
                 await asyncio.to_thread(terminate, pg_dsn, conn.info.backend_pid)
                 await asyncio.sleep(0.2)
                 assert not session_ended(conn) and not conn.closed
-            assert await wait_for(lambda: session_ended(conn), 5)
+            await wait_for_async(lambda: session_ended(conn), 5)
             assert conn.closed
 
         other = await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True)
@@ -96,7 +96,7 @@ def test_a_held_async_job_whose_session_was_terminated_is_cancelled_and_runs_aga
         assert pid is not None
         await asyncio.to_thread(terminate, app.dsn, pid)
         ended = time.monotonic()
-        assert await wait_for(lambda: worker.stats.done == 1, 15), (runs, worker.stats)
+        await wait_for_async(lambda: worker.stats.done == 1, 15, lambda: (runs, worker.stats))
         worker.stop()
         await asyncio.wait_for(running, 15)
         return job_id, worker, cancelled[0] - ended if cancelled else -1.0
@@ -138,7 +138,7 @@ def test_a_held_sync_job_whose_session_timed_out_is_told_through_ctx_cancelled(
         job_id = slow.enqueue().id
         worker = held_worker(app)
         running = asyncio.create_task(worker.run())
-        assert await wait_for(lambda: worker.stats.done == 1, 20), (runs, worker.stats)
+        await wait_for_async(lambda: worker.stats.done == 1, 20, lambda: (runs, worker.stats))
         worker.stop()
         await asyncio.wait_for(running, 15)
         return job_id, worker

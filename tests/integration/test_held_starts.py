@@ -18,9 +18,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from helpers.stores import AsyncStore, async_store
 from skiplock import App, FixedDelay, Job, JobContext, JobStatus, Retry, Worker
-from skiplock._db.sql import Queries
-from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.execution import dead_starts
 
 QUEUE = "held"
@@ -41,7 +40,7 @@ def job_row(db: psycopg.Connection[Any], schema: str, job_id: int) -> tuple[str,
 def die_while_running(app: App, job_id: int) -> None:
     """What a worker does up to running a held-lock job, then its end: the claim's connection
     goes away without a commit."""
-    store = AsyncStore(Queries(app.schema))
+    store = async_store(app)
 
     async def start_and_die() -> None:
         conn = await psycopg.AsyncConnection.connect(app.dsn, autocommit=True)
@@ -56,7 +55,7 @@ def die_while_running(app: App, job_id: int) -> None:
 
 
 def prune_held_starts(app: App) -> int:
-    store = AsyncStore(Queries(app.schema))
+    store = async_store(app)
 
     async def prune() -> int:
         async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
@@ -162,7 +161,7 @@ def test_a_transaction_lost_after_dead_starts_counts_them_all(
 
 
 def test_the_worker_counts_a_lost_transaction_above_the_dead_starts(
-    app: App, db: psycopg.Connection[Any]
+    app: App, async_store: AsyncStore, db: psycopg.Connection[Any]
 ) -> None:
     """The statement the worker runs after losing its transaction: the rollback took back the
     claim's count and the dead starts' count with it; the row gets the claim's number again."""
@@ -171,7 +170,7 @@ def test_the_worker_counts_a_lost_transaction_above_the_dead_starts(
     def lost(n: int) -> None: ...
 
     job_id = lost.enqueue(n=1).id
-    store = AsyncStore(Queries(app.schema))
+    store = async_store
 
     async def claim_count_and_lose() -> bool:
         async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from helpers.stores import SyncStore
 from skiplock import App, JobContext, JobStatus, Worker, WorkerStats
-from skiplock._db.store_sync import SyncStore
 
 
 def burst(app: App) -> WorkerStats:
@@ -45,7 +45,7 @@ def test_a_job_not_started_by_its_expiry_never_runs_and_is_cancelled(app: App, m
     assert app.get_job(plain.id).expires_at is None  # type: ignore[union-attr]
 
 
-def test_claims_skip_an_expired_job_before_it_is_cancelled(app: App) -> None:
+def test_claims_skip_an_expired_job_before_it_is_cancelled(app: App, store: SyncStore) -> None:
     @app.task(name="noop")
     def noop() -> None:
         pass
@@ -53,7 +53,6 @@ def test_claims_skip_an_expired_job_before_it_is_cancelled(app: App) -> None:
     expired = noop.with_options(expires=0.1).enqueue()
     later = noop.enqueue()
     time.sleep(0.2)
-    store = SyncStore(app.queries)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         claimed = store.job_claim(conn, ["default"], 10, "w1", 30.0)
         assert [j.id for j in claimed] == [later.id]

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from helpers.stores import SyncStore
 from skiplock import App, ConfigurationError, JobContext, JobStatus, Worker
-from skiplock._db.store_sync import SyncStore
 from skiplock.job import Claim
 
 
@@ -148,13 +148,12 @@ def test_store_result_is_refused_when_done_jobs_are_deleted(pg_dsn: str, schema:
         app.close()
 
 
-def test_a_stale_claim_stores_no_result(app: App, db: Any) -> None:
+def test_a_stale_claim_stores_no_result(app: App, store: SyncStore, db: Any) -> None:
     @app.task(name="t", store_result=True)
     def t() -> int:
         return 1
 
     job_id = t.enqueue().id
-    store = SyncStore(app.queries)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         (job,) = store.job_claim(conn, ["default"], 1, "w-old", 30.0)
         # The lease was reclaimed and another worker claimed the job (attempt 2).

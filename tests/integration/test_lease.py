@@ -7,7 +7,6 @@ last test runs a real Worker whose job is reclaimed from under it.
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,17 +14,14 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from helpers.polling import comes_true_async
+from helpers.stores import SyncStore
 from skiplock import App, Claim, JobStatus, Worker
-from skiplock._db.store_sync import SyncStore
 
 pytestmark = pytest.mark.smoke
 
 Row = dict[str, Any]
 MICROSECOND = timedelta(microseconds=1)
-
-
-def store(app: App) -> SyncStore:
-    return SyncStore(app.queries)
 
 
 def jobs_table(app: App) -> str:
@@ -46,12 +42,14 @@ def lease_end(app: App, job_id: int) -> datetime:
     return end
 
 
-def test_expired_lease_is_reclaimed_and_the_stale_claim_changes_nothing(app: App) -> None:
+def test_expired_lease_is_reclaimed_and_the_stale_claim_changes_nothing(
+    app: App, store: SyncStore
+) -> None:
     @app.task(name="work")
     def work() -> None: ...
 
     job_id = work.enqueue().id
-    s = store(app)
+    s = store
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         [first] = s.job_claim(conn, ["default"], 1, "w1", 30)
         assert (first.id, first.attempts, first.locked_by) == (job_id, 1, "w1")
@@ -104,13 +102,15 @@ def test_expired_lease_is_reclaimed_and_the_stale_claim_changes_nothing(app: App
     assert done["finished_at"] is not None
 
 
-def test_heartbeat_extends_only_an_owned_lease_and_keeps_it_from_reclaim(app: App) -> None:
+def test_heartbeat_extends_only_an_owned_lease_and_keeps_it_from_reclaim(
+    app: App, store: SyncStore
+) -> None:
     @app.task(name="work")
     def work() -> None: ...
 
     job_id = work.enqueue().id
     other_id = work.enqueue().id  # stays pending: a heartbeat must not touch it
-    s = store(app)
+    s = store
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         [job] = s.job_claim(conn, ["default"], 1, "w1", 0.5)
         assert job.id == job_id
@@ -156,12 +156,12 @@ def test_heartbeat_extends_only_an_owned_lease_and_keeps_it_from_reclaim(app: Ap
     assert other is not None and other["status"] == "pending" and other["locked_until"] is None
 
 
-def test_reclaim_fails_a_job_whose_attempts_are_spent(app: App) -> None:
+def test_reclaim_fails_a_job_whose_attempts_are_spent(app: App, store: SyncStore) -> None:
     @app.task(name="once", max_attempts=1)
     def once() -> None: ...
 
     job_id = once.enqueue().id
-    s = store(app)
+    s = store
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         [job] = s.job_claim(conn, ["default"], 1, "w1", 30)
         assert (job.attempts, job.max_attempts) == (1, 1)
@@ -182,12 +182,12 @@ def test_reclaim_fails_a_job_whose_attempts_are_spent(app: App) -> None:
         assert row(app, job_id) == failed
 
 
-def test_only_the_claiming_worker_can_change_its_job(app: App) -> None:
+def test_only_the_claiming_worker_can_change_its_job(app: App, store: SyncStore) -> None:
     @app.task(name="work")
     def work() -> None: ...
 
     job_id = work.enqueue().id
-    s = store(app)
+    s = store
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         [job] = s.job_claim(conn, ["default"], 1, "w1", 30)
         before = row(app, job_id)
@@ -211,7 +211,7 @@ def test_only_the_claiming_worker_can_change_its_job(app: App) -> None:
 
 @pytest.mark.parametrize("how", ["forgotten in a crash", "given back unstarted"])
 def test_a_job_claimed_again_with_the_same_worker_and_attempt_is_another_claim(
-    app: App, how: str
+    app: App, store: SyncStore, how: str
 ) -> None:
     """A worker and attempt number can repeat: a leased claim commits without waiting for its
     WAL flush, so a server crash can forget it and its attempt with it; a job given back
@@ -222,7 +222,7 @@ def test_a_job_claimed_again_with_the_same_worker_and_attempt_is_another_claim(
     def work() -> None: ...
 
     job_id = work.enqueue().id
-    s = store(app)
+    s = store
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         [first] = s.job_claim(conn, ["default"], 1, "w1", 30)
         if how == "given back unstarted":
@@ -257,7 +257,9 @@ def test_a_job_claimed_again_with_the_same_worker_and_attempt_is_another_claim(
     assert done is not None and (done["status"], done["attempts"]) == ("done", 1)
 
 
-def test_worker_whose_lease_is_reclaimed_reports_it_lost_and_keeps_going(app: App) -> None:
+def test_worker_whose_lease_is_reclaimed_reports_it_lost_and_keeps_going(
+    app: App, store: SyncStore
+) -> None:
     events: dict[str, asyncio.Event] = {}
     runs: list[int] = []
 
@@ -268,7 +270,7 @@ def test_worker_whose_lease_is_reclaimed_reports_it_lost_and_keeps_going(app: Ap
         await events["release"].wait()
 
     job_id = slow.enqueue().id
-    s = store(app)
+    s = store
 
     def steal() -> dict[int, str]:
         # Expire, reclaim and re-claim in one transaction, so the worker's heartbeat cannot
@@ -295,9 +297,7 @@ def test_worker_whose_lease_is_reclaimed_reports_it_lost_and_keeps_going(app: Ap
         await asyncio.sleep(0.8)
         events["release"].set()
         # Wait until the worker has tried (and failed) to save its result.
-        deadline = time.monotonic() + 15
-        while worker.stats.lost == 0 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await comes_true_async(lambda: worker.stats.lost != 0, 15, step=0.05)
         middle = await asyncio.to_thread(row, app, job_id)
         worker.stop()
         await asyncio.wait_for(running, 15)

@@ -16,10 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from polling import wait_for
+from helpers.polling import wait_for_async
+from helpers.stores import sync_store
+from helpers.worker_faults import failing_calls, failing_heartbeats
 from skiplock import App, Worker
-from skiplock._db.store_sync import SyncStore
-from worker_faults import failing_calls, failing_heartbeats
 
 
 def steal(app: App, job_id: int) -> None:
@@ -28,7 +28,7 @@ def steal(app: App, job_id: int) -> None:
     with psycopg.connect(app.dsn) as conn:
         conn.execute(f'UPDATE "{app.schema}".jobs SET locked_until = now() - '
                      "interval '1 s' WHERE id = %s", (job_id,))  # fmt: skip
-        store = SyncStore(app.queries)
+        store = sync_store(app)
         store.job_reclaim_expired(conn)
         taken = store.job_claim(conn, ["default"], 1, "thief", 30)
         assert [j.id for j in taken] == [job_id]
@@ -80,10 +80,10 @@ def test_a_running_async_job_whose_lease_was_reclaimed_is_cancelled(
         await asyncio.to_thread(steal, app, job_id)
         # The next heartbeat (every lease / 3) finds the claim gone and stops the job; its
         # release is refused and counted lost.
-        assert await wait_for(lambda: seen["cancelled"] and worker.stats.lost == 1, 10), seen
+        await wait_for_async(lambda: seen["cancelled"] and worker.stats.lost == 1, 10, lambda: seen)
         assert seen["cleaned_up"]
         after.enqueue()  # the slot it ran in is free again
-        assert await wait_for(lambda: seen["after"] == [1], 10), seen
+        await wait_for_async(lambda: seen["after"] == [1], 10, lambda: seen)
         worker.stop()
         await asyncio.wait_for(running, 15)
         return job_id, worker
@@ -118,8 +118,8 @@ def test_a_running_sync_job_whose_lease_was_reclaimed_is_told_through_ctx_cancel
         running = asyncio.create_task(worker.run())
         assert await asyncio.to_thread(started.wait, 15)
         await asyncio.to_thread(steal, app, job_id)
-        assert await wait_for(lambda: seen["told_after"] is not None, 10), seen
-        assert await wait_for(lambda: worker.stats.lost == 1, 10)
+        await wait_for_async(lambda: seen["told_after"] is not None, 10, lambda: seen)
+        await wait_for_async(lambda: worker.stats.lost == 1, 10)
         worker.stop()
         await asyncio.wait_for(running, 15)
         return job_id, worker
@@ -155,7 +155,7 @@ def test_a_job_this_worker_claims_again_stops_its_earlier_run_and_keeps_its_new_
         worker = leasing_worker(app, concurrency=2)
         reachable = failing_heartbeats(worker)
         running = asyncio.create_task(worker.run())
-        assert await wait_for(lambda: any(e[:2] == ("start", 2) for e in events), 15), events
+        await wait_for_async(lambda: any(e[:2] == ("start", 2) for e in events), 15, lambda: events)
         reachable.set()
         job = None
         for _ in range(100):
@@ -204,8 +204,11 @@ def test_a_claim_the_server_forgot_and_this_worker_made_again_keeps_its_outcome(
         running = asyncio.create_task(worker.run())
         await asyncio.wait_for(started.wait(), 15)
         await asyncio.to_thread(forget, app, job_id)
-        assert await wait_for(lambda: worker.stats.done == 1 and worker.stats.lost == 1, 10), (
-            runs, worker.stats)  # fmt: skip
+        await wait_for_async(
+            lambda: worker.stats.done == 1 and worker.stats.lost == 1,
+            10,
+            lambda: (runs, worker.stats),
+        )
         await asyncio.sleep(1.0)  # time for a third run, if the job were back in the queue
         worker.stop()
         await asyncio.wait_for(running, 15)
@@ -244,17 +247,21 @@ def test_an_outcome_kept_through_a_server_restart_does_not_count_for_a_new_claim
         worker = leasing_worker(app)
         reachable, failed_writes = failing_calls(worker, "job_finish_many")
         running = asyncio.create_task(worker.run())
-        assert await wait_for(lambda: runs == [1] and bool(failed_writes), 10), (
-            runs,
-            failed_writes,
+        await wait_for_async(
+            lambda: runs == [1] and bool(failed_writes),
+            10,
+            lambda: (
+                runs,
+                failed_writes,
+            ),
         )
         await asyncio.to_thread(forget, app, job_id)
         await asyncio.wait_for(second_started.wait(), 10)  # claimed again: (worker, 1) again
         reachable.set()
         # The kept outcome's next try (a second after the last failure) is refused.
-        assert await wait_for(lambda: worker.stats.lost == 1, 10), worker.stats
+        await wait_for_async(lambda: worker.stats.lost == 1, 10, lambda: worker.stats)
         second_may_fail.set()
-        assert await wait_for(lambda: worker.stats.retried == 1, 10), worker.stats
+        await wait_for_async(lambda: worker.stats.retried == 1, 10, lambda: worker.stats)
         worker.stop()
         await asyncio.wait_for(running, 15)
         return job_id, worker

@@ -18,10 +18,10 @@ import pytest
 from psycopg import sql
 from psycopg.pq import ExecStatus
 
+from helpers.stores import sync_store
 from skiplock import App
 from skiplock._db.migrations import all_migrations, render_sql
 from skiplock._db.sql import Queries, statements
-from skiplock._db.store_sync import SyncStore
 
 VERSIONS = [m.version for m in all_migrations()]
 
@@ -295,7 +295,7 @@ def test_migrate_sql_prints_only_what_the_schema_lacks(
     migrations = all_migrations()
     have = len(migrations) - 3  # the schema of a release three migrations ago
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        SyncStore(Queries(old)).migration_apply(
+        sync_store(old).migration_apply(
             conn, [(m.version, m.name, m.statement(old)) for m in migrations[:have]]
         )
     env = {

@@ -25,9 +25,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from polling import wait_for
+from helpers.polling import comes_true_async, wait_for, wait_for_async
+from helpers.stores import SyncStore
 from skiplock import App, JobContext, Worker
-from skiplock._db.store_sync import SyncStore
 
 FAST = {"poll_interval": 0.1, "leader_ttl": 1.0}
 
@@ -116,7 +116,7 @@ def test_three_workers_enqueue_exactly_one_job_per_tick(app: App, pg_dsn: str, d
     )
 
 
-def test_concurrent_enqueues_of_one_tick_make_one_job(app: App, db: Any) -> None:
+def test_concurrent_enqueues_of_one_tick_make_one_job(app: App, store: SyncStore, db: Any) -> None:
     """The tick's primary key decides, even when several maintainers race on the same tick."""
 
     @app.periodic(every=60.0, name="race")
@@ -124,7 +124,6 @@ def test_concurrent_enqueues_of_one_tick_make_one_job(app: App, db: Any) -> None
 
     job = app.build_jobs("race", [{}], app.tasks["race"].settings.options)
     tick = datetime.fromisoformat("2024-01-01T12:00:00+00:00")
-    store = SyncStore(app.queries)
     barrier = threading.Barrier(4)
     results: list[int | None] = []
     errors: list[BaseException] = []
@@ -165,11 +164,11 @@ def test_only_workers_serving_a_periodic_tasks_queue_enqueue_its_ticks(app: App,
     async def main() -> None:
         tasks = start([mail])
         try:
-            assert await wait_for(lambda: leaders([mail]) == [mail], 5.0), "mail never leads"
+            await wait_for_async(lambda: leaders([mail]) == [mail], 5.0, "mail never leads")
             await asyncio.sleep(1.6)  # three ticks or more, while only the mail worker runs
             assert ticks_of(db, app, "sweep") == [], "the mail worker enqueued cron ticks"
             tasks += start([cron])
-            assert await wait_for(lambda: len(jobs_of(db, app, "sweep")) >= 2, 10.0)
+            await wait_for_async(lambda: len(jobs_of(db, app, "sweep")) >= 2, 10.0)
             assert leaders([mail, cron]) == [mail]
         finally:
             await stop([mail, cron], tasks)
@@ -213,7 +212,7 @@ def test_no_catch_up_burst_after_downtime_unless_catch_up_asks(app: App, db: Any
         worker = Worker(app, **FAST)
         task = asyncio.create_task(worker.run())
         try:
-            await wait_for(until, timeout)
+            await comes_true_async(until, timeout)
         finally:
             await stop([worker], [task])
 
@@ -250,7 +249,7 @@ def test_no_catch_up_burst_after_downtime_unless_catch_up_asks(app: App, db: Any
 
 
 def test_a_caught_up_tick_is_not_enqueued_again_after_the_ticks_are_pruned(
-    app: App, db: Any
+    app: App, store: SyncStore, db: Any
 ) -> None:
     """A daily task with ``catch_up=2`` whose latest tick is past its grace asks for yesterday's
     tick too, which is always more than a day old: once the leader's prune has forgotten ticks
@@ -268,7 +267,7 @@ def test_a_caught_up_tick_is_not_enqueued_again_after_the_ticks_are_pruned(
     first = jobs_of(db, app, "daily")
     assert len(first) >= 2, first  # yesterday's tick and today's (and the day before's)
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        SyncStore(app.queries).periodic_prune_ticks(conn)  # as the leader does every minute
+        store.periodic_prune_ticks(conn)  # as the leader does every minute
     burst()
     assert jobs_of(db, app, "daily").keys() == first.keys(), "a tick was enqueued twice"
     assert len(ticks_of(db, app, "daily")) >= 1  # the latest tick stays, against a second run
@@ -296,7 +295,7 @@ def test_one_leader_at_a_time_and_failover_after_a_clean_stop(app: App, db: Any)
     async def main() -> None:
         tasks = start(workers)
         try:
-            assert await wait_for(lambda: len(leaders(workers)) == 1, 5.0), "nobody leads"
+            await wait_for_async(lambda: len(leaders(workers)) == 1, 5.0, "nobody leads")
             first = leaders(workers)[0]
             await sample(1.5)
             assert set(samples) == {1}, f"leader count over time: {Counter(samples)}"
@@ -311,7 +310,7 @@ def test_one_leader_at_a_time_and_failover_after_a_clean_stop(app: App, db: Any)
             assert (first.worker_id,) not in holders, "the stopped leader did not resign"
             others = [w for w in workers if w is not first]
             samples.clear()
-            assert await wait_for(lambda: len(leaders(others)) == 1, 1.0 + 0.5)
+            await wait_for_async(lambda: len(leaders(others)) == 1, 1.0 + 0.5)
             took = time.monotonic() - stopped
             assert took < first.leader_ttl, f"takeover after {took:.2f}s: resign had no effect"
             await sample(0.5)
@@ -320,7 +319,7 @@ def test_one_leader_at_a_time_and_failover_after_a_clean_stop(app: App, db: Any)
             # Maintenance moved with it: a scheduled job gets promoted (only leaders promote).
             new = leaders(others)[0]
             job = later.with_options(delay=0.3).enqueue()
-            assert await wait_for(lambda: job.id in ran, 5.0), "scheduled job never ran"
+            await wait_for_async(lambda: job.id in ran, 5.0, "scheduled job never ran")
             assert new.maintenance is not None and new.maintenance.stats.promoted >= 1
             remaining = [t for i, t in enumerate(tasks) if i != index]
             await stop(others, remaining)
@@ -373,16 +372,19 @@ def test_killed_leader_is_replaced_and_its_expired_lease_is_reclaimed(
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 15
-        holder = locked_by = None
-        while time.monotonic() < deadline and (holder, locked_by) != ("victim", "victim"):
-            time.sleep(0.05)
+
+        def holder_and_locker() -> tuple[str | None, str | None]:
             row = db.execute(f'SELECT holder FROM "{app.schema}".leaders').fetchone()
-            holder = row[0] if row else None
             locked_by = db.execute(
                 f'SELECT locked_by FROM "{app.schema}".jobs WHERE id = %s', (job_id,)
             ).fetchone()[0]
-        assert (holder, locked_by) == ("victim", "victim"), "the victim never led and claimed"
+            return (row[0] if row else None, locked_by)
+
+        wait_for(
+            lambda: holder_and_locker() == ("victim", "victim"),
+            15,
+            lambda: f"the victim to lead and claim (holder, locked_by: {holder_and_locker()})",
+        )
 
         survivors = [Worker(app, lease_seconds=1.0, **FAST) for _ in range(2)]
 
@@ -394,12 +396,12 @@ def test_killed_leader_is_replaced_and_its_expired_lease_is_reclaimed(
                 assert leaders(survivors) == [], "leadership taken from a live leader"
                 victim.send_signal(signal.SIGKILL)
                 killed = time.monotonic()
-                assert await wait_for(lambda: len(leaders(survivors)) == 1, 1.0 + 0.34 + 1.5)
+                await wait_for_async(lambda: len(leaders(survivors)) == 1, 1.0 + 0.34 + 1.5)
                 took = time.monotonic() - killed
                 new = leaders(survivors)[0]
                 # Maintenance continues on the new leader: the dead worker's lease is reclaimed
                 # and the job runs again (attempt 2).
-                assert await wait_for(lambda: (job_id, 2) in ran, 6.0), "job never rerun"
+                await wait_for_async(lambda: (job_id, 2) in ran, 6.0, "job never rerun")
                 assert len(leaders(survivors)) == 1
                 return (
                     took,

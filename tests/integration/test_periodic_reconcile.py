@@ -10,10 +10,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from polling import wait_for
+from helpers.polling import wait_for_async
+from helpers.stores import sync_store
 from skiplock import App, Worker
 from skiplock._db.enqueue import EnqueueOptions
-from skiplock._db.store_sync import SyncStore
 from skiplock._runtime import maintenance
 
 HOURLY: dict[str, Any] = {"every": 3600.0, "misfire_grace": 3600.0, "queue": "cron"}
@@ -76,7 +76,7 @@ def test_a_new_leader_drops_the_ticks_and_queued_jobs_of_removed_and_changed_sch
             worker = Worker(app, queues=["cron"], poll_interval=0.1, leader_ttl=1.0)
             task = asyncio.create_task(worker.run())
             try:
-                assert await wait_for(until, 10)
+                await wait_for_async(until, 10)
             finally:
                 worker.stop()
                 await asyncio.wait_for(task, 30)
@@ -122,7 +122,7 @@ def test_ticks_recorded_since_the_leader_started_are_left_alone(app: App, db: An
     @app.periodic(name="other", **HOURLY)
     def other() -> None: ...
 
-    store = SyncStore(app.queries)
+    store = sync_store(app)
     job = app.build_jobs("other", [{}], EnqueueOptions())
     ((now,),) = db.execute("SELECT now()").fetchall()
     with psycopg.connect(app.dsn, autocommit=True) as conn:
@@ -155,7 +155,7 @@ def test_a_leader_leaves_the_schedules_of_tasks_its_app_does_not_have(
             worker = Worker(app, queues=["cron"], poll_interval=0.1, leader_ttl=1.0)
             task = asyncio.create_task(worker.run())
             try:
-                assert await wait_for(until, 10)
+                await wait_for_async(until, 10)
             finally:
                 worker.stop()
                 await asyncio.wait_for(task, 30)

@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from bad_rows import insert_row, job_state, nested
+from helpers.bad_rows import insert_row, job_state, nested
+from helpers.stores import SyncStore
 from skiplock import App, JobStatus, Worker
-from skiplock._db.store_sync import SyncStore
 from skiplock.job import UnrunnableJob
 from skiplock.task import WorkerModel
 
@@ -142,7 +142,7 @@ def test_a_poison_row_in_a_claim_across_queues_and_in_a_limited_queue(
 
 
 def test_the_sync_store_claims_a_poison_row_with_the_rest(
-    app: App, db: psycopg.Connection[Any]
+    app: App, store: SyncStore, db: psycopg.Connection[Any]
 ) -> None:
     """The store's claim (and its generated sync twin) hands back every claimed row: one it
     cannot read comes back as a job that says why, not as an error that loses the batch."""
@@ -154,7 +154,7 @@ def test_the_sync_store_claims_a_poison_row_with_the_rest(
     deep = poison_row(db, app.schema, "payload nested too deep", "work")
     good = [work.enqueue(n=n).id for n in range(3)]
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        jobs = SyncStore(app.queries).job_claim(conn, ["q"], 10, "w1", 30.0)
+        jobs = store.job_claim(conn, ["q"], 10, "w1", 30.0)
     assert sorted(j.id for j in jobs) == sorted([bad, deep, *good])
     reasons = {j.id: j.reason for j in jobs if isinstance(j, UnrunnableJob)}
     assert set(reasons) == {bad, deep}

@@ -21,12 +21,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgbouncer import running_pgbouncer
-from running_peak import RunningPeak
+from helpers.pgbouncer import running_pgbouncer
+from helpers.running_peak import RunningPeak
+from helpers.stores import async_store
 from skiplock import App, ConfigurationError, Worker
 from skiplock._db.migrations import all_migrations
-from skiplock._db.sql import Queries
-from skiplock._db.store_async import AsyncStore
 from skiplock._runtime import listener
 from skiplock._runtime.listener import Listener
 from skiplock.worker import cancel_and_wait
@@ -256,7 +255,7 @@ def test_the_listener_tells_a_transaction_pooler_and_what_else_to_set(
 ) -> None:
     monkeypatch.setattr(listener, "PROBE_TIMEOUT", 0.5)
     caplog.set_level(logging.INFO, logger="skiplock")
-    store = AsyncStore(Queries(schema))
+    store = async_store(schema)
 
     async def listen(dsn: str) -> bool | None:
         heard = Listener(dsn, store, {"pooled"}, lambda: None, prepare=prepare)

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from polling import wait_for
+from helpers.polling import wait_for_async
 from skiplock import App, FixedDelay, JobContext, Worker
 
 pytestmark = pytest.mark.smoke
@@ -33,7 +33,7 @@ def run_until(worker: Worker, done: Callable[[], bool], timeout: float = 10.0) -
     async def main() -> None:
         run = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(done, timeout), worker.stats
+            await wait_for_async(done, timeout, lambda: worker.stats)
         finally:
             worker.stop()
             await run
@@ -62,13 +62,13 @@ def test_jobs_claimed_ahead_wait_leased_and_run_once_each(app: App, db: Any) -> 
 
     async def main() -> tuple[list[int], dict[int, tuple[str, int]]]:
         run = asyncio.create_task(worker.run())
-        assert await wait_for(lambda: started == [0], 5.0)
-        assert await wait_for(lambda: len(worker.running_jobs) == 6, 5.0)
+        await wait_for_async(lambda: started == [0], 5.0)
+        await wait_for_async(lambda: len(worker.running_jobs) == 6, 5.0)
         during = rows(db, app)
         # Longer than two leases: only the heartbeat keeps the reserved jobs from being reclaimed.
         await asyncio.sleep(1.5)
         gate.set()
-        assert await wait_for(lambda: len(started) == 6 and not worker.running_jobs, 5.0)
+        await wait_for_async(lambda: len(started) == 6 and not worker.running_jobs, 5.0)
         worker.stop()
         await run
         return started, during
@@ -142,7 +142,7 @@ def test_shutdown_gives_reserved_jobs_back_without_spending_their_attempt(
 
     async def main() -> None:
         run = asyncio.create_task(worker.run())
-        assert await wait_for(lambda: len(worker.running_jobs) == 5, 5.0)
+        await wait_for_async(lambda: len(worker.running_jobs) == 5, 5.0)
         worker.stop()
         await run
 
@@ -168,12 +168,12 @@ def test_admin_cancel_of_a_reserved_job_cancels_it_before_it_starts(app: App, db
 
     async def main() -> None:
         run = asyncio.create_task(worker.run())
-        assert await wait_for(lambda: len(worker.running_jobs) == 3, 5.0)
+        await wait_for_async(lambda: len(worker.running_jobs) == 3, 5.0)
         assert await app.async_client.cancel_or_request(ids[1]) == "requested"
         # the heartbeat (every lease/3) passes the request on; then the first job finishes
         await asyncio.sleep(0.6)
         gate.set()
-        assert await wait_for(lambda: not worker.running_jobs, 5.0)
+        await wait_for_async(lambda: not worker.running_jobs, 5.0)
         worker.stop()
         await run
 
@@ -199,11 +199,11 @@ def test_shutdown_cancels_a_reserved_job_an_admin_cancelled_and_releases_the_res
 
     async def main() -> None:
         run = asyncio.create_task(worker.run())
-        assert await wait_for(lambda: len(worker.running_jobs) == 3, 5.0)
+        await wait_for_async(lambda: len(worker.running_jobs) == 3, 5.0)
         assert await app.async_client.cancel_or_request(ids[1]) == "requested"
         # the heartbeat (every lease/3) passes the request on to the reserved job
         reserved = next(r for r in worker.state.reserved if r.job.id == ids[1])
-        assert await wait_for(lambda: reserved.stop_reason == "cancelled", 5.0)
+        await wait_for_async(lambda: reserved.stop_reason == "cancelled", 5.0)
         worker.stop()
         await run
 
@@ -229,12 +229,12 @@ def test_pausing_the_queue_releases_reserved_jobs(app: App, db: Any) -> None:
 
     async def main() -> None:
         run = asyncio.create_task(worker.run())
-        assert await wait_for(lambda: len(worker.running_jobs) == 4, 5.0)
+        await wait_for_async(lambda: len(worker.running_jobs) == 4, 5.0)
         await app.async_client.set_paused("pausable", True)
         assert worker.settings is not None
-        assert await wait_for(lambda: "pausable" in worker.settings.paused, 5.0)  # type: ignore[union-attr]
+        await wait_for_async(lambda: "pausable" in worker.settings.paused, 5.0)  # type: ignore[union-attr]
         gate.set()
-        assert await wait_for(lambda: not worker.running_jobs, 5.0)
+        await wait_for_async(lambda: not worker.running_jobs, 5.0)
         worker.stop()
         await run
 
@@ -273,14 +273,14 @@ def test_a_job_announced_during_an_empty_claim_starts_without_waiting_for_the_po
             before = claims.announced
             enqueued_at = time.monotonic()
             await quick.enqueue_async()
-            assert await wait_for(lambda: claims.announced > before, 5.0)
+            await wait_for_async(lambda: claims.announced > before, 5.0)
         return jobs
 
     worker.store.job_claim = racing_claim  # type: ignore[method-assign]
 
     async def main() -> None:
         run = asyncio.create_task(worker.run())
-        assert await wait_for(lambda: bool(started), 5.0), "the job waited for the poll"
+        await wait_for_async(lambda: bool(started), 5.0, "the job waited for the poll")
         worker.stop()
         await run
 

@@ -12,8 +12,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from polling import wait_for
-from running_peak import RunningPeak
+from helpers.polling import comes_true_async, wait_for_async
+from helpers.running_peak import RunningPeak
 from skiplock import App, Worker
 from skiplock.job import Claim
 
@@ -52,18 +52,18 @@ def test_paused_queue_is_not_claimed_from_until_resumed(app: App, db: Any) -> No
     async def main() -> float:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(listening(worker), 5.0)
+            await wait_for_async(listening(worker), 5.0)
             app.sync_client.set_paused("pq", True)
             await asyncio.sleep(0.3)  # more than a poll interval: the worker has seen it
             held_back.enqueue_many([{"n": i} for i in range(5)])  # NOTIFY wakes the worker
             other.enqueue(n=0)
-            assert await wait_for(lambda: ("oq", 0) in ran, 2.0), "an unpaused queue stalled"
+            await wait_for_async(lambda: ("oq", 0) in ran, 2.0, "an unpaused queue stalled")
             await asyncio.sleep(1.0)
             assert [r for r in ran if r[0] == "pq"] == [], "claimed from a paused queue"
             assert statuses(db, app, "pq") == {"pending": 5}
             app.sync_client.set_paused("pq", False)
             resumed = time.monotonic()
-            assert await wait_for(lambda: len(ran) == 6, 3.0), "resume did not take effect"
+            await wait_for_async(lambda: len(ran) == 6, 3.0, "resume did not take effect")
             return time.monotonic() - resumed
         finally:
             worker.stop()
@@ -100,7 +100,7 @@ def test_a_worker_idles_while_its_only_queue_is_paused(app: App) -> None:
     async def main() -> float:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(listening(worker), 5.0)
+            await wait_for_async(listening(worker), 5.0)
             app.sync_client.set_paused("pq", True)
             await asyncio.sleep(0.3)
             napping.enqueue()  # NOTIFY for the paused queue
@@ -129,9 +129,9 @@ def test_a_worker_with_every_slot_busy_idles_on_a_wake_up(app: App) -> None:
     async def main() -> float:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(listening(worker), 5.0)
+            await wait_for_async(listening(worker), 5.0)
             busy.enqueue(seconds=2.0)
-            assert await wait_for(started.is_set, 3.0)
+            await wait_for_async(started.is_set, 3.0)
             busy.enqueue(seconds=0.0)  # NOTIFY while the only slot is busy
             cpu = time.process_time()
             await asyncio.sleep(1.0)
@@ -224,9 +224,7 @@ def run_until_done(app: App, workers: list[Worker], jobs: int, timeout: float = 
 
     async def main() -> None:
         runs = asyncio.gather(*(w.run() for w in workers))
-        deadline = time.monotonic() + timeout
-        while sum(w.stats.done for w in workers) < jobs and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        await comes_true_async(lambda: sum(w.stats.done for w in workers) >= jobs, timeout)
         for worker in workers:
             worker.stop()
         await asyncio.wait_for(runs, 30)
@@ -311,7 +309,7 @@ def test_stop_releases_long_jobs_without_spending_their_attempt(app: App, db: An
 
     async def main() -> float:
         task = asyncio.create_task(worker.run())
-        assert await wait_for(lambda: len(worker.running_jobs) == 5, 5.0)
+        await wait_for_async(lambda: len(worker.running_jobs) == 5, 5.0)
         stopping.set()
         worker.stop()
         began = time.monotonic()
@@ -399,10 +397,11 @@ def test_the_leader_prunes_by_the_apps_retention(pg_dsn: str, schema: str, db: A
         async def main() -> None:
             task = asyncio.create_task(worker.run())
             try:
-                assert await wait_for(
+                await wait_for_async(
                     lambda: worker.maintenance is not None and worker.maintenance.stats.pruned > 0,
                     5.0,
-                ), "the leader never pruned"
+                    "the leader never pruned",
+                )
             finally:
                 worker.stop()
                 await asyncio.wait_for(task, 10)

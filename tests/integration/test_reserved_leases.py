@@ -14,10 +14,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from polling import wait_for
+from helpers.polling import wait_for_async
+from helpers.stores import SyncStore
+from helpers.worker_faults import failing_heartbeats
 from skiplock import App, Worker
-from skiplock._db.store_sync import SyncStore
-from worker_faults import failing_heartbeats
 
 
 def primed_worker(app: App) -> Worker:
@@ -59,7 +59,7 @@ def register(
 
 
 def test_a_reserved_job_a_heartbeat_found_reclaimed_is_not_started(
-    app: App, caplog: pytest.LogCaptureFixture
+    app: App, store: SyncStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def main() -> tuple[Runs, int]:
         release = asyncio.Event()
@@ -75,14 +75,14 @@ def test_a_reserved_job_a_heartbeat_found_reclaimed_is_not_started(
             with psycopg.connect(app.dsn) as conn:
                 conn.execute(f'UPDATE "{app.schema}".jobs SET locked_until = now() - '
                              "interval '1 s' WHERE id = %s", (victim_id,))  # fmt: skip
-                SyncStore(app.queries).job_reclaim_expired(conn)
-                taken = SyncStore(app.queries).job_claim(conn, ["default"], 1, "thief", 30)
+                store.job_reclaim_expired(conn)
+                taken = store.job_claim(conn, ["default"], 1, "thief", 30)
                 assert [j.id for j in taken] == [victim_id]
 
         await asyncio.to_thread(steal)
         await asyncio.sleep(0.8)  # a heartbeat or two (every lease / 3) report it lost
         release.set()
-        assert await wait_for(lambda: worker.stats.lost >= 1, 15)  # given back, reported lost
+        await wait_for_async(lambda: worker.stats.lost >= 1, 15)  # given back, reported lost
         await asyncio.sleep(0.3)
         worker.stop()
         await asyncio.wait_for(running, 15)
@@ -113,7 +113,7 @@ def test_a_reserved_job_no_heartbeat_renewed_is_given_back_not_started(
         assert [r.job.id for r in worker.state.reserved] == [victim_id]
         await asyncio.sleep(0.9)  # the slow job has ended; heartbeats work again
         reachable.set()
-        assert await wait_for(lambda: bool(runs["victim"]), 15)
+        await wait_for_async(lambda: bool(runs["victim"]), 15)
         await asyncio.sleep(0.5)
         worker.stop()
         await asyncio.wait_for(running, 15)

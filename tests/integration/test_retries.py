@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 
+from helpers.stores import SyncStore
 from skiplock import (
     App,
     ExponentialBackoff,
@@ -20,7 +21,6 @@ from skiplock import (
     Worker,
     WorkerStats,
 )
-from skiplock._db.store_sync import SyncStore
 
 
 def jobs_table(app: App) -> str:
@@ -56,7 +56,9 @@ def db_now(db: Any) -> datetime:
     return now
 
 
-def test_a_task_that_always_fails_ends_failed_after_max_attempts(app: App, db: Any) -> None:
+def test_a_task_that_always_fails_ends_failed_after_max_attempts(
+    app: App, store: SyncStore, db: Any
+) -> None:
     calls: list[int] = []
 
     @app.task(name="doomed", max_attempts=3, retry=ExponentialBackoff(base=0.01, cap=0.05))
@@ -80,7 +82,7 @@ def test_a_task_that_always_fails_ends_failed_after_max_attempts(app: App, db: A
     assert "in doomed" in error  # the frame of the task itself
     # Terminal: no claim, no promotion, no further burst touches it.
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        s = SyncStore(app.queries)
+        s = store
         assert s.job_promote_due(conn) == {}
         assert s.job_claim(conn, ["default"], 10, "w", 30) == []
     assert burst(app).claimed == 0
@@ -242,7 +244,9 @@ def test_retry_job_gives_a_failed_job_one_more_run(app: App, db: Any) -> None:
     assert len(calls) == 2
 
 
-def test_retry_job_refuses_jobs_that_are_not_failed_or_cancelled(app: App, db: Any) -> None:
+def test_retry_job_refuses_jobs_that_are_not_failed_or_cancelled(
+    app: App, store: SyncStore, db: Any
+) -> None:
     @app.task(name="noop")
     def noop() -> None: ...
 
@@ -250,7 +254,7 @@ def test_retry_job_refuses_jobs_that_are_not_failed_or_cancelled(app: App, db: A
     scheduled_id = noop.with_options(delay=60).enqueue().id
     running_id = noop.enqueue().id
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        s = SyncStore(app.queries)
+        s = store
         # Claim exactly the third job: the first is taken and finished, leaving it done.
         first, second = s.job_claim(conn, ["default"], 2, "w", 30)
         assert {first.id, second.id} == {pending_id, running_id}
@@ -264,7 +268,7 @@ def test_retry_job_refuses_jobs_that_are_not_failed_or_cancelled(app: App, db: A
     assert db.execute(f"SELECT * FROM {jobs_table(app)} ORDER BY id").fetchall() == before
 
 
-def test_cancel_job_stops_jobs_that_have_not_started(app: App, db: Any) -> None:
+def test_cancel_job_stops_jobs_that_have_not_started(app: App, store: SyncStore, db: Any) -> None:
     calls: list[str] = []
 
     @app.task(name="noted")
@@ -295,7 +299,7 @@ def test_cancel_job_stops_jobs_that_have_not_started(app: App, db: Any) -> None:
     assert app.cancel_job(control_id) is False
     running_id = noted.enqueue(tag="running").id
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        [job] = SyncStore(app.queries).job_claim(conn, ["default"], 1, "w", 30)
+        [job] = store.job_claim(conn, ["default"], 1, "w", 30)
     assert job.id == running_id
     assert app.cancel_job(running_id) is False
     assert app.get_job(running_id).status is JobStatus.RUNNING  # type: ignore[union-attr]

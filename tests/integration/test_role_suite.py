@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,7 +19,8 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from role_logins import KINDS, Roles, drop_roles, login_users, role_logins, run_cli
+from helpers.polling import comes_true_async
+from helpers.role_logins import KINDS, Roles, drop_roles, login_users, role_logins, run_cli
 from skiplock import App, Worker
 from skiplock._cli.roles import RoleNames
 from skiplock._db.migrations import all_migrations
@@ -63,9 +63,7 @@ def run_worker_until(app: App, done: Callable[[], bool], timeout: float = 20.0) 
             app, queues=["default", "limited"], poll_interval=0.1, lease_seconds=2, leader_ttl=0.5
         )
         running = asyncio.create_task(worker.run())
-        deadline = time.monotonic() + timeout
-        while not done() and time.monotonic() < deadline and not running.done():
-            await asyncio.sleep(0.1)
+        await comes_true_async(lambda: done() or running.done(), timeout, step=0.1)
         worker.stop()
         await running
         return worker

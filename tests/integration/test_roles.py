@@ -22,8 +22,9 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from dashboard_client import Browser, serving
-from role_logins import KINDS, Roles, drop_roles, role_logins, run_cli
+from helpers.dashboard_client import Browser, serving
+from helpers.polling import comes_true_async
+from helpers.role_logins import KINDS, Roles, drop_roles, role_logins, run_cli
 from skiplock import App, CancelledJobs, FixedDelay, RetriedJobs, Retry, SkiplockError, Worker
 from skiplock._cli.roles import RoleNames
 from skiplock._doctor.command import Doctor, Thresholds
@@ -141,9 +142,7 @@ def test_producer_and_workers_run_under_their_roles(
             """A worker of the held-lock model, archiving what it finishes."""
             worker = Worker(held_app, queues=["held"], poll_interval=0.2, leader_ttl=0.6)
             running = asyncio.create_task(worker.run())
-            deadline = time.monotonic() + 10
-            while held_id in statuses(db, schema) and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            await comes_true_async(lambda: held_id not in statuses(db, schema), 10, step=0.05)
             worker.stop()
             await running
             return worker
@@ -200,9 +199,7 @@ def test_periodic_ticks_under_the_worker_role(
     async def drive() -> Worker:
         worker = Worker(worker_app, poll_interval=0.2, leader_ttl=0.6)
         running = asyncio.create_task(worker.run())
-        deadline = time.monotonic() + 5
-        while not ticks and time.monotonic() < deadline and not running.done():
-            await asyncio.sleep(0.1)
+        await comes_true_async(lambda: ticks or running.done(), 5, step=0.1)
         worker.stop()
         await running
         return worker

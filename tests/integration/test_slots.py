@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from polling import wait_for
+from helpers.polling import wait_for_async
 from skiplock import App, FixedDelay, JobContext, JobStatus, Task, Worker
 from skiplock._runtime.capacity import Capacity, Throughput
 from skiplock._runtime.leased_slots import LeasedSlots
@@ -109,9 +109,9 @@ def test_an_admin_cancel_stops_the_running_job_and_the_slot_runs_the_rest(
     async def main() -> None:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(started.is_set, 5.0), "the long job never started"
+            await wait_for_async(started.is_set, 5.0, "the long job never started")
             assert app.sync_client.cancel_or_request(long_id) == "requested"
-            assert await wait_for(lambda: len(finished) == 20, 10.0), finished
+            await wait_for_async(lambda: len(finished) == 20, 10.0, lambda: finished)
         finally:
             worker.stop()
             await asyncio.wait_for(task, 10)
@@ -203,7 +203,7 @@ def test_a_late_stop_of_a_finished_job_does_not_reach_the_next_job_in_its_slot(
             finished_first[0].stop("cancelled")  # late: it finished already
             await asyncio.sleep(0.05)
             let_second_finish.set()
-            assert await wait_for(lambda: worker.stats.done == 2, 5.0), worker.stats
+            await wait_for_async(lambda: worker.stats.done == 2, 5.0, lambda: worker.stats)
         finally:
             worker.stop()
             await asyncio.wait_for(task, 10)
@@ -262,7 +262,7 @@ def test_a_job_stopped_after_its_hand_over_to_a_parked_slot_is_given_back_unrun(
         task = asyncio.create_task(worker.run())
         try:
             parked = lambda: isinstance(worker.slots, LeasedSlots) and bool(worker.slots.parked)  # noqa: E731
-            assert await wait_for(lambda: worker.stats.done == 1 and parked(), 5.0)
+            await wait_for_async(lambda: worker.stats.done == 1 and parked(), 5.0)
             (parked_slot, _) = slots().parked[0]
             # In a queue the worker does not claim from, so that only the test claims it: by
             # hand for this worker (as its claim loop would), reserved, handed to the parked
@@ -280,7 +280,7 @@ def test_a_job_stopped_after_its_hand_over_to_a_parked_slot_is_given_back_unrun(
             slots().start_waiting()
             assert running.task is parked_slot and not slots().parked
             running.stop("cancelled")
-            assert await wait_for(lambda: worker.stats.cancelled == 1, 5.0), worker.stats
+            await wait_for_async(lambda: worker.stats.cancelled == 1, 5.0, lambda: worker.stats)
             assert parked_slot.done() and not worker.state.busy
             stored = app.get_job(second_id)
             assert stored is not None and stored.status == JobStatus.CANCELLED

@@ -21,10 +21,10 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
+from helpers.polling import comes_true_async
+from helpers.stores import AsyncStore, SyncStore
 from skiplock import App, Worker
 from skiplock._db.records import LimitedClaim, QueueLimits
-from skiplock._db.store_async import AsyncStore
-from skiplock._db.store_sync import SyncStore
 from skiplock._doctor.command import Doctor, Thresholds
 from skiplock.errors import QueueLockBusy
 
@@ -67,7 +67,7 @@ def enqueue(app: App, queue: str, n: int, entity_key: str | None = None) -> list
 
 
 def test_a_strangers_advisory_lock_on_a_limited_queue_does_not_stall_its_claims(
-    app: App, stranger: psycopg.Connection[Any]
+    app: App, store: SyncStore, stranger: psycopg.Connection[Any]
 ) -> None:
     """The per-queue claim lock of a limited queue was a blocking advisory lock on a key anyone
     could compute: a stranger holding it stopped every claim of the queue (and the worker's
@@ -77,7 +77,6 @@ def test_a_strangers_advisory_lock_on_a_limited_queue_does_not_stall_its_claims(
     stranger.execute(
         "SELECT pg_advisory_lock(hashtext('skiplock.queue'), hashtext(%s))", [f"{app.schema}/lim"]
     )
-    store = SyncStore(app.queries)
     with connect(app) as conn:
         jobs = store.job_claim_limited(
             conn, LimitedClaim("lim", QueueLimits(5, False), "w", 30.0, want=10)
@@ -85,12 +84,13 @@ def test_a_strangers_advisory_lock_on_a_limited_queue_does_not_stall_its_claims(
     assert sorted(j.id for j in jobs) == ids
 
 
-def test_a_queue_lock_held_by_a_careless_session_delays_only_its_queue(app: App, db: Any) -> None:
+def test_a_queue_lock_held_by_a_careless_session_delays_only_its_queue(
+    app: App, store: SyncStore, db: Any
+) -> None:
     """A session that may lock the queue's settings row (an admin's open transaction) delays
     that queue's claims by a bounded wait, reported as QueueLockBusy, and nothing else."""
     enqueue(app, "lim", 2)
     app.sync_client.set_concurrency_limit("lim", 5)
-    store = SyncStore(app.queries)
     with psycopg.connect(app.dsn) as admin, connect(app) as conn:
         admin.execute(
             sql.SQL("SELECT * FROM {} WHERE name = 'lim' FOR UPDATE").format(
@@ -115,7 +115,7 @@ def test_a_queue_lock_held_by_a_careless_session_delays_only_its_queue(app: App,
 
 
 def test_a_strangers_shared_lock_on_the_held_marker_does_not_fill_a_queue(
-    app: App, stranger: psycopg.Connection[Any], db: Any
+    app: App, store: SyncStore, stranger: psycopg.Connection[Any], db: Any
 ) -> None:
     """Running held-lock jobs were counted by the shared advisory locks on their queue's marker
     key, whoever held them: a stranger's made a queue with a limit of 1 look full."""
@@ -127,7 +127,6 @@ def test_a_strangers_shared_lock_on_the_held_marker_does_not_fill_a_queue(
     )
     status = {row["queue"]: row for row in app.sync_client.queue_status()}
     assert status["lim"]["running"] == 0 and status["lim"]["pending"] == 2
-    store = SyncStore(app.queries)
     with connect(app) as conn:
         assert (
             len(
@@ -148,7 +147,7 @@ def test_a_strangers_shared_lock_on_the_held_marker_does_not_fill_a_queue(
 
 
 def test_a_strangers_lock_on_a_jobs_held_marker_does_not_hide_the_job(
-    app: App, stranger: psycopg.Connection[Any]
+    app: App, store: SyncStore, stranger: psycopg.Connection[Any]
 ) -> None:
     """A held-lock claim took a shared lock keyed by the low 32 bits of its job's id and gave
     the job up when it could not: a stranger's exclusive lock on that key made held-lock
@@ -158,7 +157,6 @@ def test_a_strangers_lock_on_a_jobs_held_marker_does_not_hide_the_job(
         "SELECT pg_advisory_lock(hashtext(%s), %s::bigint::bit(32)::int)",
         [f"skiplock_held_job_id/{app.schema}", first],
     )
-    store = SyncStore(app.queries)
     with connect(app) as conn:
         job = store.job_claim_held(conn, ["q"], "w", 30.0)
         assert job is not None and job.id == first
@@ -175,13 +173,12 @@ def test_a_strangers_lock_on_a_jobs_held_marker_does_not_hide_the_job(
 # -- finding 8: held-lock jobs with an entity key --------------------------------------
 
 
-def test_a_second_held_claim_skips_a_key_whose_held_job_runs(app: App) -> None:
+def test_a_second_held_claim_skips_a_key_whose_held_job_runs(app: App, store: SyncStore) -> None:
     """The running held-lock job's row is not committed as running, so the next claim of the
     same key waited on the unique index of running keys until that job's transaction ended,
     while a job without a key sat pending."""
     keyed = enqueue(app, "q", 2, entity_key="k")
     (free,) = enqueue(app, "q", 1)
-    store = SyncStore(app.queries)
     with connect(app) as first, connect(app) as second:
         job = store.job_claim_held(first, ["q"], "w1", 30.0)
         assert job is not None and job.id == keyed[0]
@@ -198,11 +195,10 @@ def test_a_second_held_claim_skips_a_key_whose_held_job_runs(app: App) -> None:
         second.rollback()
 
 
-def test_a_leased_claim_skips_a_key_whose_held_job_runs(app: App) -> None:
+def test_a_leased_claim_skips_a_key_whose_held_job_runs(app: App, store: SyncStore) -> None:
     """A leased worker's whole batch claim waited behind a held-lock job of the same key."""
     keyed = enqueue(app, "q", 2, entity_key="k")
     free = enqueue(app, "q", 3)
-    store = SyncStore(app.queries)
     with connect(app) as held, connect(app) as leased:
         job = store.job_claim_held(held, ["q"], "w1", 30.0)
         assert job is not None and job.id == keyed[0]
@@ -216,10 +212,9 @@ def test_a_leased_claim_skips_a_key_whose_held_job_runs(app: App) -> None:
         assert [j.id for j in jobs] == [keyed[0]]
 
 
-def test_a_held_claim_skips_a_key_a_leased_job_runs(app: App) -> None:
+def test_a_held_claim_skips_a_key_a_leased_job_runs(app: App, store: SyncStore) -> None:
     keyed = enqueue(app, "q", 2, entity_key="k")
     (free,) = enqueue(app, "q", 1)
-    store = SyncStore(app.queries)
     with connect(app) as held, connect(app) as leased:
         jobs = store.job_claim(leased, ["q"], 1, "w2", 30.0)
         assert [j.id for j in jobs] == [keyed[0]]
@@ -270,15 +265,11 @@ def test_a_worker_claims_its_other_queues_while_a_limited_queues_lock_is_held(
             try:
                 for i in range(3):
                     await free_task.enqueue_async(n=i)
-                deadline = time.monotonic() + 20
-                while time.monotonic() < deadline and not (ran.count("free") == 3 and busy()):
-                    await asyncio.sleep(0.02)
+                await comes_true_async(lambda: ran.count("free") == 3 and busy(), 20)
                 assert ran == ["free"] * 3, ran
                 assert len(busy()) == 1
                 admin.rollback()
-                deadline = time.monotonic() + 20
-                while ran.count("lim") < 2 and time.monotonic() < deadline:
-                    await asyncio.sleep(0.02)
+                await comes_true_async(lambda: ran.count("lim") >= 2, 20)
             finally:
                 worker.stop()
                 await asyncio.wait_for(runs, 30)
@@ -291,7 +282,7 @@ def test_a_worker_claims_its_other_queues_while_a_limited_queues_lock_is_held(
 
 
 def test_doctor_names_the_sessions_that_hold_such_locks(
-    app: App, stranger: psycopg.Connection[Any]
+    app: App, store: SyncStore, stranger: psycopg.Connection[Any]
 ) -> None:
     def locks() -> Any:
         found = Doctor(app.dsn, app.schema, Thresholds(lock_seconds=0)).run()
@@ -299,7 +290,6 @@ def test_doctor_names_the_sessions_that_hold_such_locks(
 
     app.sync_client.set_concurrency_limit("lim", 1)
     (job,) = enqueue(app, "q", 1, entity_key="k")
-    store = SyncStore(app.queries)
     with connect(app) as held:  # a worker's own markers and key lock are not reported
         assert store.job_claim_held(held, ["q"], "w", 30.0) is not None
         assert locks().status == "ok"
@@ -337,12 +327,11 @@ def test_doctor_names_the_sessions_that_hold_such_locks(
 
 
 def test_maintenance_statements_wait_a_bounded_time_on_rows_another_session_locked(
-    app: App, db: Any
+    app: App, store: SyncStore, db: Any
 ) -> None:
     """Maintenance waited without a bound on rows an open transaction of another session (an
     admin's, a worker-role login's) had locked: now each such statement gives up after its
     lock timeout, and the step runs again next round."""
-    store = SyncStore(app.queries)
     (waiting,) = enqueue(app, "q", 1)
     jobs, leaders = sql.Identifier(app.schema, "jobs"), sql.Identifier(app.schema, "leaders")
     db.execute(sql.SQL("UPDATE {} SET status = 'waiting' WHERE id = %s").format(jobs), [waiting])
@@ -362,7 +351,9 @@ def test_maintenance_statements_wait_a_bounded_time_on_rows_another_session_lock
         assert conn.execute("SHOW lock_timeout").fetchone() == ("0",)
 
 
-def test_concurrent_held_claims_take_one_job_of_a_key_and_wait_for_none(app: App) -> None:
+def test_concurrent_held_claims_take_one_job_of_a_key_and_wait_for_none(
+    app: App, async_store: AsyncStore
+) -> None:
     """Ten held-lock slots claim at once from a queue whose first jobs share a key: exactly one
     runs a job of the key, the others take the jobs without a key (a slot that lost the race
     for the key claims again), and none waits on another's transaction (each claim connection
@@ -371,7 +362,7 @@ def test_concurrent_held_claims_take_one_job_of_a_key_and_wait_for_none(app: App
     free = set(enqueue(app, "q", 20))
 
     async def scenario() -> list[Any]:
-        store = AsyncStore(app.queries)
+        store = async_store
         conns = [
             await psycopg.AsyncConnection.connect(
                 app.dsn, autocommit=True, options=f"-c statement_timeout={WAIT_GUARD_MS}"
@@ -422,7 +413,7 @@ def test_the_maintenance_leader_logs_a_stranger_holding_a_key_once(
 
 
 def test_a_strangers_lock_on_an_entity_key_does_not_stop_leased_claims_of_it(
-    app: App, stranger: psycopg.Connection[Any]
+    app: App, store: SyncStore, stranger: psycopg.Connection[Any]
 ) -> None:
     """Any login can take the advisory lock a held-lock claim takes on its job's entity key.
     Leased claims passed over such a key for as long as the stranger kept the lock; now only a
@@ -433,7 +424,6 @@ def test_a_strangers_lock_on_an_entity_key_does_not_stop_leased_claims_of_it(
         "SELECT pg_advisory_lock(hashtext('skiplock_held_key/' || %s), hashtext('k'))",
         [app.schema],
     )
-    store = SyncStore(app.queries)
     with connect(app) as held, connect(app) as leased:
         (free,) = enqueue(app, "q", 1)
         job = store.job_claim_held(held, ["q"], "w1", 30.0)
@@ -451,7 +441,7 @@ def test_a_strangers_lock_on_an_entity_key_does_not_stop_leased_claims_of_it(
         assert [j.id for j in jobs] == other
 
 
-def test_a_noinherit_worker_login_counts_as_a_worker(app: App, db: Any) -> None:
+def test_a_noinherit_worker_login_counts_as_a_worker(app: App, store: SyncStore, db: Any) -> None:
     """A worker login made NOINHERIT, that sets the worker role after connecting, has no
     privilege of its own: its held-lock job's key lock and marker must still count as a
     worker's, or leased claims took the key's other job and waited on the unique index (5 s,
@@ -475,7 +465,6 @@ def test_a_noinherit_worker_login_counts_as_a_worker(app: App, db: Any) -> None:
             schema, sql.Identifier(role)))  # fmt: skip
         keyed = enqueue(app, "q", 2, entity_key="k")
         (free,) = enqueue(app, "q", 1)
-        store = SyncStore(app.queries)
         worker_dsn = conninfo.make_conninfo(app.dsn, user=login, options=f"-c role={role}")
         with psycopg.connect(worker_dsn, autocommit=True) as held, connect(app) as leased:
             job = store.job_claim_held(held, ["q"], "w1", 30.0)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from polling import wait_for
+from helpers.polling import comes_true, comes_true_async, wait_for_async
 from skiplock import App, FixedDelay, JobContext, JobStatus, Worker
 
 pytestmark = pytest.mark.smoke
@@ -77,9 +77,7 @@ def test_sync_task_past_its_timeout_sees_the_flag_and_returns(app: App, db: Any)
 
     job_id = grind.enqueue().id
     stats = asyncio.run(asyncio.wait_for(Worker(app, burst=True, poll_interval=0.05).run(), 30))
-    deadline = time.monotonic() + 5
-    while len(returned) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    comes_true(lambda: len(returned) >= 2, 5, step=0.01)  # the assertions below tell
 
     status, attempts, error, _ = job_row(db, app, job_id)
     assert (status, attempts) == ("failed", 2)
@@ -154,10 +152,10 @@ def test_cancel_a_running_async_job(app: App, db: Any) -> None:
     async def main() -> float:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(started.is_set, 5.0), "the job never started"
+            await wait_for_async(started.is_set, 5.0, "the job never started")
             assert app.sync_client.cancel_or_request(job_id) == "requested"
             asked = time.monotonic()
-            assert await wait_for(status_is(app, job_id, JobStatus.CANCELLED), 3.0)
+            await wait_for_async(status_is(app, job_id, JobStatus.CANCELLED), 3.0)
             return time.monotonic() - asked
         finally:
             worker.stop()
@@ -189,10 +187,10 @@ def test_cancel_a_running_sync_job_sets_its_flag(app: App, db: Any) -> None:
     async def main() -> None:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(started.is_set, 5.0), "the job never started"
+            await wait_for_async(started.is_set, 5.0, "the job never started")
             assert app.sync_client.cancel_or_request(job_id) == "requested"
-            assert await wait_for(status_is(app, job_id, JobStatus.CANCELLED), 3.0)
-            assert await wait_for(lambda: bool(returned), 1.0), "the sync task kept running"
+            await wait_for_async(status_is(app, job_id, JobStatus.CANCELLED), 3.0)
+            await wait_for_async(lambda: bool(returned), 1.0, "the sync task kept running")
         finally:
             worker.stop()
             await asyncio.wait_for(task, 10)
@@ -255,12 +253,14 @@ def test_a_cancelled_then_retried_job_runs_to_completion(app: App, db: Any) -> N
     async def main() -> None:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(lambda: attempts_started == [1], 5.0)
+            await wait_for_async(lambda: attempts_started == [1], 5.0)
             assert app.sync_client.cancel_or_request(job_id) == "requested"
-            assert await wait_for(status_is(app, job_id, JobStatus.CANCELLED), 3.0)
+            await wait_for_async(status_is(app, job_id, JobStatus.CANCELLED), 3.0)
             assert app.retry_job(job_id)
-            assert await wait_for(lambda: len(attempts_started) == 2, 3.0)
-            await wait_for(lambda: job_row(db, app, job_id)[0] in ("done", "cancelled"), 5.0)
+            await wait_for_async(lambda: len(attempts_started) == 2, 3.0)
+            await comes_true_async(
+                lambda: job_row(db, app, job_id)[0] in ("done", "cancelled"), 5.0
+            )
         finally:
             worker.stop()
             await asyncio.wait_for(task, 10)
@@ -289,7 +289,7 @@ def test_cancel_of_a_running_held_job_answers_without_waiting_for_the_job(
     async def main() -> tuple[str, float]:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(started.is_set, 5.0), "the job never started"
+            await wait_for_async(started.is_set, 5.0, "the job never started")
             asked = time.monotonic()
             answer = await asyncio.to_thread(app.sync_client.cancel_or_request, job_id)
             return answer, time.monotonic() - asked
@@ -342,11 +342,11 @@ def test_an_admin_cancels_a_running_held_job_and_its_writes_roll_back(
     async def main() -> str:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(started.is_set, 5.0), "the job never started"
+            await wait_for_async(started.is_set, 5.0, "the job never started")
             assert worker.listener is not None
-            assert await wait_for(worker.listener.listening.is_set, 5.0)
+            await wait_for_async(worker.listener.listening.is_set, 5.0)
             answer = await asyncio.to_thread(app.sync_client.cancel_or_request, job_id)
-            assert await wait_for(lambda: worker.stats.cancelled == 1, 5.0), worker.stats
+            await wait_for_async(lambda: worker.stats.cancelled == 1, 5.0, lambda: worker.stats)
             return answer
         finally:
             worker.stop()
@@ -386,7 +386,7 @@ def test_a_cancel_request_that_comes_while_a_held_job_commits_does_not_undo_it(a
     async def main() -> None:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(lambda: worker.stats.done == 1, 5.0), worker.stats
+            await wait_for_async(lambda: worker.stats.done == 1, 5.0, lambda: worker.stats)
             await asyncio.sleep(0.3)  # time for a second run, were the job rolled back
         finally:
             worker.stop()
@@ -421,7 +421,7 @@ def test_a_sync_task_past_its_timeout_does_not_hold_up_the_next_sync_job(app: Ap
     async def main() -> None:
         task = asyncio.create_task(worker.run())
         try:
-            assert await wait_for(lambda: worker.stats.done == 1, 5.0), (worker.stats, ran)
+            await wait_for_async(lambda: worker.stats.done == 1, 5.0, lambda: (worker.stats, ran))
         finally:
             release.set()
             worker.stop()

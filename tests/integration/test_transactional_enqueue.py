@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from helpers.stores import SyncStore
 from skiplock import App, Task
-from skiplock._db.store_sync import SyncStore
 
 pytestmark = pytest.mark.smoke
 
@@ -89,9 +89,8 @@ def test_rolled_back_order_leaves_no_job_and_sends_no_notification(
 
 
 def test_committed_order_has_exactly_one_job_for_it(
-    app: App, db: Any, orders: str, receipt: Task[Any, Any]
+    app: App, store: SyncStore, db: Any, orders: str, receipt: Task[Any, Any]
 ) -> None:
-    store = SyncStore(app.queries)
     with psycopg.connect(app.dsn) as conn, psycopg.connect(app.dsn, autocommit=True) as worker:
         with conn.transaction():
             order_id = insert_order(conn, orders)

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from bad_rows import job_state
+from helpers.bad_rows import job_state
 from skiplock import App, Worker
 from skiplock.task import WorkerModel
 

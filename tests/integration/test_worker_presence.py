@@ -7,12 +7,12 @@ import asyncio
 import os
 import socket
 import threading
-import time
 from typing import Any
 
 import pytest
 
 import skiplock
+from helpers.polling import wait_for_async
 from skiplock import App, Worker
 from skiplock._cli.status import duration
 from skiplock._db.presence import GONE_AFTER, SILENT_AFTER, is_silent
@@ -21,13 +21,6 @@ from skiplock._db.presence import GONE_AFTER, SILENT_AFTER, is_silent
 @pytest.fixture(autouse=True)
 def quick_reports(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("skiplock._runtime.presence.PRESENCE_INTERVAL", 0.1)
-
-
-async def until(check: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 def test_a_worker_reports_itself_and_its_jobs_then_removes_itself(app: App, db: Any) -> None:
@@ -44,14 +37,18 @@ def test_a_worker_reports_itself_and_its_jobs_then_removes_itself(app: App, db: 
     async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         worker = Worker(app, concurrency=3, poll_interval=0.05, worker_id="w-test:1")
         running = asyncio.create_task(worker.run())
-        await until(lambda: app.sync_client.list_workers())
+        await wait_for_async(lambda: app.sync_client.list_workers(), 10.0)
         first = app.sync_client.list_workers()
         quick.enqueue()
         wait.enqueue()
         wait.enqueue()
-        await until(lambda: [w["running"] for w in app.sync_client.list_workers()] == [2])
+        await wait_for_async(
+            lambda: [w["running"] for w in app.sync_client.list_workers()] == [2], 10.0
+        )
         release.set()
-        await until(lambda: [w["finished"] for w in app.sync_client.list_workers()] == [3])
+        await wait_for_async(
+            lambda: [w["finished"] for w in app.sync_client.list_workers()] == [3], 10.0
+        )
         busy = app.sync_client.list_workers()
         worker.stop()
         await running
@@ -77,7 +74,7 @@ def test_held_lock_workers_say_so(app: App, db: Any) -> None:
     async def scenario() -> list[dict[str, Any]]:
         worker = Worker(app, poll_interval=0.05)
         running = asyncio.create_task(worker.run())
-        await until(lambda: app.sync_client.list_workers())
+        await wait_for_async(lambda: app.sync_client.list_workers(), 10.0)
         rows = app.sync_client.list_workers()
         worker.stop()
         await running
@@ -111,8 +108,8 @@ def test_rows_of_killed_workers_turn_silent_and_the_leader_forgets_them(app: App
     async def scenario() -> set[str]:
         worker = Worker(app, poll_interval=0.05, leader_ttl=0.5, worker_id="the-leader")
         running = asyncio.create_task(worker.run())
-        await until(
-            lambda: "killed-long-ago" not in {w["id"] for w in app.sync_client.list_workers()}
+        await wait_for_async(
+            lambda: "killed-long-ago" not in {w["id"] for w in app.sync_client.list_workers()}, 10.0
         )
         ids = {w["id"] for w in app.sync_client.list_workers()}
         worker.stop()

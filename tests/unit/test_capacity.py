@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fake_clock import FakeClock
+from helpers.fake_clock import FakeClock
 from skiplock._runtime.capacity import UNWRITTEN_FLOOR, Capacity, Throughput
 
 

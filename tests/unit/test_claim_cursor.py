@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from fake_clock import FakeClock
+from helpers.fake_clock import FakeClock
 from skiplock._runtime.claim_cursor import ClaimCursor
 from skiplock.job import ClaimKey, Job, JobStatus
 

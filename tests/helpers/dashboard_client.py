@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.cookiejar
 import re
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -18,6 +17,7 @@ from typing import Any
 
 import uvicorn
 
+from helpers.polling import wait_for
 from skiplock import App
 from skiplock.dashboard import create_dashboard
 
@@ -99,10 +99,12 @@ def serving_asgi(asgi: Any) -> Iterator[str]:
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the dashboard did not start"
-        time.sleep(0.02)
+
+    def started() -> bool:
+        assert thread.is_alive(), "the dashboard did not start"
+        return bool(server.started)
+
+    wait_for(started, 20, "the dashboard to start", step=0.02)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
         yield f"http://127.0.0.1:{port}"

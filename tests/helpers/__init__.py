@@ -1,0 +1,1 @@
+"""Shared test helpers, imported as ``helpers.*`` (tests/ is on the path): see tests/README.md."""
