@@ -128,7 +128,9 @@ def test_held_lock_workers_keep_a_queue_to_its_concurrency_limit(app: App, db: A
     @app.task(name="nap", queue="lim")
     async def nap(n: int) -> None:
         with gauge.running():
-            await asyncio.sleep(0.05)
+            # Long enough that three runs overlap on a loaded machine (at 0.05 s, one run in
+            # three peaked at 2 with the load average above 10).
+            await asyncio.sleep(0.2)
 
     nap.enqueue_many([{"n": i} for i in range(40)])
     slots = {"held": 5, "lease": 1}
