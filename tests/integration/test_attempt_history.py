@@ -4,6 +4,9 @@ real server: what the outcome statements record, what the admin reads back."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -53,6 +56,21 @@ def test_a_job_that_runs_out_of_attempts_ends_failed_in_its_log(app: App) -> Non
     assert job is not None and job.status == "failed"
     history = app.sync_client.attempts(job)
     assert [(h["attempt"], h["outcome"]) for h in history] == [(1, "retried"), (2, "failed")]
+    # `skiplock jobs show` prints them, and gives them in its JSON.
+    argv = [sys.executable, "-m", "skiplock", "jobs", "show", str(job_id), "--dsn", app.dsn,
+            "--schema", app.schema]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+    text = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=True)
+    lines = [
+        line.strip() for line in text.stdout.splitlines() if line.strip().startswith("attempt ")
+    ]
+    assert [line.split(",")[0] for line in lines] == [
+        f"attempt 1: retried by {history[0]['worker']}",
+        f"attempt 2: failed by {history[1]['worker']}",
+    ]
+    assert all(line.endswith("KeyError: 'never'") for line in lines), lines
+    shown = subprocess.run([*argv, "--json"], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(shown.stdout)["attempt_history"] == history
 
 
 def test_snoozes_and_archived_jobs_keep_their_history(pg_dsn: str, schema: str) -> None:

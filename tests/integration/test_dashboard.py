@@ -63,7 +63,7 @@ def test_pages_show_queues_jobs_and_one_job_with_secret_fields_hidden(shop: App,
         rows = {m[0]: m[1] for m in re.findall(r'jobs\?queue=(\w+)">\w+</a></td>(.*?)</tr>',
                                                queues.text, re.S)}  # fmt: skip
         assert set(rows) == {"emails", "reports", "idle"}
-        cells = re.findall(r'<td class="n">(?:<a [^>]*>)?(\S+?)(?:</a>)?</td>', rows["emails"])
+        cells = re.findall(r'<td class="n"[^>]*>(?:<a [^>]*>)?(\S+?)(?:</a>)?</td>', rows["emails"])
         assert cells[:7] == ["2", "0", "0", "0", "1", "0", "0"], cells  # pending .. cancelled
         assert "paused" in rows["idle"] and "at most 2 running" in rows["reports"]
         assert "at most 30 starts per 60s" in rows["idle"]
