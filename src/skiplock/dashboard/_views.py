@@ -24,7 +24,7 @@ from skiplock._db.job_search import SEARCH_SCAN, payload_filter
 from skiplock._db.payload import check_queue_name, check_task_name
 from skiplock.app import App
 from skiplock.bulk import JobFilter
-from skiplock.dashboard import _static
+from skiplock.dashboard._static import live_js
 from skiplock.dashboard._access import checked_form
 from skiplock.errors import IdempotencyConflict, InvalidName, InvalidPayload
 from skiplock.job import Job, JobStatus
@@ -67,7 +67,7 @@ class Views:
             Route("/jobs/{job_id:int}", self.job, name="job"),
             Route("/jobs/bulk", self.bulk_confirm, name="bulk"),
             Route("/workers", self.workers, name="workers"),
-            Route("/static/live.js", _static.live_js),
+            Route("/static/live.js", live_js),
             Route("/api/queues", self.api_queues),
             Route("/api/workers", self.api_workers),
             Route("/api/jobs", self.api_jobs),
