@@ -1,10 +1,10 @@
 """Finding jobs by a payload field (the admin surfaces' search): the filter, checked, and what
 one bounded search found.  Pure, no I/O; the statement is ``job_search`` in admin.sql.
 
-There is no index on the payload: a GIN index would be written by every enqueue and make
-every claim and outcome a non-HOT update.  A search therefore reads at most :data:`SEARCH_SCAN`
-jobs (newest first, after the queue, status and task filters) per request and says how far
-down it read; the next request continues below that.
+There is no index on the payload: a GIN index would be written by every enqueue (see
+docs/design.md, "Payload search without an index").  A search therefore tests at most
+:data:`SEARCH_SCAN` jobs (newest first, after the queue, status and task filters) per request
+and says how far down it read; the next request continues below that.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from skiplock._db.job_search import SEARCH_SCAN, payload_filter
 from skiplock._db.payload import check_queue_name, check_task_name
 from skiplock.app import App
 from skiplock.bulk import JobFilter
-from skiplock.dashboard._static import live_js
 from skiplock.dashboard._access import checked_form
+from skiplock.dashboard._static import live_js
 from skiplock.errors import IdempotencyConflict, InvalidName, InvalidPayload
 from skiplock.job import Job, JobStatus
 

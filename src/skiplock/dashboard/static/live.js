@@ -17,7 +17,15 @@ function formatted(field, value) {
 
 // Each live table: data-live="<JSON address>", data-key="<the field naming a row>"; each row
 // data-row="<its key>"; each live cell data-field="<field>".
+// The next read comes PERIOD_MS after this one ends, or 10 times as long as it took if that is
+// longer: on a table of a million jobs /api/queues takes seconds (bench/README.md, "Dashboard
+// page times"), and an open tab must not keep a database session busy all the time.
 function refresh(table, status) {
+  const started = performance.now();
+  const again = () => {
+    const took = performance.now() - started;
+    setTimeout(() => refresh(table, status), Math.max(PERIOD_MS, 10 * took));
+  };
   fetch(table.dataset.live, { credentials: "same-origin", cache: "no-store" })
     .then((response) => {
       if (!response.ok) throw new Error("HTTP " + response.status);
@@ -40,10 +48,11 @@ function refresh(table, status) {
       status.textContent = "Updated " + new Date().toLocaleTimeString() +
         (changed ? " · rows came or went: reload for them" : "");
     })
-    .catch((error) => { status.textContent = "Live update failed (" + error.message + ")"; });
+    .catch((error) => { status.textContent = "Live update failed (" + error.message + ")"; })
+    .finally(again);
 }
 
 for (const table of document.querySelectorAll("table[data-live]")) {
   const status = document.getElementById(table.dataset.status);
-  setInterval(() => refresh(table, status), PERIOD_MS);
+  setTimeout(() => refresh(table, status), PERIOD_MS);
 }

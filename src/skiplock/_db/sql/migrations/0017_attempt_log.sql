@@ -6,7 +6,8 @@
 -- kilobytes whatever a task raises.  A done job's successful attempt is not written: the row
 -- already says it (locked_by, locked_at, finished_at), which keeps the hot path of a job that
 -- succeeds as it was; an archived job carries it in its log (the archive has no locked_at).
--- The log lives and dies with its row: the jobs' own retention prunes it.
+-- The log lives and dies with its row: the jobs' own retention prunes it.  Why a column and
+-- not a table of events: docs/design.md, "Attempt history: a capped log on the row".
 ALTER TABLE {schema}.jobs ADD COLUMN attempt_log jsonb;
 ALTER TABLE {schema}.jobs_archive ADD COLUMN attempt_log jsonb;
 
