@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -45,6 +46,7 @@ from skiplock import App
 from skiplock.dashboard import create_dashboard
 from skiplock.dashboard._access import token_cookie
 from skiplock.dashboard._views import PAGE_SIZE
+from skiplock.retry import FixedDelay
 from skiplock.testing import drain
 from skiplock.worker import Worker
 
@@ -341,7 +343,8 @@ def test_every_page_shows_the_tables_and_every_link_leads_where_it_says(
     jobs = seed(shop)
     shop.sync_client.set_concurrency_limit("reports", 2)
     with serving(shop) as base, working(shop, ["media"]):
-        running = shop.enqueue("video.encode", {"seconds": 60}).id
+        # Long enough to run through the whole test on a loaded machine (cancelled at its end).
+        running = shop.enqueue("video.encode", {"seconds": 600}).id
         wait_for(lambda: statuses(db, shop)[running] == "running", 20, "the video job runs")
         wait_for(
             lambda: [w["running"] for w in shop.sync_client.list_workers()] == [1],
@@ -424,7 +427,7 @@ def test_every_page_shows_the_tables_and_every_link_leads_where_it_says(
         page.select_option('select[name="status"]', "")
         page.fill('input[name="queue"]', "reports")
         page.fill('input[name="task"]', "report.build")
-        click(page, "Show", "**/jobs?queue=reports&status=&task=report.build")
+        click(page, "Show", "**/jobs?queue=reports&status=&task=report.build&key=&value=")
         assert listed_ids(page) == sorted([jobs.done, jobs.failed, jobs.scheduled], reverse=True)
         page.fill('input[name="queue"]', "nowhere")
         click(page, "Show", "**/jobs?queue=nowhere*")
@@ -674,7 +677,7 @@ def test_on_a_phone_the_pages_fit_the_screen_and_the_tables_scroll_in_their_box(
                         return Math.round((td.clientHeight - padding) / parseFloat(css.lineHeight));
                     })"""
                 )
-                assert set(lines) == ({1} if "/jobs/" not in path else set()), (path, lines)
+                assert set(lines) == {1}, (path, lines)  # (a job's page: its attempts)
             page.goto(f"{base}/jobs")
             box = page.locator(".table").evaluate("b => [b.scrollWidth, b.clientWidth]")
             assert box[0] > box[1]  # the table scrolls in its box, not the page
@@ -700,7 +703,8 @@ def test_a_read_only_dashboard_shows_no_button_and_refuses_a_form_posted_from_it
         screenshot(page, "dashboard-read-only")
         page.goto(f"{base}/jobs?status=failed")
         assert listed_ids(page) == [jobs.failed]
-        assert buttons(page) == ["Show"]  # the filter only
+        assert buttons(page) == ["Show", "Open"]  # the filter and the job id only
+        assert page.get_by_role("link", name="Retry every failed job of this filter…").count() == 0
         for job_id in (jobs.failed, jobs.cancelled, jobs.pending):
             page.goto(f"{base}/jobs/{job_id}")
             assert buttons(page) == [] and page.locator("form").count() == 0
@@ -712,6 +716,8 @@ def test_a_read_only_dashboard_shows_no_button_and_refuses_a_form_posted_from_it
             f"/jobs/{jobs.failed}/retry",
             f"/jobs/{jobs.pending}/cancel",
             "/jobs/retry-failed",
+            "/jobs/bulk/retry",
+            "/jobs/bulk/cancel",
             "/queues/emails/pause",
         ):
             page.goto(f"{base}/jobs/{jobs.failed}")
@@ -793,6 +799,8 @@ def test_a_post_from_another_origin_is_refused_for_every_action(
             f"{base}/jobs/{jobs.failed}/retry",
             f"{base}/jobs/{jobs.pending}/cancel",
             f"{base}/jobs/retry-failed",
+            f"{base}/jobs/bulk/retry",
+            f"{base}/jobs/bulk/cancel",
             f"{base}/queues/emails/pause",
         ]
         evil = foreign_site(actions, csrf, referrer_policy=referrer_policy)
@@ -833,6 +841,7 @@ def test_a_csrf_cookie_set_by_another_origin_of_the_site_opens_no_action(
             f"{base}/jobs/{jobs.failed}/retry",
             f"{base}/jobs/{jobs.pending}/cancel",
             f"{base}/jobs/retry-failed",
+            f"{base}/jobs/bulk/cancel",
             f"{base}/queues/emails/pause",
         ]
         evil = foreign_site(
@@ -942,3 +951,160 @@ def test_long_names_keys_and_errors_wrap_inside_the_page(shop: App, db: Any, pag
                 })"""
             )
             assert set(lines) <= {1}, (path, lines)
+
+
+# -- attempt history, search, bulk actions with their count, workers, live counts -------------
+
+
+def test_the_job_page_shows_each_attempt_with_its_worker_outcome_and_error(
+    shop: App, page: Any
+) -> None:
+    runs: list[int] = []
+
+    @shop.task(name="flaky.sync", queue="flaky", max_attempts=5, retry=FixedDelay(0))
+    def flaky(n: int) -> None:
+        runs.append(n)
+        if len(runs) < 3:
+            raise ValueError(f"boom {len(runs)}")
+
+    job_id = shop.enqueue("flaky.sync", {"n": 1}).id
+    in_thread(lambda: drain(shop, queues=["flaky"], with_scheduled=True))
+    with serving(shop) as base:
+        log_in(page, base, f"/jobs/{job_id}")
+        assert page.locator("h1 .status").inner_text() == "done"
+        attempts = table(page, 0)
+        assert [(a["attempt"], a["outcome"]) for a in attempts] == [
+            ("1", "retried"),
+            ("2", "retried"),
+            ("3", "done"),
+        ]
+        assert all(a["worker"] not in ("", "-") for a in attempts)
+        assert all(len(a["started"]) == 19 and len(a["ended"]) == 19 for a in attempts)
+        assert attempts[0]["error"] == "ValueError: boom 1" and attempts[2]["error"] == ""
+        # The whole error with its traceback opens under its last line.
+        first = page.locator("#attempts details").first
+        assert not first.locator("pre").is_visible()
+        first.locator("summary").click()
+        assert "Traceback" in first.locator("pre").inner_text()
+        screenshot(page, "dashboard-job-attempts")
+        shown = open_json(page, f"{base}/api/jobs/{job_id}")
+        assert [a["outcome"] for a in shown["attempt_history"]] == ["retried", "retried", "done"]
+
+
+def test_jobs_are_found_by_payload_field_and_by_id(shop: App, page: Any) -> None:
+    ids = [shop.enqueue("mail.send", {"to": f"user{i % 3}@example.com"}).id for i in range(9)]
+    report = shop.enqueue("report.build", {"week": 7}).id
+    with serving(shop) as base:
+        log_in(page, base, "/jobs")
+        page.fill('input[name="key"]', "to")
+        page.fill('input[name="value"]', "user1@example.com")
+        follow(page, page.get_by_role("button", name="Show"), "**/jobs?*key=to*")
+        assert listed_ids(page) == list(reversed(ids[1::3]))
+        assert "Searched the payloads of 10 jobs (at most 10,000 a page" in page.inner_text("main")
+        screenshot(page, "dashboard-search")
+        # A JSON value is matched as JSON (a number), with the other filters.
+        page.goto(f"{base}/jobs?key=week&value=7&task=report.build")
+        assert listed_ids(page) == [report]
+        page.goto(f"{base}/jobs?key=week&value=%227%22")  # "7", a string: no job
+        assert page.locator("td.muted").inner_text() == "No job matches."
+        # Text that looks like SQL is a value like any other.
+        page.goto(f"{base}/jobs?key=to&value=%27%29%3B+DROP+TABLE+jobs%3B+--")
+        assert page.locator("td.muted").inner_text() == "No job matches."
+        response = page.goto(f"{base}/jobs?key={'k' * 201}&value=1")
+        assert response.status == 400 and "payload key is 1 to 200" in page.inner_text("body")
+        api = open_json(page, f"{base}/api/jobs?key=to&value=user0@example.com")
+        assert [j["id"] for j in api["jobs"]] == list(reversed(ids[0::3]))
+        assert api["scanned"] == 10 and api["next_before"] is None
+        # By id: the job's page.
+        page.goto(f"{base}/jobs")
+        page.fill('input[name="id"]', str(report))
+        follow(page, page.get_by_role("button", name="Open"), f"**/jobs/{report}")
+        assert page.locator("h1").inner_text().startswith(f"Job {report}")
+
+
+def test_bulk_retry_and_cancel_say_how_many_jobs_first_and_change_only_those(
+    shop: App, db: Any, page: Any
+) -> None:
+    jobs = seed(shop)
+    more_failed = shop.enqueue("report.build", {"week": 61}).id
+    in_thread(lambda: drain(shop, queues=["reports"]))
+    unstarted = [shop.enqueue("mail.send", {"to": f"{i}@example.com"}).id for i in range(3)]
+    with serving(shop) as base:
+        log_in(page, base, "/jobs?status=failed&task=report.build")
+        before = statuses(db, shop)
+        follow(
+            page,
+            page.get_by_role("link", name="Retry every failed job of this filter…"),
+            "**/jobs/bulk?action=retry*",
+        )
+        assert "2 jobs will be retried" in page.inner_text("#bulk-count")
+        assert statuses(db, shop) == before  # counting changes nothing
+        screenshot(page, "dashboard-bulk-confirm")
+        click(page, "Retry 2 jobs", "**/jobs?notice=bulk-retried*")
+        assert notice(page).startswith("2 jobs will run again; 0 skipped")
+        assert {statuses(db, shop)[i] for i in (jobs.failed, more_failed)} == {"pending"}
+
+        # Cancel: every unstarted job of queue emails (pending, waiting), none of another queue.
+        page.goto(f"{base}/jobs?queue=emails")
+        follow(
+            page,
+            page.get_by_role("link", name="Cancel every unstarted job of this filter…"),
+            "**/jobs/bulk?action=cancel*",
+        )
+        expected = [jobs.pending, jobs.waiting, *unstarted]
+        assert f"{len(expected)} jobs will be cancelled" in page.inner_text("#bulk-count")
+        click(page, f"Cancel {len(expected)} jobs", "**/jobs?notice=bulk-cancelled*")
+        assert (
+            notice(page)
+            == f"{len(expected)} jobs cancelled (the jobs of the filter that had not started)."
+        )
+        after = statuses(db, shop)
+        assert {after[i] for i in expected} == {"cancelled"}
+        assert after[jobs.scheduled] == "scheduled"  # queue reports
+        # Nothing left to cancel: the page says so and has no button.
+        page.goto(f"{base}/jobs/bulk?action=cancel&queue=emails")
+        assert "0 jobs will be cancelled" in page.inner_text("#bulk-count")
+        assert buttons(page) == []
+        # A bulk action a status filter does not allow is refused.
+        response = page.goto(f"{base}/jobs/bulk?action=cancel&status=running")
+        assert response.status == 400
+
+
+def test_the_workers_page_and_the_queue_counts_update_without_a_reload(
+    shop: App, db: Any, page: Any
+) -> None:
+    seed(shop)
+    with serving(shop) as base, working(shop, ["media"]):
+        running = shop.enqueue("video.encode", {"seconds": 60}).id
+        wait_for(lambda: statuses(db, shop)[running] == "running", 20, "the video job runs")
+        wait_for(
+            lambda: [w["running"] for w in shop.sync_client.list_workers()] == [1],
+            20,
+            "the worker reports itself and its running job",
+        )
+        log_in(page, base, "/")
+        follow(page, page.get_by_role("link", name="Workers", exact=True), "**/workers")
+        (worker,) = table(page)
+        (listed,) = shop.sync_client.list_workers()
+        assert worker["worker"] == listed["id"] and worker["host"] == socket.gethostname()
+        assert worker["pid"] == str(os.getpid()) and worker["queues"] == "media"
+        assert worker["running"] == "1" and worker["last seen"].endswith("s ago")
+        screenshot(page, "dashboard-workers")
+        follow(page, page.get_by_role("link", name="media"), "**/jobs?queue=media&status=running")
+        assert listed_ids(page) == [running]
+
+        # The queues page reads /api/queues every 5 s and writes the counts in place.
+        page.goto(f"{base}/")
+        page.evaluate("window.notReloaded = true")
+        pending = page.locator('tr[data-row="emails"] [data-field="pending"]')
+        assert pending.inner_text() == "1"
+        for n in range(3):
+            shop.enqueue("mail.send", {"to": f"live{n}@example.com"})
+        page.wait_for_function(
+            """() => document.querySelector('tr[data-row="emails"] [data-field="pending"]')
+                       .textContent === "4" """,
+            timeout=15_000,
+        )
+        assert page.evaluate("window.notReloaded") is True
+        assert page.inner_text("#queues-live").startswith("Updated ")
+        shop.sync_client.cancel_or_request(running)  # let the worker stop at once

@@ -151,10 +151,11 @@ def jobs_list(
 @schema_option
 @json_option
 def jobs_show(job_id: int, dsn: str | None, schema: str, as_json: bool) -> None:
-    """Everything about one job, including its last error and traceback."""
+    """Everything about one job, including its attempts and its last error and traceback."""
     with open_app(dsn, schema) as app:
         job = app.get_job(job_id)
         waits_for = app.sync_client.waits_for(job_id) if job and job.status == "waiting" else []
+        attempts = app.sync_client.attempts(job) if job else []
     if job is None:
         click.echo(f"no job {job_id}", err=True)
         raise SystemExit(NOT_CHANGED)
@@ -162,12 +163,19 @@ def jobs_show(job_id: int, dsn: str | None, schema: str, as_json: bool) -> None:
     if waits_for:
         shown["waits_for"] = {str(dep): status for dep, status in waits_for}
     if as_json:
-        emit_json(shown)
+        emit_json({**shown, "attempt_history": attempts})
         return
     for key, value in shown.items():
         if key != "last_error":
             text = json.dumps(value) if key in ("payload", "result", "meta", "waits_for") else value
             click.echo(f"{key:>16}: {text}")
+    for a in attempts:
+        error = (a["error"] or "").strip().splitlines()
+        click.echo(
+            f"{'attempt ' + str(a['attempt']):>16}: {a['outcome']} by {a['worker'] or '-'}, "
+            f"{a['started_at'] or '-'} .. {a['ended_at'] or '-'}"
+            + (f": {error[-1]}" if error else "")
+        )
     if job.last_error:
         click.echo(f"{'last_error':>16}:\n{job.last_error}")
 

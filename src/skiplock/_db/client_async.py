@@ -20,9 +20,11 @@ from psycopg import AsyncConnection
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
+from skiplock._db.attempt_log import attempt_history
 from skiplock._db.caller_connection import AsyncCallerConnection, caller_connection_async
 from skiplock._db.connections import connect_kwargs, server_watch_settings, unavailable
 from skiplock._db.enqueue import NewJob, NewJobs
+from skiplock._db.job_search import SEARCH_SCAN, FoundJobs
 from skiplock._db.migrations import all_migrations
 from skiplock._db.payload import BIGINT_MAX, INT_MAX, load_json
 from skiplock._db.presence import is_silent
@@ -338,6 +340,38 @@ class AsyncClient:
             return await self.store.job_list(
                 c, queue=queue, status=status, task=task, limit=limit, before=before
             )
+
+    async def attempts(self, job: Job, conn: AsyncConnection[Any] | None = None) -> list[Any]:
+        """The attempts of ``job`` (as :func:`get_job` read it), oldest first: see
+        :func:`skiplock._db.attempt_log.attempt_history`."""
+        async with self.connection(conn) as c:
+            log = await self.store.job_list_attempts(c, job.id)
+        return attempt_history(job, log)
+
+    async def search_jobs(
+        self,
+        payload: str,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+        before: int | None = None,
+        scan: int = SEARCH_SCAN,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> FoundJobs:
+        """:meth:`list_jobs` of the jobs whose payload contains ``payload`` (JSON text, see
+        :func:`skiplock._db.job_search.payload_filter`), reading at most ``scan`` jobs."""
+        if before is not None and (isinstance(before, bool) or not 1 <= before <= BIGINT_MAX):
+            raise ValueError(f"before must be a job id from 1 to {BIGINT_MAX}, got {before!r}")
+        for name, value in (("limit", limit), ("scan", scan)):
+            if isinstance(value, bool) or not 1 <= value <= INT_MAX:
+                raise ValueError(f"{name} must be from 1 to {INT_MAX}, got {value!r}")
+        async with self.connection(conn) as c:
+            return await self.store.job_search(
+                c, payload=payload, queue=queue, status=status, task=task, limit=limit,
+                before=before, scan=scan,
+            )  # fmt: skip
 
     async def set_paused(
         self, queue: str, paused: bool, conn: AsyncConnection[Any] | None = None

@@ -27,6 +27,7 @@ from psycopg.rows import dict_row, tuple_row
 from skiplock._db.claimed_rows import claimed_jobs
 from skiplock._db.connections import translate
 from skiplock._db.enqueue import NewJobs, shared_key_results
+from skiplock._db.job_search import SEARCH_SCAN, FoundJobs
 from skiplock._db.presence import SILENT_AFTER
 from skiplock._db.queue_locks import lock_timeout_setting
 from skiplock._db.records import ClaimRoom, LimitedClaim, QueueLimits, QueueSetting
@@ -445,6 +446,43 @@ class SyncAdminStatements(SyncSeam):
             "schema": self.schema,
         }
         return self._jobs(conn, "job_list", params)
+
+    def job_list_attempts(self, conn: Connection[Any], job_id: int) -> Any:
+        """The attempt_log of a job (a JSON list, or None when it has none or does not exist)."""
+        rows = self._fetch(conn, "job_list_attempts", {"id": job_id}, shown=True)
+        return rows[0][0] if rows else None
+
+    def job_search(
+        self,
+        conn: Connection[Any],
+        *,
+        payload: str,
+        queue: str | None = None,
+        status: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+        before: int | None = None,
+        scan: int = SEARCH_SCAN,
+    ) -> FoundJobs:
+        """The newest jobs matching the filters whose payload contains ``payload`` (JSON
+        text), reading at most ``scan`` of them (see ``job_search`` in admin.sql)."""
+        params = {
+            "queue": queue,
+            "status": status,
+            "task": task,
+            "payload": payload,
+            "limit": limit,
+            "before": before,
+            "scan": scan,
+            "schema": self.schema,
+        }
+        rows = self._fetch(conn, "job_search", params, shown=True)
+        jobs = [Job.from_tuple(row[:-2]) for row in rows if row[0] is not None]
+        down_to, scanned = rows[0][-2:] if rows else (None, 0)
+        following: int | None = jobs[-1].id if len(jobs) == limit else None
+        if following is None and scanned == scan:
+            following = down_to
+        return FoundJobs(jobs, following, scanned)
 
     def job_count_by_queue_and_status(self, conn: Connection[Any]) -> list[tuple[str, str, int]]:
         return list(self._rows(conn, "job_count_by_queue_and_status", {}))

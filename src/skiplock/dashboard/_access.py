@@ -17,7 +17,8 @@
   it is accepted only with ``Sec-Fetch-Site: same-origin`` (which browsers send over HTTPS
   and to localhost).
   :func:`checked_form` is the one way a POST handler reads its form.
-- **Every response** is not cached, cannot be framed, and may run no script.  Its referrer
+- **Every response** is not cached, cannot be framed, and may run no script but the
+  dashboard's own file (``/static/live.js``: no inline script, no other origin).  Its referrer
   policy is ``same-origin``: the dashboard's own form POSTs carry its real ``Origin`` (under
   ``no-referrer`` a browser sends ``Origin: null``), and no other site is sent a referrer.
 """
@@ -45,6 +46,7 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
+        "script-src 'self'; connect-src 'self'; "
         "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     ),
     "X-Frame-Options": "DENY",

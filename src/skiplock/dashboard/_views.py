@@ -1,8 +1,10 @@
-"""The dashboard's pages and JSON (queues, jobs, one job) and its actions (retry, cancel,
-pause, resume, and retry every failed job a filter selects).
+"""The dashboard's pages and JSON (queues, jobs, one job with its attempts, workers) and its
+actions (retry, cancel, pause, resume, and retry or cancel every job a filter selects, after a
+page that says how many that is).
 
 It reads and changes jobs only through the App's client, with the CLI's own statements: no SQL
-of its own.  Lists are pages of :data:`PAGE_SIZE` jobs, newest first, paged by id.
+of its own.  Lists are pages of :data:`PAGE_SIZE` jobs, newest first, paged by id; a search by
+a payload field reads at most :data:`~skiplock._db.job_search.SEARCH_SCAN` jobs a page.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from skiplock._cli.admin import job_dict
+from skiplock._db.job_search import SEARCH_SCAN, payload_filter
 from skiplock._db.payload import check_queue_name, check_task_name
 from skiplock.app import App
 from skiplock.bulk import JobFilter
 from skiplock.dashboard._access import checked_form
+from skiplock.dashboard._static import live_js
 from skiplock.errors import IdempotencyConflict, InvalidName, InvalidPayload
 from skiplock.job import Job, JobStatus
 
@@ -40,6 +44,7 @@ NOTICES = {
     "resumed": "Queue {queue} runs again.",
     "bulk-retried": "{jobs} will run again; {skipped} skipped (an unfinished job holds their "
     "idempotency key, or they break a bound of the jobs table).",
+    "bulk-cancelled": "{jobs} cancelled (the jobs of the filter that had not started).",
     "refused": "Job {job} was not retried: it breaks a bound of the jobs table (see its last "
     "error and docs/security.md).",
 }
@@ -60,6 +65,9 @@ class Views:
             Route("/", self.queues, name="queues"),
             Route("/jobs", self.jobs, name="jobs"),
             Route("/jobs/{job_id:int}", self.job, name="job"),
+            Route("/jobs/bulk", self.bulk_confirm, name="bulk"),
+            Route("/workers", self.workers, name="workers"),
+            Route("/static/live.js", live_js),
             Route("/api/queues", self.api_queues),
             Route("/api/workers", self.api_workers),
             Route("/api/jobs", self.api_jobs),
@@ -69,6 +77,8 @@ class Views:
             ("/jobs/{job_id:int}/retry", self.retry_job),
             ("/jobs/{job_id:int}/cancel", self.cancel_job),
             ("/jobs/retry-failed", self.retry_failed),
+            ("/jobs/bulk/retry", self.bulk_retry),
+            ("/jobs/bulk/cancel", self.bulk_cancel),
             ("/queues/{queue}/pause", self.pause_queue),
             ("/queues/{queue}/resume", self.resume_queue),
         ]
@@ -93,13 +103,25 @@ class Views:
         shown = self.shown(job)
         waits_for = await self.client.waits_for(job.id) if job.status == "waiting" else []
         shown["waits_for"] = {str(dep): status for dep, status in waits_for}
+        shown["attempt_history"] = await self.client.attempts(job)
         return shown
 
-    async def _listed(self, request: Request) -> tuple[dict[str, Any], list[Job]]:
+    async def _listed(
+        self, request: Request
+    ) -> tuple[dict[str, Any], list[Job], int | None, int | None]:
+        """The filters of a request, the jobs of its page, the id the next page starts below
+        (None: no more) and, for a payload search, how many jobs it read."""
         filters = _filters(request)
         before = _int_param(request, "before")
-        found = await self.client.list_jobs(**filters, limit=PAGE_SIZE, before=before)
-        return filters, found
+        payload = _payload_param(request)
+        if payload is None:
+            found = await self.client.list_jobs(**filters, limit=PAGE_SIZE, before=before)
+            following = found[-1].id if len(found) == PAGE_SIZE else None
+            return filters, found, following, None
+        searched = await self.client.search_jobs(
+            payload, **filters, limit=PAGE_SIZE, before=before, scan=SEARCH_SCAN
+        )
+        return filters, searched.jobs, searched.next_before, searched.scanned
 
     def _page(self, request: Request, name: str, **context: Any) -> Response:
         notice = request.query_params.get("notice")
@@ -144,18 +166,25 @@ class Views:
         return rows
 
     async def jobs(self, request: Request) -> Response:
-        filters, found = await self._listed(request)
-        more = None
-        if len(found) == PAGE_SIZE:
-            kept = {k: v for k, v in filters.items() if v is not None}
-            more = urlencode({**kept, "before": found[-1].id})
+        wanted = _int_param(request, "id")
+        if wanted is not None:  # "find a job by id": its page
+            return _back(request, f"/jobs/{wanted}")
+        filters, found, following, scanned = await self._listed(request)
+        key, value = (request.query_params.get(k) or "" for k in ("key", "value"))
+        kept = {k: v for k, v in {**filters, "key": key, "value": value}.items() if v}
+        more = urlencode({**kept, "before": following}) if following is not None else None
         return self._page(
             request,
             "jobs.html",
             jobs=[self.shown(j) for j in found],
             filters=filters,
+            payload_key=key,
+            payload_value=value,
+            scanned=scanned,
+            scan_limit=SEARCH_SCAN,
             statuses=[s.value for s in JobStatus],
             more=more,
+            bulk=urlencode({k: v for k, v in filters.items() if v}),
         )
 
     async def job(self, request: Request) -> Response:
@@ -164,6 +193,9 @@ class Views:
             raise HTTPException(404, f"no job {request.path_params['job_id']}")
         return self._page(request, "job.html", job=await self._shown_in_full(found))
 
+    async def workers(self, request: Request) -> Response:
+        return self._page(request, "workers.html", workers=await self._workers())
+
     async def api_queues(self, request: Request) -> Response:
         return JSONResponse(await self.client.queue_status())
 
@@ -171,9 +203,11 @@ class Views:
         return JSONResponse(await self._workers())
 
     async def api_jobs(self, request: Request) -> Response:
-        _, found = await self._listed(request)
-        following = found[-1].id if len(found) == PAGE_SIZE else None
-        return JSONResponse({"jobs": [self.shown(j) for j in found], "next_before": following})
+        _, found, following, scanned = await self._listed(request)
+        answer: dict[str, Any] = {"jobs": [self.shown(j) for j in found], "next_before": following}
+        if scanned is not None:
+            answer["scanned"] = scanned
+        return JSONResponse(answer)
 
     async def api_job(self, request: Request) -> Response:
         found = await self.client.get_job(_job_id(request))
@@ -212,6 +246,41 @@ class Views:
         return _back(request, "/jobs", notice="bulk-retried", n=done.retried,
                      skipped=done.skipped, status="failed", queue=queue, task=task)  # fmt: skip
 
+    async def bulk_confirm(self, request: Request) -> Response:
+        """The page that says how many jobs a bulk retry or cancel of the list's filter would
+        change now, with the button that does it."""
+        action = request.query_params.get("action")
+        filters = _filters(request)
+        statuses = _bulk_statuses(action, filters["status"])
+        jobs = JobFilter(queue=filters["queue"], task=filters["task"])
+        counts = await self.client.count_matching(jobs, statuses)
+        return self._page(
+            request,
+            "bulk.html",
+            action=action,
+            filters=filters,
+            statuses=statuses,
+            counts={s: counts.get(s, 0) for s in statuses},
+            total=sum(counts.values()),
+            back=urlencode({k: v for k, v in filters.items() if v}),
+        )
+
+    async def bulk_retry(self, request: Request) -> Response:
+        form = await checked_form(request)
+        jobs, status = _bulk_form(form)
+        done = await self.client.retry_jobs(jobs, _bulk_statuses("retry", status))
+        return _back(request, "/jobs", notice="bulk-retried", n=done.retried,
+                     skipped=done.skipped, status=status, queue=jobs.queue,
+                     task=jobs.task)  # fmt: skip
+
+    async def bulk_cancel(self, request: Request) -> Response:
+        form = await checked_form(request)
+        jobs, status = _bulk_form(form)
+        _bulk_statuses("cancel", status)
+        done = await self.client.cancel_jobs(jobs)
+        return _back(request, "/jobs", notice="bulk-cancelled", n=done.cancelled,
+                     queue=jobs.queue, task=jobs.task)  # fmt: skip
+
     async def pause_queue(self, request: Request) -> Response:
         return await self._set_paused(request, True)
 
@@ -234,7 +303,8 @@ async def _refuse_read_only(request: Request) -> Response:
 def _back(request: Request, path: str, **params: Any) -> Response:
     """303 to a page of the dashboard, with what happened in its address."""
     query = urlencode({k: v for k, v in params.items() if v is not None})
-    return RedirectResponse(f"{request.scope.get('root_path', '')}{path}?{query}", 303)
+    query = f"?{query}" if query else ""
+    return RedirectResponse(f"{request.scope.get('root_path', '')}{path}{query}", 303)
 
 
 def _int_param(request: Request, name: str) -> int | None:
@@ -264,6 +334,40 @@ def _queue_param(value: str | None) -> str | None:
         return check_queue_name(value) if value else None
     except InvalidName:
         return None
+
+
+UNSTARTED = ("waiting", "scheduled", "pending")
+
+
+def _bulk_statuses(action: str | None, status: str | None) -> list[str]:
+    """The statuses a bulk action takes jobs from: a retry, failed jobs (or the cancelled ones,
+    when the list shows those); a cancel, every job not started, and only from a list not
+    filtered by status (it cancels waiting, scheduled and pending jobs alike).  400 else."""
+    if action == "retry" and status in (None, "failed", "cancelled"):
+        return [status or "failed"]
+    if action == "cancel" and status is None:
+        return list(UNSTARTED)
+    raise HTTPException(400, f"no bulk {action or 'action'} of the jobs of status {status}")
+
+
+def _bulk_form(form: Any) -> tuple[JobFilter, str | None]:
+    """The filter (queue, task) and status a bulk action's form carries, checked."""
+    queue, task, status = (str(form.get(k) or "") or None for k in ("queue", "task", "status"))
+    try:
+        return JobFilter(queue=queue, task=task), status
+    except InvalidName as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
+def _payload_param(request: Request) -> str | None:
+    """The payload filter (``key`` = ``value``) as JSON text, None without a key; 400 if bad."""
+    key = request.query_params.get("key") or ""
+    if not key:
+        return None
+    try:
+        return payload_filter(key, request.query_params.get("value") or "")
+    except ValueError as exc:
+        raise HTTPException(400, str(exc)) from None
 
 
 def _filters(request: Request) -> dict[str, Any]:

@@ -84,6 +84,7 @@ class Queries:
             "entity_key_hold": sql.Identifier(schema, "entity_key_hold"),
             "entity_key_locked_by_worker": sql.Identifier(schema, "entity_key_locked_by_worker"),
             "may_write_jobs": sql.Identifier(schema, "may_write_jobs"),
+            "attempt_log_append": sql.Identifier(schema, "attempt_log_append"),
         }
         # Rendered once: composing identifiers on every execute costs more than the round trip
         # saves on a fast claim, and the driver caches the conversion of plain SQL text.

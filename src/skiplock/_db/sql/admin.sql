@@ -198,3 +198,56 @@ WHERE status = 'running' AND NOT cancel_requested
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(task)s::text IS NULL OR task = %(task)s)
 RETURNING id;
+
+-- name: job_list_attempts
+-- Admin: the attempt_log of one job (migration 0018), from the jobs table or the archive; no
+-- row: no such job.  The attempt running or done now is told by the job's own row.
+(SELECT attempt_log FROM {jobs} WHERE id = %(id)s)
+UNION ALL
+(SELECT attempt_log FROM {archive} WHERE id = %(id)s)
+LIMIT 1;
+
+-- name: job_search
+-- Admin: job_list with a payload filter (%(payload)s: JSON that the payload must contain, jsonb
+-- @>), bounded: of the jobs matching queue, status and task below %(before)s, newest first,
+-- only the first %(scan)s are read and tested against the payload (no index on payload, which
+-- would slow every enqueue and claim), and at most %(limit)s of them returned.  Every row
+-- ends with the smallest id read and how many were read; with no match, one row of NULLs
+-- and those two.
+WITH held_jobs AS MATERIALIZED (
+    SELECT coalesce(array_agg(l.objid::int8), ARRAY[]::int8[]) AS ids
+    FROM pg_locks AS l
+    JOIN pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+      AND {may_write_jobs}(a.usesysid)
+), scanned AS MATERIALIZED (
+    SELECT * FROM (
+        SELECT id, queue, task, payload,
+               CASE WHEN status = 'pending'
+                         AND (id & 4294967295) = ANY ((SELECT ids FROM held_jobs)::int8[])
+                    THEN 'running' ELSE status END AS status,
+               priority, run_at, attempts, max_attempts,
+               locked_by, locked_until, locked_at, entity_key, idempotency_key, created_at, meta,
+               expires_at, last_error, finished_at, result
+        FROM {jobs}
+        UNION ALL
+        SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts,
+               locked_by, NULL::timestamptz, NULL::timestamptz, entity_key, idempotency_key,
+               created_at, meta, expires_at, last_error, finished_at, result
+        FROM {archive}
+    ) AS listed
+    WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+      AND (%(status)s::text IS NULL OR status = %(status)s)
+      AND (%(task)s::text IS NULL OR task = %(task)s)
+      AND (%(before)s::bigint IS NULL OR id < %(before)s)
+    ORDER BY id DESC
+    LIMIT %(scan)s
+)
+SELECT m.*, b.down_to, b.n
+FROM (SELECT min(id) AS down_to, count(*) AS n FROM scanned) AS b
+LEFT JOIN LATERAL (
+    SELECT * FROM scanned WHERE payload @> %(payload)s::jsonb ORDER BY id DESC LIMIT %(limit)s
+) AS m ON true
+ORDER BY m.id DESC;

@@ -405,7 +405,8 @@ WHERE j.id = c.id
 RETURNING j.id;
 
 -- name: job_archive_many
--- Move claimed jobs that finished to the archive table, if each claim still owns its job.
+-- Move claimed jobs that finished to the archive table, if each claim still owns its job; the
+-- done attempt goes into its attempt_log (the archive keeps no locked_at to tell it from).
 WITH moved AS (
     DELETE FROM {jobs} AS j
     USING unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
@@ -417,15 +418,19 @@ WITH moved AS (
 )
 INSERT INTO {archive} (id, queue, task, payload, status, priority, run_at, attempts,
                        max_attempts, locked_by, entity_key, idempotency_key, last_error,
-                       created_at, finished_at, result, meta, expires_at)
+                       created_at, finished_at, result, meta, expires_at, attempt_log)
 SELECT id, queue, task, payload, 'done', priority, run_at, attempts, max_attempts, locked_by,
-       entity_key, idempotency_key, last_error, created_at, now(), result, meta, expires_at
+       entity_key, idempotency_key, last_error, created_at, now(), result, meta, expires_at,
+       {attempt_log_append}(attempt_log, jsonb_build_object(
+           'attempt', attempts, 'worker', locked_by, 'started_at', locked_at,
+           'ended_at', now(), 'outcome', 'done', 'error', NULL))
 FROM moved
 RETURNING id;
 
 -- name: job_fail_many
 -- Record failed attempts of claimed jobs that still own them: back to the queue after
--- retry_in seconds, or 'failed' when retry_in is NULL or the attempts are spent.
+-- retry_in seconds, or 'failed' when retry_in is NULL or the attempts are spent; each attempt
+-- goes into the job's attempt_log (migration 0018).
 WITH f AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[],
                          %(errors)s::text[], %(retry_in)s::float8[])
@@ -439,6 +444,11 @@ SET status = CASE WHEN f.retry_in IS NULL OR j.attempts >= j.max_attempts THEN '
                   ELSE now() + make_interval(secs => f.retry_in) END,
     finished_at = CASE WHEN f.retry_in IS NULL OR j.attempts >= j.max_attempts THEN now() END,
     last_error = f.error,
+    attempt_log = {attempt_log_append}(j.attempt_log, jsonb_build_object(
+        'attempt', j.attempts, 'worker', j.locked_by, 'started_at', j.locked_at,
+        'ended_at', now(), 'error', left(f.error, 2000),
+        'outcome', CASE WHEN f.retry_in IS NULL OR j.attempts >= j.max_attempts THEN 'failed'
+                        ELSE 'retried' END)),
     locked_until = NULL
 FROM f
 WHERE j.id = f.id
@@ -454,6 +464,9 @@ UPDATE {jobs} AS j
 SET status = CASE WHEN s.delay > 0 THEN 'scheduled' ELSE 'pending' END,
     run_at = now() + make_interval(secs => s.delay),
     max_attempts = j.max_attempts + (j.max_attempts < 2147483647)::int,
+    attempt_log = {attempt_log_append}(j.attempt_log, jsonb_build_object(
+        'attempt', j.attempts, 'worker', j.locked_by, 'started_at', j.locked_at,
+        'ended_at', now(), 'outcome', 'snoozed', 'error', NULL)),
     locked_until = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[],
             %(delays)s::float8[]) AS s(id, attempts, claim_time, delay)
@@ -495,6 +508,11 @@ SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending'
     END,
     last_error = format('lease expired: worker %%s did not finish attempt %%s by %%s',
                         j.locked_by, j.attempts, j.locked_until),
+    attempt_log = {attempt_log_append}(j.attempt_log, jsonb_build_object(
+        'attempt', j.attempts, 'worker', j.locked_by, 'started_at', j.locked_at,
+        'ended_at', now(), 'outcome', 'lease expired',
+        'error', format('lease expired: worker %%s did not finish attempt %%s by %%s',
+                        j.locked_by, j.attempts, j.locked_until))),
     locked_until = NULL
 FROM expired
 WHERE j.id = expired.id AND j.status = 'running'
@@ -593,7 +611,10 @@ SELECT pg_notify(%(channel)s, payload) FROM unnest(%(payloads)s::text[]) AS payl
 -- Mark running jobs cancelled (an admin asked while they ran), if each claim still owns its job.
 UPDATE {jobs} AS j
 SET status = 'cancelled', finished_at = now(), locked_until = NULL,
-    last_error = 'cancelled while running'
+    last_error = 'cancelled while running',
+    attempt_log = {attempt_log_append}(j.attempt_log, jsonb_build_object(
+        'attempt', j.attempts, 'worker', j.locked_by, 'started_at', j.locked_at,
+        'ended_at', now(), 'outcome', 'cancelled', 'error', 'cancelled while running'))
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
      AS c(id, attempts, claim_time)
 WHERE j.id = c.id

@@ -335,6 +335,10 @@ ORDER BY 1;
 UPDATE {jobs}
 SET attempts = %(attempts)s,
     last_error = %(error)s,
+    attempt_log = {attempt_log_append}(attempt_log, jsonb_build_object(
+        'attempt', %(attempts)s::int, 'worker', NULL, 'started_at', NULL, 'ended_at', now(),
+        'error', left(%(error)s, 2000),
+        'outcome', CASE WHEN %(attempts)s >= max_attempts THEN 'failed' ELSE 'retried' END)),
     status = CASE WHEN %(attempts)s >= max_attempts THEN 'failed' ELSE 'scheduled' END,
     finished_at = CASE WHEN %(attempts)s >= max_attempts THEN now() END,
     run_at = CASE WHEN %(attempts)s >= max_attempts THEN run_at
@@ -379,7 +383,10 @@ WHERE job_id = ANY(%(ids)s::bigint[]) AND cancel_requested_at IS NOT NULL;
 -- (job_held_start_count), so they were attempts: count them and say so.  The claim is the
 -- ownership token; the caller holds the row lock.
 UPDATE {jobs}
-SET attempts = %(counted)s, last_error = %(error)s
+SET attempts = %(counted)s, last_error = %(error)s,
+    attempt_log = {attempt_log_append}(attempt_log, jsonb_build_object(
+        'attempt', %(counted)s::int - 1, 'worker', NULL, 'started_at', NULL, 'ended_at', now(),
+        'outcome', 'lost', 'error', left(%(error)s, 2000)))
 WHERE id = %(id)s AND status = 'running' AND locked_by = %(worker)s AND attempts = %(attempts)s
   AND locked_at = %(claimed_at)s
 RETURNING id;

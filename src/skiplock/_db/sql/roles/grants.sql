@@ -106,6 +106,7 @@ GRANT EXECUTE ON FUNCTION {schema}.entity_key_running(text) TO {worker};
 GRANT EXECUTE ON FUNCTION {schema}.entity_key_held(text, text), {schema}.entity_key_hold(text, text),
     {schema}.entity_key_locked_by_worker(text, text), {schema}.may_write_jobs(oid)
     TO {worker};
+GRANT EXECUTE ON FUNCTION {schema}.attempt_log_append(jsonb, jsonb) TO {worker};  -- outcomes (0018)
 GRANT SELECT ON {migrations} TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {jobs} TO {worker};
 GRANT SELECT, INSERT ON {archive} TO {worker};
