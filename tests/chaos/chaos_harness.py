@@ -167,14 +167,18 @@ class Fault:
 class ChaosRun:
     """A fresh schema with a ledger on ``dsn``, the workers run on it, the faults injected."""
 
-    def __init__(self, dsn: str, label: str, workdir: Path | None = None) -> None:
+    def __init__(
+        self, dsn: str, label: str, workdir: Path | None = None, ledger_dsn: str | None = None
+    ) -> None:
+        """``ledger_dsn``: keep the ledger on another server (the same schema name there), so
+        that it survives what happens to ``dsn``'s (a failover that loses commits)."""
         self.tag = secrets.token_hex(4)
         self.label = label
         self.schema = f"chaos_{label}_{self.tag}"
         self.dsn = dsn
         self.app_name = f"chaos_{self.tag}"
         self.worker_dsn = with_params(dsn, application_name=self.app_name)
-        self.ledger_dsn = with_params(dsn, application_name=f"{self.app_name}_ledger")
+        self.ledger_dsn = with_params(ledger_dsn or dsn, application_name=f"{self.app_name}_ledger")
         self._own_dir = workdir is None
         self.dir = workdir or Path(tempfile.mkdtemp(prefix=f"chaos-{label}-"))
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -182,10 +186,19 @@ class ChaosRun:
                                    self.schema)  # fmt: skip
         self.app.migrate()
         self.db = psycopg.connect(dsn, autocommit=True, application_name=f"{self.app_name}_db")
-        self.db.execute(sql.SQL(chaos_app.LEDGER_DDL).format(ledger=self.table("ledger")))
+        self._ledger_db: psycopg.Connection[Any] | None = None
+        if ledger_dsn is not None:
+            self._ledger_db = psycopg.connect(ledger_dsn, autocommit=True)
+            self.ledger_db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(self.schema)))
+        self.ledger_db.execute(sql.SQL(chaos_app.LEDGER_DDL).format(ledger=self.table("ledger")))
         self.workers: list[WorkerProc] = []
         self.faults: list[Fault] = []
         self.t0 = time.time()
+
+    @property
+    def ledger_db(self) -> psycopg.Connection[Any]:
+        """The connection to the ledger's server (``db``, unless the ledger is elsewhere)."""
+        return self._ledger_db or self.db
 
     def table(self, name: str) -> sql.Composable:
         return sql.Identifier(self.schema, name)
@@ -338,7 +351,7 @@ class ChaosRun:
         return {r["id"]: r for r in rows}
 
     def ledger(self) -> list[Execution]:
-        rows = self.db.execute(
+        rows = self.ledger_db.execute(
             sql.SQL(
                 "SELECT job_id, attempt, worker, pid, started, ended, outcome, stopped FROM {} "
                 "ORDER BY started"
@@ -397,6 +410,12 @@ class ChaosRun:
             self.app.sync_client.drop_schema()
         self.app.close()
         self.db.close()
+        if self._ledger_db is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._ledger_db.execute(
+                    sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(self.schema))
+                )
+            self._ledger_db.close()
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
