@@ -248,7 +248,12 @@ FAILOVER_EXPLANATION = (
     "replication: nothing lost, stuck or stale, every acknowledged enqueue done, no reported "
     "outcome rolled back, duplicates within the bound; asynchronously: nothing stuck, "
     "duplicates within the bound plus the outcomes rolled back (the loss itself is reported: "
-    "it is whatever the standby had not received). Both workers go on without a restart."
+    "it is whatever the standby had not received). Both workers go on without a restart. "
+    "Most jobs run twice are not the replication's: jobs a worker had claimed ahead start "
+    "during the outage, and when the outage outlasts the 2 s lease their outcomes are refused "
+    "(`late_writes_rejected`) and they run again. The standby kept up here (no lag to speak "
+    "of), so asynchronous replication lost nothing either; a lagging standby, which would, is "
+    "not part of these runs yet."
 )
 
 
