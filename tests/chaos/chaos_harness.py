@@ -215,12 +215,25 @@ class ChaosRun:
         grace: float = 5.0,
         queues: str | None = None,
         extra: Sequence[str] = (),
+        dsn: str | None = None,
+        prefix: Sequence[str] = (),
     ) -> WorkerProc:
+        """``dsn``: the server as this worker reaches it (another route to the same server: a
+        proxy), for its pool and its ledger writes; ``prefix``: what the command runs under
+        (``ip netns exec NAME``)."""
         name = f"w{len(self.workers) + 1}"
         log = self.dir / f"{name}.log"
+        worker_dsn = (
+            self.worker_dsn if dsn is None else with_params(dsn, application_name=self.app_name)
+        )
+        ledger_dsn = (
+            self.ledger_dsn
+            if dsn is None
+            else with_params(dsn, application_name=f"{self.app_name}_ledger")
+        )
         command = [
-            sys.executable, "-m", "skiplock", "worker", "chaos_app:app",
-            "--dsn", self.worker_dsn, "--concurrency", str(concurrency), "--lease", str(lease),
+            *prefix, sys.executable, "-m", "skiplock", "worker", "chaos_app:app",
+            "--dsn", worker_dsn, "--concurrency", str(concurrency), "--lease", str(lease),
             "--poll-interval", str(poll), "--shutdown-grace", str(grace),
             "--log-level", "debug",  # the checks read every job's event=finished line
         ]  # fmt: skip
@@ -228,9 +241,7 @@ class ChaosRun:
         command += ["--queues", queues] if queues else []
         command += list(extra)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SKIPLOCK_", "CHAOS_"))}
-        env.update(
-            CHAOS_DSN=self.worker_dsn, CHAOS_SCHEMA=self.schema, CHAOS_LEDGER_DSN=self.ledger_dsn
-        )
+        env.update(CHAOS_DSN=worker_dsn, CHAOS_SCHEMA=self.schema, CHAOS_LEDGER_DSN=ledger_dsn)
         with log.open("wb") as err:
             popen = subprocess.Popen(
                 command,
