@@ -163,6 +163,17 @@ class ReplicatedPair:
                     raise TimeoutError(f"the standby is not streaming ({want}): {row}")
                 time.sleep(0.1)
 
+    def replication_port(self) -> int:
+        """The client port of the standby's replication connection (on the loopback)."""
+        with psycopg.connect(self.primary.dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT client_port FROM pg_stat_replication WHERE application_name = %s",
+                (self.STANDBY_NAME,),
+            ).fetchone()
+        if row is None or row[0] is None:
+            raise RuntimeError("the standby has no replication connection")
+        return int(row[0])
+
     def destroy(self) -> None:
         for cluster in (self.standby, self.primary):
             if cluster is not None:

@@ -149,6 +149,16 @@ class WorkerProc:
             found += [(at, int(job_id)) for job_id in re.findall(r"(\d+): '", m[2])]
         return found
 
+    def finished_at(self) -> list[tuple[float, int, int, str]]:
+        """(time, job id, attempt, outcome) of each ``event=finished`` line it logged."""
+        found = []
+        for line in self.stderr.splitlines():
+            m = FINISHED_RE.search(line)
+            if m is not None:
+                at = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                found.append((at, int(m[1]), int(m[4]), m[6]))
+        return found
+
     def finished(self) -> list[tuple[int, int, str]]:
         """(job id, attempt, outcome) of each ``event=finished`` line it logged."""
         return [(int(m[1]), int(m[4]), m[6]) for m in FINISHED_RE.finditer(self.stderr)]

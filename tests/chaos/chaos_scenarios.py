@@ -27,6 +27,7 @@ from chaos_harness import (
     ChaosRun,
     Fault,
     Result,
+    blackhole_available,
     check,
     comes_true,
     max_per_window,
@@ -98,11 +99,12 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"jobs": 6000, "faults": 3, "every": (4.0, 8.0), "timeouts": {}},
     ),
     "retries": ({"flaky": 200, "herd": 1000}, {"flaky": 2000, "herd": 10000}),
-    # run: seconds of drain before the primary stops; detect: seconds until the standby is
-    # promoted (what an HA manager takes to decide, at its quickest).
+    # run: seconds of drain before the primary stops; lag: for how long before that the
+    # standby receives nothing (its replication connection's packets dropped); detect: seconds
+    # until the standby is promoted (what an HA manager takes to decide, at its quickest).
     "failover": (
-        {"jobs": 300, "rate": 40, "run": 1.5, "detect": 1.0, "after": 1.5},
-        {"jobs": 3000, "rate": 100, "run": 5.0, "detect": 3.0, "after": 5.0},
+        {"jobs": 300, "rate": 40, "run": 1.5, "lag": 1.0, "detect": 1.0, "after": 1.5},
+        {"jobs": 3000, "rate": 100, "run": 5.0, "lag": 3.0, "detect": 3.0, "after": 5.0},
     ),
     "bigids": ({"jobs": 100}, {"jobs": 2000}),
 }
@@ -1543,8 +1545,11 @@ def scenario_failover(dsn: str, full: bool, replication: str) -> Result:
     with replicated_pair(replication) as pair:
         run = ChaosRun(pair.dsn, f"failover_{replication}", ledger_dsn=dsn)
         acked: list[int] = []
+        acked_at: dict[int, float] = {}
         unsure = 0
         stop_producer = threading.Event()
+        lag_reason = blackhole_available(pair.primary.dsn)
+        blackhole = Blackhole(run.tag) if lag_reason is None else None
 
         def produce() -> None:
             nonlocal unsure
@@ -1557,6 +1562,7 @@ def scenario_failover(dsn: str, full: bool, replication: str) -> Result:
                     try:
                         job = run.app.enqueue("work", payload, idempotency_key=f"p{n}")
                         acked.append(job.id)
+                        acked_at[job.id] = time.time()
                         break
                     except Exception:
                         unsure += tries == 0
@@ -1571,13 +1577,27 @@ def scenario_failover(dsn: str, full: bool, replication: str) -> Result:
             wait_for(lambda: run.listening_workers() == 2, 20, "both workers to LISTEN")
             producer = threading.Thread(target=produce, daemon=True)
             producer.start()
-            time.sleep(size["run"])
             assert pair.standby is not None
+            lag_at = None
+            if blackhole is not None:
+                # The standby falls behind: nothing reaches it from here to the failure (with
+                # synchronous replication, commits wait meanwhile).
+                time.sleep(max(0.0, size["run"] - size["lag"]))
+                blackhole.drop(pair.replication_port())
+                lag_at = time.time()
+                time.sleep(size["lag"])
+            else:
+                time.sleep(size["run"])
             at = time.time()
             pair.primary.stop("immediate")
             time.sleep(size["detect"])
             pair.standby.promote()
             promoted = time.time()
+            if blackhole is not None:
+                # Only now: the dead primary's kernel still retransmits what its process had
+                # sent, which would reach the standby before its promotion (a dead machine's
+                # would not).
+                blackhole.close()
             run.faults.append(
                 Fault(at, "primary stop -m immediate", [p.pid for p in procs], up_at=promoted)
             )
@@ -1599,8 +1619,11 @@ def scenario_failover(dsn: str, full: bool, replication: str) -> Result:
                 run.faults,
             )
             # Outcomes a worker reported written before the failure whose job ran again after
-            # it: commits the standby had not received (asynchronous replication only).
-            reported = {(j, a) for p in procs for j, a, o in p.finished() if o == "done"}
+            # it: commits the standby had not received (asynchronous replication only).  By
+            # the log line's time: a forgotten claim's rerun has the same attempt number.
+            reported = {
+                (j, a) for p in procs for t, j, a, o in p.finished_at() if o == "done" and t < at
+            }
             runs = run.ledger()
             rolled_back = {
                 e.job_id
@@ -1624,11 +1647,19 @@ def scenario_failover(dsn: str, full: bool, replication: str) -> Result:
             # attempt number; the first run's outcome is refused (late_writes_rejected).
             seen = Counter((e.job_id, e.attempt) for e in runs)
             result.notes.pop("unexplained_duplicates", None)
+            lost_acked = set(acked) - set(run.jobs())
+            # The loss is bounded by the lag: only enqueues acknowledged once the standby had
+            # stopped receiving (or just before: WAL goes out after the local commit) are gone.
+            early = [i for i in lost_acked if lag_at is None or acked_at[i] < lag_at - 0.2]
             result.notes.update(
+                standby_lag_seconds=None if lag_at is None else round(at - lag_at, 2),
                 forgotten_claims_run_again=len({j for (j, _), n in seen.items() if n > 1}),
                 acknowledged_enqueues=len(acked),
+                acknowledged_during_lag=sum(
+                    1 for t in acked_at.values() if lag_at is not None and lag_at <= t <= at
+                ),
                 enqueues_that_saw_an_error=unsure,
-                acknowledged_enqueues_lost=len(set(acked) - set(run.jobs())),
+                acknowledged_enqueues_lost=len(lost_acked),
                 outcomes_rolled_back=len(rolled_back),
                 failure_to_promoted_seconds=round(promoted - at, 2),
                 failure_to_claims_resumed_seconds=None
@@ -1642,7 +1673,10 @@ def scenario_failover(dsn: str, full: bool, replication: str) -> Result:
             result.expect(not exited, f"no worker exits ({exited})")
             result.expect(claims_at is not None, "claims resume on the promoted standby")
             result.expect(result.stuck == 0, f"stuck == 0 (got {result.stuck})")
+            if lag_reason is not None:
+                result.notes["standby_lag"] = f"not simulated: {lag_reason}"
             if replication == "async":
+                result.expect(not early, f"no enqueue lost from before the lag ({early[:10]})")
                 # What was lost is what the standby had not received; the jobs that ran again
                 # are the interrupted ones plus those whose outcome was lost with it.
                 if result.bound is not None:
@@ -1661,6 +1695,8 @@ def scenario_failover(dsn: str, full: bool, replication: str) -> Result:
             _finish(run, result)
         finally:
             stop_producer.set()
+            if blackhole is not None:
+                blackhole.close()
             run.close()
     result.wall = time.time() - started
     return result
