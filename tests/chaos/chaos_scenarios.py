@@ -1529,7 +1529,7 @@ FAILOVER_TITLES = {
 }
 
 
-def scenario_failover(dsn: str, full: bool, replication: str) -> Result:
+def scenario_failover(dsn: str, full: bool, replication: str, model: str = "lease") -> Result:
     """A scratch primary and streaming standby (``replication``: ``async`` or the
     ``synchronous_commit`` level), 2 workers and a producer on a multi-host DSN
     (``target_session_attrs=read-write``); mid-drain the primary stops ``-m immediate`` and,
@@ -1541,7 +1541,7 @@ def scenario_failover(dsn: str, full: bool, replication: str) -> Result:
     rng = random.Random()
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     started = time.time()
-    key = "failover-" + replication.replace("_", "-")
+    key = "failover-" + replication.replace("_", "-") + ("-held" if model == "held" else "")
     with replicated_pair(replication) as pair:
         run = ChaosRun(pair.dsn, f"failover_{replication}", ledger_dsn=dsn)
         acked: list[int] = []
@@ -1572,7 +1572,7 @@ def scenario_failover(dsn: str, full: bool, replication: str) -> Result:
 
         try:
             ids = run.enqueue("work", durations(rng, size["jobs"], 10, 60))
-            procs = [run.start_worker(concurrency=4, lease=2.0) for _ in range(2)]
+            procs = [run.start_worker(concurrency=4, lease=2.0, model=model) for _ in range(2)]
             run.wait_started(procs)
             wait_for(lambda: run.listening_workers() == 2, 20, "both workers to LISTEN")
             producer = threading.Thread(target=produce, daemon=True)
@@ -1612,7 +1612,7 @@ def scenario_failover(dsn: str, full: bool, replication: str) -> Result:
             found = check(run, every, recovery_from="up")
             result = Result.from_check(
                 key,
-                FAILOVER_TITLES[replication],
+                FAILOVER_TITLES[replication] + (", held-lock workers" if model == "held" else ""),
                 len(every),
                 "1 x primary stop -m immediate, standby promoted",
                 found,
@@ -1713,6 +1713,7 @@ FAILOVER_SCENARIOS: dict[str, Callable[[str, bool], Result]] = {
     "failover-async": lambda dsn, full: scenario_failover(dsn, full, "async"),
     "failover-on": lambda dsn, full: scenario_failover(dsn, full, "on"),
     "failover-remote-apply": lambda dsn, full: scenario_failover(dsn, full, "remote_apply"),
+    "failover-on-held": lambda dsn, full: scenario_failover(dsn, full, "on", "held"),
 }
 """Run by ``python tests/chaos/run.py --failover`` (not part of ``--full``): their figures go
 to their own section of docs/reliability.md."""

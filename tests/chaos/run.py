@@ -229,7 +229,8 @@ of the jobs table. After the queue drains, the checker (Jepsen `total-queue` acc
 
 
 FAILOVER_EXPLANATION = (
-    "**Primary failover** (`failover-async`, `failover-on`, `failover-remote-apply`). A scratch "
+    "**Primary failover** (`failover-async`, `failover-on`, `failover-remote-apply`, and "
+    "`failover-on-held` with held-lock workers). A scratch "
     "primary and a streaming standby of it (`pg_basebackup -R`, Debian's binaries, free ports, "
     "a temporary directory; never the shared server), asynchronous or with the standby in "
     "`synchronous_standby_names` and `synchronous_commit = on` / `remote_apply`. Two lease "
@@ -257,7 +258,9 @@ FAILOVER_EXPLANATION = (
     "running jobs while their outcome writes wait for the standby; the standby never gets "
     "those claims, so after the promotion the jobs are pending again and run a second time, "
     "and the waiting outcomes are refused (`forgotten_claims_run_again`, "
-    "`late_writes_rejected`)."
+    "`late_writes_rejected`). Held-lock workers claim in the job's own transaction, which "
+    "commits with its outcome and so waits for the standby: only the jobs running at the "
+    "failure run again."
 )
 
 
