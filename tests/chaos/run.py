@@ -260,7 +260,8 @@ FAILOVER_EXPLANATION = (
     "and the waiting outcomes are refused (`forgotten_claims_run_again`, "
     "`late_writes_rejected`). Held-lock workers claim in the job's own transaction, which "
     "commits with its outcome and so waits for the standby: only the jobs running at the "
-    "failure run again."
+    "failure run again, after their task's retry backoff (their worker counts the attempt "
+    "whose commit failed), which is the held-lock row's long recovery."
 )
 
 
