@@ -130,6 +130,16 @@ class WorkerProc:
             found += [(at, int(job_id)) for job_id in re.findall(r"(\d+): '", m[2])]
         return found
 
+    def finished_at(self) -> list[tuple[float, int, int, str]]:
+        """(time, job id, attempt, outcome) of each ``event=finished`` line it logged."""
+        found = []
+        for line in self.stderr.splitlines():
+            m = FINISHED_RE.search(line)
+            if m is not None:
+                at = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                found.append((at, int(m[1]), int(m[4]), m[6]))
+        return found
+
     def finished(self) -> list[tuple[int, int, str]]:
         """(job id, attempt, outcome) of each ``event=finished`` line it logged."""
         return [(int(m[1]), int(m[4]), m[6]) for m in FINISHED_RE.finditer(self.stderr)]
@@ -148,14 +158,18 @@ class Fault:
 class ChaosRun:
     """A fresh schema with a ledger on ``dsn``, the workers run on it, the faults injected."""
 
-    def __init__(self, dsn: str, label: str, workdir: Path | None = None) -> None:
+    def __init__(
+        self, dsn: str, label: str, workdir: Path | None = None, ledger_dsn: str | None = None
+    ) -> None:
+        """``ledger_dsn``: keep the ledger on another server (the same schema name there), so
+        that it survives what happens to ``dsn``'s (a failover that loses commits)."""
         self.tag = secrets.token_hex(4)
         self.label = label
         self.schema = f"chaos_{label}_{self.tag}"
         self.dsn = dsn
         self.app_name = f"chaos_{self.tag}"
         self.worker_dsn = with_params(dsn, application_name=self.app_name)
-        self.ledger_dsn = with_params(dsn, application_name=f"{self.app_name}_ledger")
+        self.ledger_dsn = with_params(ledger_dsn or dsn, application_name=f"{self.app_name}_ledger")
         self._own_dir = workdir is None
         self.dir = workdir or Path(tempfile.mkdtemp(prefix=f"chaos-{label}-"))
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -163,10 +177,19 @@ class ChaosRun:
                                    self.schema)  # fmt: skip
         self.app.migrate()
         self.db = psycopg.connect(dsn, autocommit=True, application_name=f"{self.app_name}_db")
-        self.db.execute(sql.SQL(chaos_app.LEDGER_DDL).format(ledger=self.table("ledger")))
+        self._ledger_db: psycopg.Connection[Any] | None = None
+        if ledger_dsn is not None:
+            self._ledger_db = psycopg.connect(ledger_dsn, autocommit=True)
+            self.ledger_db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(self.schema)))
+        self.ledger_db.execute(sql.SQL(chaos_app.LEDGER_DDL).format(ledger=self.table("ledger")))
         self.workers: list[WorkerProc] = []
         self.faults: list[Fault] = []
         self.t0 = time.time()
+
+    @property
+    def ledger_db(self) -> psycopg.Connection[Any]:
+        """The connection to the ledger's server (``db``, unless the ledger is elsewhere)."""
+        return self._ledger_db or self.db
 
     def table(self, name: str) -> sql.Composable:
         return sql.Identifier(self.schema, name)
@@ -183,12 +206,25 @@ class ChaosRun:
         grace: float = 5.0,
         queues: str | None = None,
         extra: Sequence[str] = (),
+        dsn: str | None = None,
+        prefix: Sequence[str] = (),
     ) -> WorkerProc:
+        """``dsn``: the server as this worker reaches it (another route to the same server: a
+        proxy), for its pool and its ledger writes; ``prefix``: what the command runs under
+        (``ip netns exec NAME``)."""
         name = f"w{len(self.workers) + 1}"
         log = self.dir / f"{name}.log"
+        worker_dsn = (
+            self.worker_dsn if dsn is None else with_params(dsn, application_name=self.app_name)
+        )
+        ledger_dsn = (
+            self.ledger_dsn
+            if dsn is None
+            else with_params(dsn, application_name=f"{self.app_name}_ledger")
+        )
         command = [
-            sys.executable, "-m", "skiplock", "worker", "chaos_app:app",
-            "--dsn", self.worker_dsn, "--concurrency", str(concurrency), "--lease", str(lease),
+            *prefix, sys.executable, "-m", "skiplock", "worker", "chaos_app:app",
+            "--dsn", worker_dsn, "--concurrency", str(concurrency), "--lease", str(lease),
             "--poll-interval", str(poll), "--shutdown-grace", str(grace),
             "--log-level", "debug",  # the checks read every job's event=finished line
         ]  # fmt: skip
@@ -196,9 +232,7 @@ class ChaosRun:
         command += ["--queues", queues] if queues else []
         command += list(extra)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SKIPLOCK_", "CHAOS_"))}
-        env.update(
-            CHAOS_DSN=self.worker_dsn, CHAOS_SCHEMA=self.schema, CHAOS_LEDGER_DSN=self.ledger_dsn
-        )
+        env.update(CHAOS_DSN=worker_dsn, CHAOS_SCHEMA=self.schema, CHAOS_LEDGER_DSN=ledger_dsn)
         with log.open("wb") as err:
             popen = subprocess.Popen(
                 command,
@@ -319,7 +353,7 @@ class ChaosRun:
         return {r["id"]: r for r in rows}
 
     def ledger(self) -> list[Execution]:
-        rows = self.db.execute(
+        rows = self.ledger_db.execute(
             sql.SQL(
                 "SELECT job_id, attempt, worker, pid, started, ended, outcome, stopped FROM {} "
                 "ORDER BY started"
@@ -378,6 +412,12 @@ class ChaosRun:
             self.app.sync_client.drop_schema()
         self.app.close()
         self.db.close()
+        if self._ledger_db is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._ledger_db.execute(
+                    sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(self.schema))
+                )
+            self._ledger_db.close()
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 

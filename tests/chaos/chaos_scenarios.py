@@ -27,6 +27,7 @@ from chaos_harness import (
     ChaosRun,
     Fault,
     Result,
+    blackhole_available,
     check,
     max_per_window,
     percentile,
@@ -36,7 +37,7 @@ from chaos_harness import (
 from psycopg import sql
 
 from helpers.polling import comes_true, wait_for
-from helpers.scratch_pg import scratch_cluster
+from helpers.scratch_pg import replicated_pair, scratch_cluster
 from helpers.stores import SyncStore, sync_store
 from skiplock.job import Job
 
@@ -97,6 +98,13 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"jobs": 6000, "faults": 3, "every": (4.0, 8.0), "timeouts": {}},
     ),
     "retries": ({"flaky": 200, "herd": 1000}, {"flaky": 2000, "herd": 10000}),
+    # run: seconds of drain before the primary stops; lag: for how long before that the
+    # standby receives nothing (its replication connection's packets dropped); detect: seconds
+    # until the standby is promoted (what an HA manager takes to decide, at its quickest).
+    "failover": (
+        {"jobs": 300, "rate": 40, "run": 1.5, "lag": 1.0, "detect": 1.0, "after": 1.5},
+        {"jobs": 3000, "rate": 100, "run": 5.0, "lag": 3.0, "detect": 3.0, "after": 5.0},
+    ),
     "bigids": ({"jobs": 100}, {"jobs": 2000}),
 }
 
@@ -1509,6 +1517,205 @@ def _every_statement(run: ChaosRun, store: SyncStore, start_at: int) -> list[str
         for job in store.job_claim(conn, [queue], 8, "W2", 30):
             store.job_finish_many(conn, [job.claim], "keep")
     return problems
+
+
+# -- 9. primary failover ----------------------------------------------------------------------
+
+FAILOVER_TITLES = {
+    "async": "primary failover, asynchronous replication",
+    "on": "primary failover, synchronous_commit = on",
+    "remote_apply": "primary failover, synchronous_commit = remote_apply",
+}
+
+
+def scenario_failover(dsn: str, full: bool, replication: str, model: str = "lease") -> Result:
+    """A scratch primary and streaming standby (``replication``: ``async`` or the
+    ``synchronous_commit`` level), 2 workers and a producer on a multi-host DSN
+    (``target_session_attrs=read-write``); mid-drain the primary stops ``-m immediate`` and,
+    ``detect`` seconds later, the standby is promoted.  The ledger lives on ``dsn``'s server,
+    out of the failover's reach.  With synchronous replication every acknowledged enqueue and
+    every reported outcome survives; asynchronously, what the standby had not received is gone
+    (the loss is reported, bounded by the lag)."""
+    size = sizes("failover", full)
+    rng = random.Random()
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    started = time.time()
+    key = "failover-" + replication.replace("_", "-") + ("-held" if model == "held" else "")
+    with replicated_pair(replication) as pair:
+        run = ChaosRun(pair.dsn, f"failover_{replication}", ledger_dsn=dsn)
+        acked: list[int] = []
+        acked_at: dict[int, float] = {}
+        unsure = 0
+        stop_producer = threading.Event()
+        lag_reason = blackhole_available(pair.primary.dsn)
+        blackhole = Blackhole(run.tag) if lag_reason is None else None
+
+        def produce() -> None:
+            nonlocal unsure
+            n = 0
+            while not stop_producer.is_set() or n == 0:
+                payload = {"ms": round(rng.uniform(10, 60), 1)}
+                for tries in itertools.count():
+                    if tries > 600:
+                        break
+                    try:
+                        job = run.app.enqueue("work", payload, idempotency_key=f"p{n}")
+                        acked.append(job.id)
+                        acked_at[job.id] = time.time()
+                        break
+                    except Exception:
+                        unsure += tries == 0
+                        time.sleep(0.1)
+                n += 1
+                time.sleep(1 / size["rate"])
+
+        try:
+            ids = run.enqueue("work", durations(rng, size["jobs"], 10, 60))
+            procs = [run.start_worker(concurrency=4, lease=2.0, model=model) for _ in range(2)]
+            run.wait_started(procs)
+            wait_for(lambda: run.listening_workers() == 2, 20, "both workers to LISTEN")
+            producer = threading.Thread(target=produce, daemon=True)
+            producer.start()
+            assert pair.standby is not None
+            lag_at = None
+            if blackhole is not None:
+                # The standby falls behind: nothing reaches it from here to the failure (with
+                # synchronous replication, commits wait meanwhile).
+                time.sleep(max(0.0, size["run"] - size["lag"]))
+                blackhole.drop(pair.replication_port())
+                lag_at = time.time()
+                time.sleep(size["lag"])
+            else:
+                time.sleep(size["run"])
+            at = time.time()
+            pair.primary.stop("immediate")
+            time.sleep(size["detect"])
+            pair.standby.promote()
+            promoted = time.time()
+            if blackhole is not None:
+                # Only now: the dead primary's kernel still retransmits what its process had
+                # sent, which would reach the standby before its promotion (a dead machine's
+                # would not).
+                blackhole.close()
+            run.faults.append(
+                Fault(at, "primary stop -m immediate", [p.pid for p in procs], up_at=promoted)
+            )
+            run.db.close()
+            run.db = wait_for(lambda: _connect(pair.dsn), 30, "the promoted standby")
+            time.sleep(size["after"])
+            stop_producer.set()
+            producer.join(timeout=120)
+            drained = run.wait_drained(120 if full else 40)
+            exited = [p.name for p in procs if not p.alive()]
+            every = set(ids) | set(acked)
+            found = check(run, every, recovery_from="up")
+            result = Result.from_check(
+                key,
+                FAILOVER_TITLES[replication] + (", held-lock workers" if model == "held" else ""),
+                len(every),
+                "1 x primary stop -m immediate, standby promoted",
+                found,
+                run.faults,
+            )
+            # Outcomes a worker reported written before the failure whose job ran again after
+            # it: commits the standby had not received (asynchronous replication only).  By
+            # the log line's time: a forgotten claim's rerun has the same attempt number.
+            reported = {
+                (j, a) for p in procs for t, j, a, o in p.finished_at() if o == "done" and t < at
+            }
+            runs = run.ledger()
+            rolled_back = {
+                e.job_id
+                for e in runs
+                if e.outcome == "ok"
+                and e.ended is not None
+                and e.ended < at
+                and (e.job_id, e.attempt) in reported
+                and any(x.job_id == e.job_id and x.started > at for x in runs)
+            }
+            resumed = run.db.execute(
+                sql.SQL(
+                    "SELECT extract(epoch FROM min(locked_at))::float8 FROM {}"
+                    " WHERE locked_at > to_timestamp(%s)"
+                ).format(run.table("jobs")),
+                (promoted,),
+            ).fetchone()
+            claims_at = resumed[0] if resumed else None
+            # A lease claim commits without waiting for its WAL (docs/worker.md): one the
+            # standby had not received is forgotten, and its job runs again with the same
+            # attempt number; the first run's outcome is refused (late_writes_rejected).
+            seen = Counter((e.job_id, e.attempt) for e in runs)
+            result.notes.pop("unexplained_duplicates", None)
+            lost_acked = set(acked) - set(run.jobs())
+            # The loss is bounded by the lag: only enqueues acknowledged once the standby had
+            # stopped receiving (or just before: WAL goes out after the local commit) are gone.
+            early = [i for i in lost_acked if lag_at is None or acked_at[i] < lag_at - 0.2]
+            result.notes.update(
+                standby_lag_seconds=None if lag_at is None else round(at - lag_at, 2),
+                forgotten_claims_run_again=len({j for (j, _), n in seen.items() if n > 1}),
+                acknowledged_enqueues=len(acked),
+                acknowledged_during_lag=sum(
+                    1 for t in acked_at.values() if lag_at is not None and lag_at <= t <= at
+                ),
+                enqueues_that_saw_an_error=unsure,
+                acknowledged_enqueues_lost=len(lost_acked),
+                outcomes_rolled_back=len(rolled_back),
+                failure_to_promoted_seconds=round(promoted - at, 2),
+                failure_to_claims_resumed_seconds=None
+                if claims_at is None
+                else round(claims_at - at, 2),
+                promoted_to_claims_resumed_seconds=None
+                if claims_at is None
+                else round(claims_at - promoted, 2),
+            )
+            result.expect(drained, "the queue drains after the failover")
+            result.expect(not exited, f"no worker exits ({exited})")
+            result.expect(claims_at is not None, "claims resume on the promoted standby")
+            result.expect(result.stuck == 0, f"stuck == 0 (got {result.stuck})")
+            if lag_reason is not None:
+                result.notes["standby_lag"] = f"not simulated: {lag_reason}"
+            if replication == "async":
+                result.expect(not early, f"no enqueue lost from before the lag ({early[:10]})")
+                # What was lost is what the standby had not received; the jobs that ran again
+                # are the interrupted ones plus those whose outcome was lost with it.
+                if result.bound is not None:
+                    result.bound += len(rolled_back)
+                result.expect(
+                    (result.duplicates or 0) <= (result.bound or 0),
+                    f"duplicates ({result.duplicates}) within the bound ({result.bound})",
+                )
+            else:
+                result.expect(not rolled_back, f"no reported outcome rolled back ({rolled_back})")
+                not_done = [
+                    i for i, row in run.jobs().items() if i in every and row["status"] != "done"
+                ]
+                result.expect(not not_done, f"every acknowledged enqueue done ({not_done[:10]})")
+                _common_expectations(result)
+            _finish(run, result)
+        finally:
+            stop_producer.set()
+            if blackhole is not None:
+                blackhole.close()
+            run.close()
+    result.wall = time.time() - started
+    return result
+
+
+def _connect(dsn: str) -> psycopg.Connection[Any] | None:
+    try:
+        return psycopg.connect(dsn, autocommit=True)
+    except psycopg.OperationalError:
+        return None
+
+
+FAILOVER_SCENARIOS: dict[str, Callable[[str, bool], Result]] = {
+    "failover-async": lambda dsn, full: scenario_failover(dsn, full, "async"),
+    "failover-on": lambda dsn, full: scenario_failover(dsn, full, "on"),
+    "failover-remote-apply": lambda dsn, full: scenario_failover(dsn, full, "remote_apply"),
+    "failover-on-held": lambda dsn, full: scenario_failover(dsn, full, "on", "held"),
+}
+"""Run by ``python tests/chaos/run.py --failover`` (not part of ``--full``): their figures go
+to their own section of docs/reliability.md."""
 
 
 # -- all --------------------------------------------------------------------------------------

@@ -7,6 +7,12 @@ rewrites ``docs/reliability.md``; without it the quick sizes CI uses run and the
 printed (``--write`` writes it anyway).  ``--only kill-lease,race`` picks scenarios.  The
 scenario that restarts PostgreSQL never touches the server of ``--dsn``: it starts a scratch
 cluster of its own (initdb + pg_ctl).  Exit status 1 when any check failed.
+
+    python tests/chaos/run.py --failover --full --dsn DSN
+
+runs the primary failover scenarios instead (a scratch primary and standby of their own; the
+ledger on ``--dsn``'s server) and rewrites only their section of ``docs/reliability.md``, which
+the other runs keep as it is.
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # the harness, and tests/helpers/
 
 from chaos_harness import Result  # noqa: E402
-from chaos_scenarios import SCENARIOS, SIZES  # noqa: E402
+from chaos_scenarios import FAILOVER_SCENARIOS, SCENARIOS, SIZES  # noqa: E402
 
 ROOT = HERE.parent.parent
 DOC = ROOT / "docs" / "reliability.md"
+FAILOVER_BEGIN = "<!-- failover: begin (python tests/chaos/run.py --failover --full) -->"
+FAILOVER_END = "<!-- failover: end -->"
 
 EXPLANATIONS = {
     "kill-lease": (
@@ -220,6 +228,43 @@ of the jobs table. After the queue drains, the checker (Jepsen `total-queue` acc
 """
 
 
+FAILOVER_EXPLANATION = (
+    "**Primary failover** (`failover-async`, `failover-on`, `failover-remote-apply`, and "
+    "`failover-on-held` with held-lock workers). A scratch "
+    "primary and a streaming standby of it (`pg_basebackup -R`, Debian's binaries, free ports, "
+    "a temporary directory; never the shared server), asynchronous or with the standby in "
+    "`synchronous_standby_names` and `synchronous_commit = on` / `remote_apply`. Two lease "
+    "workers (concurrency 4, lease 2 s) and a producer (about {rate} enqueues/s, each retried "
+    "with its idempotency key until it returns) use one multi-host DSN, "
+    "`host=127.0.0.1,127.0.0.1 port=P1,P2 target_session_attrs=read-write`; {jobs} jobs of "
+    "10-60 ms are preloaded. After {run:g} s the primary stops with `pg_ctl stop -m immediate`; "
+    "for the {lag:g} s before that the standby receives nothing (iptables drops its "
+    "replication connection's packets until it is promoted), as a standby that lags would. "
+    "{detect:g} s after the failure (an HA manager's decision, at its quickest) the standby is "
+    "promoted (`pg_ctl promote`); the old primary never comes back. The ledger is on another "
+    "server, out of the failover's reach. Reported: acknowledged enqueues lost (returned an "
+    "id, row gone on the new primary), outcomes rolled back (a worker logged the job done "
+    "before the failure, and it ran again after), forgotten claims run again (a lease claim "
+    "commits without waiting for its WAL, see docs/worker.md: one the standby had not received "
+    "is gone, its job runs again with the same attempt number and the first run's outcome is "
+    "refused), and failure → promoted → first claim on the new primary. Checks with "
+    "synchronous replication: nothing lost, stuck or stale, every acknowledged enqueue done, "
+    "no reported outcome rolled back, duplicates within the bound; asynchronously: nothing "
+    "stuck, no enqueue acknowledged before the lag lost, duplicates within the bound plus the "
+    "outcomes rolled back. Both workers go on without a restart. Asynchronously, the "
+    "enqueues acknowledged during the lag are lost and the outcomes written during it rolled "
+    "back. Synchronously nothing acknowledged is lost, but many jobs run twice: lease claims "
+    "commit without waiting (for the disk or the standby), so the workers go on claiming and "
+    "running jobs while their outcome writes wait for the standby; the standby never gets "
+    "those claims, so after the promotion the jobs are pending again and run a second time, "
+    "and the waiting outcomes are refused (`forgotten_claims_run_again`, "
+    "`late_writes_rejected`). Held-lock workers claim in the job's own transaction, which "
+    "commits with its outcome and so waits for the standby: only the jobs running at the "
+    "failure run again, after their task's retry backoff (their worker counts the attempt "
+    "whose commit failed), which is the held-lock row's long recovery."
+)
+
+
 def cell(value: object) -> str:
     return "—" if value is None else str(value)
 
@@ -247,6 +292,8 @@ def table(results: list[Result]) -> str:
 
 def explanation(key: str, full: bool) -> str:
     base = key.split("-")[0] if key not in SIZES else key
+    if base == "failover":
+        return FAILOVER_EXPLANATION.format(**SIZES[base][1 if full else 0])
     size = dict(SIZES.get(base, ({}, {}))[1 if full else 0])
     if "every" in size:
         size["every"] = "-".join(f"{v:g}" for v in size["every"])
@@ -328,6 +375,50 @@ def render(results: list[Result], full: bool, command: str, took: float) -> str:
     return "\n".join(out)
 
 
+def failover_section(doc: str) -> str:
+    """The failover section of a docs/reliability.md (markers included), or ''."""
+    start, end = doc.find(FAILOVER_BEGIN), doc.find(FAILOVER_END)
+    if start < 0 or end < 0:
+        return ""
+    return doc[start : end + len(FAILOVER_END)]
+
+
+def render_failover(results: list[Result], full: bool, command: str) -> str:
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    out = [
+        FAILOVER_BEGIN,
+        "## Primary failover",
+        "",
+        f"Regenerated by `{command}` ({date}, {'full' if full else 'quick'} mode, "
+        f"{os.cpu_count()} CPUs, a shared box); CI runs the quick mode "
+        "(`tests/chaos/test_failover.py`). What each setting guarantees is in "
+        "[operations.md](operations.md#high-availability-failover).",
+        "",
+        table(results),
+        "",
+        "- " + explanation("failover", full),
+        "",
+    ]
+    for r in results:
+        out.append(f"- **{r.key}**: " + "; ".join(f"{k} = {v}" for k, v in r.notes.items()))
+        for failure in r.failures:
+            out.append(f"  - check failed: {failure}")
+    out.append(FAILOVER_END)
+    return "\n".join(out)
+
+
+def write_failover(path: Path, section: str) -> None:
+    """Replace the failover section of the doc (or add it before its Notes)."""
+    doc = path.read_text()
+    old = failover_section(doc)
+    if old:
+        doc = doc.replace(old, section)
+    else:
+        at = doc.find("\n## Notes")
+        doc = doc[:at] + "\n" + section + "\n" + doc[at:] if at >= 0 else doc + "\n" + section
+    path.write_text(doc)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--full", action="store_true", help="full sizes; writes the doc")
@@ -335,19 +426,23 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated scenario names: " + ", ".join(SCENARIOS))
     parser.add_argument("--write", action="store_true", help="write the doc in quick mode too")
     parser.add_argument("--out", type=Path, default=DOC)
+    parser.add_argument(
+        "--failover", action="store_true", help="the primary failover scenarios instead"
+    )
     args = parser.parse_args()
     if not args.dsn:
         parser.error("give --dsn or set SKIPLOCK_TEST_DSN")
-    names = [n.strip() for n in args.only.split(",")] if args.only else list(SCENARIOS)
-    unknown = [n for n in names if n not in SCENARIOS]
+    known = FAILOVER_SCENARIOS if args.failover else SCENARIOS
+    names = [n.strip() for n in args.only.split(",")] if args.only else list(known)
+    unknown = [n for n in names if n not in known]
     if unknown:
-        parser.error(f"unknown scenarios {unknown}; known: {', '.join(SCENARIOS)}")
+        parser.error(f"unknown scenarios {unknown}; known: {', '.join(known)}")
     results: list[Result] = []
     began = time.time()
     for name in names:
         print(f"== {name} ({'full' if args.full else 'quick'})", flush=True)
         try:
-            result = SCENARIOS[name](args.dsn, args.full)
+            result = known[name](args.dsn, args.full)
         except Exception as exc:
             traceback.print_exc()
             result = Result(name, name, 0, "—", failures=[f"crashed: {exc!r}"])
@@ -359,8 +454,15 @@ def main() -> int:
     command = "python tests/chaos/run.py" + (" --full" if args.full else "") + " --dsn DSN"
     print()
     print(table(results))
-    if args.full or args.write:
+    if args.failover and (args.full or args.write):
+        command = command.replace("run.py", "run.py --failover")
+        write_failover(args.out, render_failover(results, args.full, command))
+        print(f"\nwrote the failover section of {args.out}")
+    elif args.full or args.write:
+        kept = failover_section(args.out.read_text() if args.out.exists() else "")
         args.out.write_text(render(results, args.full, command, took))
+        if kept:
+            write_failover(args.out, kept)
         print(f"\nwrote {args.out}")
     return 1 if any(r.failures for r in results) else 0
 
