@@ -65,7 +65,7 @@ class Queries:
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
-        self.channel = notify_channel(schema)
+        self.channel: str = notify_channel(schema)
         names = {
             "schema": sql.Identifier(schema),
             "jobs": sql.Identifier(schema, "jobs"),
