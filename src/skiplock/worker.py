@@ -62,7 +62,7 @@ from skiplock.events import JobEvent, WorkerStats, new_worker_id
 from skiplock.job import Job
 from skiplock.task import WorkerModel
 
-log = logging.getLogger("skiplock.worker")
+log: logging.Logger = logging.getLogger("skiplock.worker")
 
 __all__ = ["JobEvent", "Worker", "WorkerStats", "new_worker_id"]
 
@@ -113,25 +113,30 @@ class Worker:
         if model not in (None, "lease", "held"):
             raise ValueError(f"model must be 'lease' or 'held', got {model!r}")
         self.app = app
-        self.queues = [check_queue_name(q) for q in queues] if queues else None
+        self.queues: list[str] | None = [check_queue_name(q) for q in queues] if queues else None
         self.concurrency = concurrency
-        self.capacity = Capacity(concurrency, prefetch, max_in_flight=max_in_flight)
+        self.capacity: Capacity = Capacity(concurrency, prefetch, max_in_flight=max_in_flight)
         self.model: WorkerModel | None = model
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         self.burst = burst
-        self.listen = listen and not burst
+        self.listen: bool = listen and not burst
         self.shutdown_grace = shutdown_grace
         self.leader_ttl = leader_ttl
-        self.worker_id = worker_id or new_worker_id()
+        self.worker_id: str = worker_id or new_worker_id()
         # The app's event listeners, then on_event; none: no events are made (unless logged).
-        self.listeners = [*app.event_listeners, *([on_event] if on_event else [])]
-        self.recycling = Recycling(max_jobs=max_jobs, max_memory=max_memory)
-        self.store = AsyncStore(app.queries)
-        self.stats = WorkerStats()
-        self.state = WorkerState()  # what the services below share
-        self.claim_cursor = ClaimCursor()
-        self.queue_lock_waits = QueueLockWaits()  # limited queues whose claim lock is busy
+        self.listeners: list[Callable[[JobEvent], None]] = [
+            *app.event_listeners,
+            *([on_event] if on_event else []),
+        ]
+        self.recycling: Recycling = Recycling(max_jobs=max_jobs, max_memory=max_memory)
+        self.store: AsyncStore = AsyncStore(app.queries)
+        self.stats: WorkerStats = WorkerStats()
+        self.state: WorkerState = WorkerState()  # what the services below share
+        self.claim_cursor: ClaimCursor = ClaimCursor()
+        self.queue_lock_waits: QueueLockWaits = (
+            QueueLockWaits()
+        )  # limited queues whose claim lock is busy
         # The services, made by run().
         self.settings: QueueSettings | None = None
         self.listener: Listener | None = None

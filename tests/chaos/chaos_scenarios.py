@@ -39,6 +39,7 @@ from psycopg import sql
 from helpers.polling import comes_true, wait_for
 from helpers.scratch_pg import replicated_pair, scratch_cluster
 from helpers.stores import SyncStore, sync_store
+from skiplock._db.records import FailedAttempt, Snooze
 from skiplock.job import Job
 
 # quick (CI) and full sizes of every scenario
@@ -808,11 +809,11 @@ def _race_op(
     if kind == "finish":
         return job_id in store.job_finish_many(c, [a_claim], "keep")
     if kind == "fail_retry":
-        return job_id in store.job_fail_many(c, [(a_claim, "A-error", 0.0)])
+        return job_id in store.job_fail_many(c, [FailedAttempt(a_claim, "A-error", 0.0)])
     if kind == "fail_final":
-        return job_id in store.job_fail_many(c, [(a_claim, "A-error", None)])
+        return job_id in store.job_fail_many(c, [FailedAttempt(a_claim, "A-error", None)])
     if kind == "snooze":
-        return job_id in store.job_snooze_many(c, [(a_claim, 0.0)])
+        return job_id in store.job_snooze_many(c, [Snooze(a_claim, 0.0)])
     if kind == "heartbeat":
         return job_id in store.job_extend_leases(c, [a_claim], 30)
     if kind == "release":
@@ -1322,7 +1323,10 @@ def scenario_retries(dsn: str, full: bool) -> Result:
             failed_at = time.time()
             store.job_fail_many(
                 conn,
-                [(j.claim, "the herd fails at once", policy.delay(j.attempts)) for j in claimed],
+                [
+                    FailedAttempt(j.claim, "the herd fails at once", policy.delay(j.attempts))
+                    for j in claimed
+                ],
             )
             planned = [
                 r[0]
@@ -1483,12 +1487,16 @@ def _every_statement(run: ChaosRun, store: SyncStore, start_at: int) -> list[str
 
         want(store.job_finish_many(conn, [j[0].claim], "keep") == {j[0].id}, "finish")
         expect[j[0].id] = "done"
-        want(store.job_fail_many(conn, [(j[1].claim, "e", 0.0)]) == {j[1].id: "pending"}, "fail")
+        want(
+            store.job_fail_many(conn, [FailedAttempt(j[1].claim, "e", 0.0)])
+            == {j[1].id: "pending"},
+            "fail",
+        )
         expect[j[1].id] = "pending"
-        want(store.job_fail_many(conn, [(j[2].claim, "e", None)]) == {j[2].id: "failed"},
-             "fail final")  # fmt: skip
+        final = FailedAttempt(j[2].claim, "e", None)
+        want(store.job_fail_many(conn, [final]) == {j[2].id: "failed"}, "fail final")
         expect[j[2].id] = "failed"
-        want(store.job_snooze_many(conn, [(j[3].claim, 0.0)]) == {j[3].id}, "snooze")
+        want(store.job_snooze_many(conn, [Snooze(j[3].claim, 0.0)]) == {j[3].id}, "snooze")
         expect[j[3].id] = "pending"
         want(store.job_extend_leases(conn, [j[4].claim], 30) == {j[4].id: False}, "heartbeat")
         expect[j[4].id] = "running"

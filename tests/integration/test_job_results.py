@@ -13,6 +13,7 @@ from psycopg import sql
 
 from helpers.stores import SyncStore
 from skiplock import App, ConfigurationError, JobContext, JobStatus, Worker
+from skiplock._db.records import TaskResult
 from skiplock.job import Claim
 
 
@@ -168,12 +169,16 @@ def test_a_stale_claim_stores_no_result(app: App, store: SyncStore, db: Any) -> 
         assert reclaimed is not None
         old, new = job.claim, reclaimed.claim
         assert new == Claim(job_id, 2, "w-new", old.claimed_at + timedelta(seconds=1))
-        store.job_record_results(conn, [(new, '"fresh"')])  # (before an archive)
-        store.job_record_results(conn, [(old, '"stale"')])
-        assert store.job_finish_with_results_many(conn, [(old, '"stale"')], "keep") == set()
+        store.job_record_results(conn, [TaskResult(new, '"fresh"')])  # (before an archive)
+        store.job_record_results(conn, [TaskResult(old, '"stale"')])
+        assert (
+            store.job_finish_with_results_many(conn, [TaskResult(old, '"stale"')], "keep") == set()
+        )
         seen = app.get_job(job_id)
         assert seen is not None and (seen.status, seen.result) == (JobStatus.RUNNING, "fresh")
-        assert store.job_finish_with_results_many(conn, [(new, '"done"')], "keep") == {job_id}
+        assert store.job_finish_with_results_many(conn, [TaskResult(new, '"done"')], "keep") == {
+            job_id
+        }
     done = app.get_job(job_id)
     assert done is not None and (done.status, done.result) == (JobStatus.DONE, "done")
 

@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 from helpers.polling import comes_true_async
 from helpers.stores import SyncStore
 from skiplock import App, Claim, JobStatus, Worker
+from skiplock._db.records import FailedAttempt, Snooze, TaskResult
 
 pytestmark = pytest.mark.smoke
 
@@ -84,9 +85,9 @@ def test_expired_lease_is_reclaimed_and_the_stale_claim_changes_nothing(
         # Every state change through the stale claim is refused and leaves the row alone.
         for completion in ("keep", "delete", "archive"):
             assert s.job_finish_many(conn, [stale], completion) == set()
-        assert s.job_fail_many(conn, [(stale, "stale failure", 5.0)]) == {}
-        assert s.job_fail_many(conn, [(stale, "stale final failure", None)]) == {}
-        assert s.job_snooze_many(conn, [(stale, 0.0)]) == set()
+        assert s.job_fail_many(conn, [FailedAttempt(stale, "stale failure", 5.0)]) == {}
+        assert s.job_fail_many(conn, [FailedAttempt(stale, "stale final failure", None)]) == {}
+        assert s.job_snooze_many(conn, [Snooze(stale, 0.0)]) == set()
         assert s.job_extend_leases(conn, [stale], 3600) == {}
         assert row(app, job_id) == before
         archived = conn.execute(
@@ -200,8 +201,8 @@ def test_only_the_claiming_worker_can_change_its_job(app: App, store: SyncStore)
         for impostor in impostors:
             for completion in ("keep", "delete", "archive"):
                 assert s.job_finish_many(conn, [impostor], completion) == set()
-            assert s.job_fail_many(conn, [(impostor, "nope", None)]) == {}
-            assert s.job_snooze_many(conn, [(impostor, 0.0)]) == set()
+            assert s.job_fail_many(conn, [FailedAttempt(impostor, "nope", None)]) == {}
+            assert s.job_snooze_many(conn, [Snooze(impostor, 0.0)]) == set()
             assert s.job_extend_leases(conn, [impostor], 60) == {}
         assert row(app, job_id) == before
         assert s.job_finish_many(conn, [job.claim], "keep") == {job_id}
@@ -241,11 +242,11 @@ def test_a_job_claimed_again_with_the_same_worker_and_attempt_is_another_claim(
 
         for completion in ("keep", "delete", "archive"):
             assert s.job_finish_many(conn, [old], completion) == set()
-        s.job_record_results(conn, [(old, '"stale"')])
-        assert s.job_finish_with_results_many(conn, [(old, '"stale"')], "keep") == set()
-        assert s.job_fail_many(conn, [(old, "stale failure", 5.0)]) == {}
-        assert s.job_fail_many(conn, [(old, "stale final failure", None)]) == {}
-        assert s.job_snooze_many(conn, [(old, 0.0)]) == set()
+        s.job_record_results(conn, [TaskResult(old, '"stale"')])
+        assert s.job_finish_with_results_many(conn, [TaskResult(old, '"stale"')], "keep") == set()
+        assert s.job_fail_many(conn, [FailedAttempt(old, "stale failure", 5.0)]) == {}
+        assert s.job_fail_many(conn, [FailedAttempt(old, "stale final failure", None)]) == {}
+        assert s.job_snooze_many(conn, [Snooze(old, 0.0)]) == set()
         assert s.job_extend_leases(conn, [old], 3600) == {}
         assert s.job_cancel_claimed_many(conn, [old]) == set()
         assert s.job_release_many(conn, [old]) == set()

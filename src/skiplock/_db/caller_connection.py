@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, TypeAlias, TypeVar
 
+import psycopg
 from psycopg import AsyncConnection, Connection
 
 from skiplock.errors import ConfigurationError
@@ -64,10 +65,10 @@ class SqlAlchemyAsyncConnection(Protocol):
 
 
 CallerConnection: TypeAlias = (
-    Connection[Any] | DjangoConnection | SqlAlchemySession | SqlAlchemyConnection
+    psycopg.Connection[Any] | DjangoConnection | SqlAlchemySession | SqlAlchemyConnection
 )
 AsyncCallerConnection: TypeAlias = (
-    AsyncConnection[Any] | SqlAlchemyAsyncSession | SqlAlchemyAsyncConnection
+    psycopg.AsyncConnection[Any] | SqlAlchemyAsyncSession | SqlAlchemyAsyncConnection
 )
 
 C = TypeVar("C", Connection[Any], AsyncConnection[Any])

@@ -348,8 +348,9 @@ def _contains_nul(value: Any) -> bool:
 
 
 def load_json(data: str | bytes) -> Any:
-    """``json.loads`` for the JSON text PostgreSQL sends (jsonb's canonical form), about 3x
-    faster: a worker decodes one payload per job.  Text that does not parse to its end in one
+    """``json.loads`` for the JSON text PostgreSQL sends (jsonb's canonical form), faster: a
+    worker decodes one payload per job (docs/design.md, "Payloads as JSON text, decoded by the
+    worker").  Text that does not parse to its end in one
     go (leading whitespace, say) goes through ``json.loads``, errors and all."""
     text = data if isinstance(data, str) else str(data, "utf-8")
     try:

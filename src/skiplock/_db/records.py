@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from skiplock._db.queue_locks import QUEUE_LOCK_WAIT
+from skiplock.job import Claim
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +53,31 @@ class ClaimRoom:
 
     room: int
     budget: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class FailedAttempt:
+    """A claimed job's failed attempt, for ``job_fail_many``: its ``error`` and when it is tried
+    again, in ``retry_in`` seconds (None: the failure is final)."""
+
+    claim: Claim
+    error: str
+    retry_in: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Snooze:
+    """A claimed job put back without spending an attempt, due in ``delay`` seconds, for
+    ``job_snooze_many``."""
+
+    claim: Claim
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    """What a claimed job's task returned, as JSON text, stored with its completion
+    (``job_complete_with_results_many``, ``job_record_results``)."""
+
+    claim: Claim
+    result: str

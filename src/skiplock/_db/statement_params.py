@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from skiplock._db.records import TaskResult
 from skiplock._db.sql import SMALL_CLAIM, literal_limit_name
 from skiplock.job import Claim, ClaimKey
 
@@ -35,15 +36,15 @@ def claim_arrays(claims: Sequence[Claim]) -> dict[str, Any]:
     }
 
 
-def result_arrays(results: Sequence[tuple[Claim, str]]) -> dict[str, Any]:
+def result_arrays(results: Sequence[TaskResult]) -> dict[str, Any]:
     """The claims of done jobs and what their tasks returned (JSON text), as parallel arrays."""
-    return {**claim_arrays([claim for claim, _ in results]), "results": [r for _, r in results]}
+    return {**claim_arrays([r.claim for r in results]), "results": [r.result for r in results]}
 
 
 def int_array(values: Sequence[int]) -> str:
     """A PostgreSQL array literal of integers, for a parameter cast to ``bigint[]``/``int[]``.
-    psycopg dumps a list element by element in Python (~1 us each: a worker's batch of 100
-    outcomes spent 95 us there); joining their text takes 0.1 us each."""
+    psycopg would dump a list element by element in Python; joining their text is cheaper
+    (docs/design.md, "Integer arrays as literal text")."""
     return "{" + ",".join(map(str, map(int, values))) + "}"
 
 

@@ -46,7 +46,7 @@ class AsyncSeam:
 
     def __init__(self, queries: Queries) -> None:
         self.queries = queries
-        self.schema = queries.schema
+        self.schema: str = queries.schema
 
     async def _fetch(
         self,

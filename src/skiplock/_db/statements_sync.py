@@ -47,7 +47,7 @@ class SyncSeam:
 
     def __init__(self, queries: Queries) -> None:
         self.queries = queries
-        self.schema = queries.schema
+        self.schema: str = queries.schema
 
     def _fetch(
         self,

@@ -20,7 +20,7 @@ from psycopg import AsyncConnection
 from skiplock._db.dependencies_async import AsyncDependencyStatements
 from skiplock._db.enqueue import InsertOutcome, NewJob, NewJobs, insert_params
 from skiplock._db.held_async import AsyncHeldStatements
-from skiplock._db.records import LimitedClaim
+from skiplock._db.records import FailedAttempt, LimitedClaim, Snooze, TaskResult
 from skiplock._db.statement_params import claim_arrays, claim_statement, result_arrays
 from skiplock._db.statements_async import (
     ENTITY_KEY_RETRIES,
@@ -194,18 +194,41 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
     async def job_finish_many(
         self, conn: AsyncConnection[Any], claims: Sequence[Claim], completion: str
     ) -> set[int]:
-        """Complete claimed jobs (keep as done, delete, or archive); returns the ids still owned."""
+        """Complete claimed jobs as ``completion`` says (keep as done, delete, or archive);
+        returns the ids still owned."""
+        finish = {
+            "keep": self.job_complete_many,
+            "delete": self.job_delete_many,
+            "archive": self.job_archive_many,
+        }[completion]
+        return await finish(conn, claims)
+
+    async def job_complete_many(
+        self, conn: AsyncConnection[Any], claims: Sequence[Claim]
+    ) -> set[int]:
+        """Mark claimed jobs done, kept; returns the ids still owned."""
         if not claims:
             return set()
-        name = {
-            "keep": "job_complete_many",
-            "delete": "job_delete_many",
-            "archive": "job_archive_many",
-        }[completion]
-        return {row[0] for row in await self._rows(conn, name, claim_arrays(claims))}
+        return {row[0] for row in await self._rows(conn, "job_complete_many", claim_arrays(claims))}
+
+    async def job_delete_many(
+        self, conn: AsyncConnection[Any], claims: Sequence[Claim]
+    ) -> set[int]:
+        """Delete claimed jobs that finished; returns the ids still owned."""
+        if not claims:
+            return set()
+        return {row[0] for row in await self._rows(conn, "job_delete_many", claim_arrays(claims))}
+
+    async def job_archive_many(
+        self, conn: AsyncConnection[Any], claims: Sequence[Claim]
+    ) -> set[int]:
+        """Move claimed jobs that finished to the archive; returns the ids still owned."""
+        if not claims:
+            return set()
+        return {row[0] for row in await self._rows(conn, "job_archive_many", claim_arrays(claims))}
 
     async def job_finish_with_results_many(
-        self, conn: AsyncConnection[Any], results: Sequence[tuple[Claim, str]], completion: str
+        self, conn: AsyncConnection[Any], results: Sequence[TaskResult], completion: str
     ) -> set[int]:
         """Complete claimed jobs with what their tasks returned (JSON text), kept as done or
         archived (results need done jobs kept); returns the ids still owned.  Archiving takes
@@ -214,11 +237,11 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
             return set()
         if completion == "archive":
             await self.job_record_results(conn, results)
-            return await self.job_finish_many(conn, [claim for claim, _ in results], completion)
+            return await self.job_finish_many(conn, [r.claim for r in results], completion)
         return await self.job_complete_with_results_many(conn, results)
 
     async def job_complete_with_results_many(
-        self, conn: AsyncConnection[Any], results: Sequence[tuple[Claim, str]]
+        self, conn: AsyncConnection[Any], results: Sequence[TaskResult]
     ) -> set[int]:
         """Complete claimed jobs, kept as done, with what their tasks returned (JSON text);
         returns the ids still owned."""
@@ -226,7 +249,7 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
         return {row[0] for row in await self._rows(conn, "job_complete_with_results_many", params)}
 
     async def job_record_results(
-        self, conn: AsyncConnection[Any], results: Sequence[tuple[Claim, str]]
+        self, conn: AsyncConnection[Any], results: Sequence[TaskResult]
     ) -> None:
         """Store what the tasks of claimed jobs returned (JSON text), before they are archived."""
         await self._rows(conn, "job_record_results", result_arrays(results))
@@ -243,24 +266,25 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
     async def job_fail_many(
         self,
         conn: AsyncConnection[Any],
-        failures: Sequence[tuple[Claim, str, float | None]],
+        failures: Sequence[FailedAttempt],
     ) -> dict[int, str]:
-        """Record failed attempts: (claim, error, retry in seconds or None for final)."""
+        """Record failed attempts, each retried or final; returns the ids still owned and the
+        status each got."""
         if not failures:
             return {}
-        params = claim_arrays([claim for claim, _, _ in failures])
-        params["errors"] = [error for _, error, _ in failures]
-        params["retry_in"] = [retry_in for _, _, retry_in in failures]
+        params = claim_arrays([f.claim for f in failures])
+        params["errors"] = [f.error for f in failures]
+        params["retry_in"] = [f.retry_in for f in failures]
         return dict(await self._rows(conn, "job_fail_many", params))
 
     async def job_snooze_many(
-        self, conn: AsyncConnection[Any], snoozes: Sequence[tuple[Claim, float]]
+        self, conn: AsyncConnection[Any], snoozes: Sequence[Snooze]
     ) -> set[int]:
-        """Put claimed jobs back without spending an attempt."""
+        """Put claimed jobs back without spending an attempt; returns the ids still owned."""
         if not snoozes:
             return set()
-        params = claim_arrays([claim for claim, _ in snoozes])
-        params["delays"] = [delay for _, delay in snoozes]
+        params = claim_arrays([s.claim for s in snoozes])
+        params["delays"] = [s.delay for s in snoozes]
         return {row[0] for row in await self._rows(conn, "job_snooze_many", params)}
 
     # -- leases and maintenance ----------------------------------------------------------

@@ -81,8 +81,8 @@ class Capacity:
         self.max_in_flight = max_in_flight
         self.prefetch = prefetch
         self.horizon = horizon
-        self.unwritten_max = max(concurrency, UNWRITTEN_FLOOR)
-        self.throughput = throughput or Throughput()
+        self.unwritten_max: int = max(concurrency, UNWRITTEN_FLOOR)
+        self.throughput: Throughput = throughput or Throughput()
 
     def ahead(self) -> int:
         """Jobs to hold beyond the slots: what this worker starts within the horizon."""

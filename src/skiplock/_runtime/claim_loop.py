@@ -56,10 +56,10 @@ class ClaimLoop:
         self.maintenance = maintenance
         self.burst = burst
         self.poll_interval = poll_interval
-        self.wake = asyncio.Event()
-        self.drained = False  # the last claim found less than it asked for
-        self.announced = 0  # counts announcements of new work (see new_work)
-        self.refill_below = 1  # set by each claim round from the capacity
+        self.wake: asyncio.Event = asyncio.Event()
+        self.drained: bool = False  # the last claim found less than it asked for
+        self.announced: int = 0  # counts announcements of new work (see new_work)
+        self.refill_below: int = 1  # set by each claim round from the capacity
         # Why the last claim failed (None: it did not): a burst that ends on a failed claim did
         # not run what was due, and ``skiplock worker --burst`` exits 1.
         self.claim_error: str | None = None

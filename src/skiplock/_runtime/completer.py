@@ -32,6 +32,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from skiplock._db.records import FailedAttempt, Snooze, TaskResult
 from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.execution import Outcome, storable
 from skiplock.errors import SkiplockError
@@ -246,18 +247,21 @@ class Completer:
         if kind == "done":
             return await self.store.job_finish_many(conn, claims, self.completion)
         if kind == "result":
-            results = [(job.claim, o.result) for job, o in entries if o.result is not None]
+            results = [
+                TaskResult(job.claim, o.result) for job, o in entries if o.result is not None
+            ]
             return await self.store.job_finish_with_results_many(conn, results, self.completion)
         if kind == "snooze":
             return await self.store.job_snooze_many(
-                conn, [(job.claim, o.delay) for job, o in entries]
+                conn, [Snooze(job.claim, o.delay) for job, o in entries]
             )
         if kind == "cancelled":
             return await self.store.job_cancel_claimed_many(conn, claims)
         if kind == "release":
             return await self.store.job_release_many(conn, claims)
         failures = [
-            (job.claim, o.error or "", o.delay if o.kind == "retry" else None) for job, o in entries
+            FailedAttempt(job.claim, o.error or "", o.delay if o.kind == "retry" else None)
+            for job, o in entries
         ]
         return set(await self.store.job_fail_many(conn, failures))
 

@@ -54,7 +54,7 @@ class OutcomeReporter:
         self.listeners = listeners
         self.executor = executor
         self.on_recorded = on_recorded  # after the outcomes are counted and told
-        self.completer = Completer(
+        self.completer: Completer = Completer(
             store,
             pool,
             app.completion,

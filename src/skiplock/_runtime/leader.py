@@ -36,8 +36,8 @@ class LeaderElector:
         self.holder = holder
         self.role = role
         self.ttl = ttl
-        self.is_leader = False
-        self.changed = asyncio.Event()
+        self.is_leader: bool = False
+        self.changed: asyncio.Event = asyncio.Event()
 
     async def try_acquire(self) -> bool:
         """Take or renew the role once; on a database error we stop counting ourselves leader."""

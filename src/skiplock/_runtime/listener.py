@@ -53,9 +53,9 @@ class Listener:
         self.on_wake = on_wake
         self.on_cancel = on_cancel
         self.max_backoff = max_backoff
-        self.listening = asyncio.Event()
+        self.listening: asyncio.Event = asyncio.Event()
         self.works: bool | None = None  # None until the first probe finished
-        self.reconnects = 0
+        self.reconnects: int = 0
         self.backend_pid: int | None = None
 
     async def run(self) -> None:

@@ -83,20 +83,20 @@ class Maintenance:
         self.reclaim_interval = reclaim_interval
         self.prune_interval = prune_interval
         self.on_work = on_work
-        self.stats = MaintenanceStats()
+        self.stats: MaintenanceStats = MaintenanceStats()
         self._next_reclaim = 0.0
         self._next_prune = 0.0
         self._strangers: set[tuple[int, str, str, str, bool]] = set()  # see _report_strangers
         self._waiting_after = 0  # where the next read of waiting jobs starts (release_waiting)
         self._jobs_waiting = False  # whether the last read found any
         self._next_due: float | None = None  # monotonic time the next scheduled job is due
-        self.periodic = [
+        self.periodic: list[PeriodicTask] = [
             p
             for p in app.periodic_tasks.values()
             if queues is None or app.get_task(p.task).queue in queues
         ]
         self._ticks_handled: dict[str, datetime] = {}  # the latest tick of each, once recorded
-        self.clock = ServerClock()
+        self.clock: ServerClock = ServerClock()
         self._started: datetime | None = None  # the first reading of the server's clock
         self._reconciled = False  # the app's schedules against the recorded ticks, once
         # What makes each periodic task's ticks, recorded with them (periodic_reconcile).

@@ -53,7 +53,7 @@ class Recycling:
         self.max_jobs = max_jobs
         self.max_memory = max_memory
         self.memory = memory
-        self.claimed = 0
+        self.claimed: int = 0
         self.reason: str | None = None  # set once: why this worker stops claiming
 
     @property

@@ -28,13 +28,13 @@ class RunningJob:
     def __init__(self, job: Job, model: WorkerModel) -> None:
         self.job = job
         self.model = model
-        self.started = time.monotonic()
+        self.started: float = time.monotonic()
         self.task: asyncio.Task[None] | None = None
         self.stop_reason: StopReason | None = None
         # Leased jobs: until when (monotonic) the lease is known to hold: the claim's or the
         # last heartbeat's send time plus the lease.  Any job: -inf once its claim is known
         # gone (lease_lost, session_ended).
-        self.lease_until = math.inf
+        self.lease_until: float = math.inf
         self.conn: AsyncConnection[Any] | None = None  # a held-lock job's, in its transaction
         self._cancel_flag: threading.Event | None = None
 

@@ -43,7 +43,7 @@ class TaskThreads(ThreadPoolExecutor):
     def __init__(self, concurrency: int) -> None:
         super().__init__(concurrency, thread_name_prefix="skiplock-task")
         self.concurrency = concurrency
-        self.kept = 0  # calls the worker stopped waiting for, still running in their thread
+        self.kept: int = 0  # calls the worker stopped waiting for, still running in their thread
         self._kept_lock = threading.Lock()
 
     def keep(self, call: Future[Any], job_id: int) -> None:

@@ -65,7 +65,7 @@ class Queries:
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
-        self.channel = notify_channel(schema)
+        self.channel: str = notify_channel(schema)
         names = {
             "schema": sql.Identifier(schema),
             "jobs": sql.Identifier(schema, "jobs"),
@@ -106,16 +106,11 @@ class Queries:
 
 
 # The claims, whose LIMIT decides their plan: PostgreSQL plans them for their parameters at
-# every run (a generic plan cannot know the LIMIT; see the header of jobs.sql), about 0.5 ms,
-# which is most of a small claim's cost (an idle worker's, a held-lock slot's).  For a claim of
-# at most SMALL_CLAIM jobs the number is written into the statement instead, one statement per
-# number: its generic plan then knows the LIMIT, costs as little as a custom one, and the
-# server reuses it.  A bigger claim spreads its planning over its jobs (0.25-0.5 ms a claim: a
-# quarter of a claim of 100 under pgbench, 0.99 vs 0.74 ms with the number written in).  Writing
-# bigger numbers in does not pay: the server keeps planning them anew (the generic plan, which
-# cannot see the queue or the claim key, looks costlier than a custom one), and forced, the
-# generic plan of a LIMIT of 512 read the whole queue by a bitmap scan and sorted it whenever
-# statistics showed fewer pending jobs than that (measured 2026-12-05).
+# every run (a generic plan cannot know the LIMIT; see the header of jobs.sql), which is most of
+# a small claim's cost.  For a claim of at most SMALL_CLAIM jobs the number is written into the
+# statement instead, one statement per number: its generic plan then knows the LIMIT, costs as
+# little as a custom one, and the server reuses it.  Bigger claims keep the parameter
+# (docs/design.md, "Where writing the LIMIT in stops paying").
 LITERAL_LIMIT_STATEMENTS = ("job_claim", "job_claim_from_queues")
 SMALL_CLAIM = 16
 

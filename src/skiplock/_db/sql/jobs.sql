@@ -111,7 +111,7 @@ WHERE idempotency_key = ANY(%(keys)s::text[])
 -- per entity key is taken (the first in claim order; a sort of the locked jobs that have a key,
 -- not a comparison of each with all the others).
 -- Jobs past their expires_at are skipped (the maintenance leader cancels them): a NULL check
--- per candidate for jobs without one (the claim of 100 took 2-3% longer with it under pgbench).
+-- per candidate for jobs without one (docs/design.md, "The claim skips expired jobs").
 -- The claim index is read from the worker's last claimed key (after_priority, after_run_at,
 -- after_id; NULLs read the whole index): every job of a better priority, then the jobs after
 -- that key.  Skipped are the same priority's entries before the key: mostly jobs already
@@ -123,15 +123,16 @@ WHERE idempotency_key = ANY(%(keys)s::text[])
 -- jobs back to pending, which an at-least-once queue allows, and saves the claim the WAL flush
 -- (the one slow step of an idle worker's pick-up).  A held-lock claim must not: its
 -- transaction also writes the job's outcome.
--- The payload comes back as JSON text, which the worker decodes itself (Job.from_claimed_row):
--- psycopg's jsonb loader, a Python call per value, took 1.3 us more per job.
+-- The payload comes back as JSON text, which the worker decodes itself (Job.from_claimed_row),
+-- faster than psycopg's jsonb loader (docs/design.md, "Payloads as JSON text, decoded by the
+-- worker").
 -- A held-lock claim (held_marker) also marks its transaction as running a job of the queue
 -- until the transaction ends: a shared advisory lock, one holder per running held-lock job,
 -- which queue_running_count and queue_status count (every other session sees the job's row
 -- as pending); and as running that job: a shared advisory lock keyed by the low 32 bits of
 -- its id, by which job_get and job_list show it running.  Both are taken here, not by a
--- statement of their own: that round trip cost a held-lock drain 5-18% of its jobs/s (nor
--- pipelined with BEGIN and the claim: psycopg's pipeline sends a Flush after its Sync, after
+-- statement of their own, to save a round trip (docs/design.md, "Held-lock markers taken by the
+-- claim"; nor pipelined with BEGIN and the claim: psycopg's pipeline sends a Flush after its Sync, after
 -- which PostgreSQL 15 leaves idle_in_transaction_session_timeout unarmed, and a held-lock
 -- job's session would outlive it; see test_held_sessions.py).  A claim that takes no job
 -- commits at once, ending its marker.
@@ -172,8 +173,8 @@ WITH better AS (
     LIMIT %(limit)s
 ), picked AS (
     -- Of locked jobs sharing an entity key, only the first in claim order.  Jobs without a
-    -- key are taken as they are: only the keyed ones are sorted.  (A window over all of them
-    -- sorted every claimed job: the claim of 100 took 8-12%% longer, EXPLAIN ANALYZE.)  The
+    -- key are taken as they are: only the keyed ones are sorted (docs/design.md, "One job per
+    -- entity key: only the keyed jobs sorted").  The
     -- UPDATE finds the picked rows by primary key (= ANY of an array): joined to this union,
     -- whose row count the planner cannot guess, it chose a hash join over a scan of the table
     -- once statistics showed many rows.
@@ -207,7 +208,8 @@ SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locke
 FROM commit_mode, held_marker
 -- A held-lock claim marks each job it takes here, where only the picked jobs are read (as a
 -- condition of the UPDATE, a scan of a small table marked every row it read; as a CTE of its
--- own, picked was read twice, and so stored: the claim of 100 took 3.5%% longer).  The job
+-- own, picked was read twice, and so stored; docs/design.md, "Held-lock job markers in the
+-- claim's UPDATE").  The job
 -- marker is tried and its outcome ignored (only a stranger's lock can refuse it: the job runs,
 -- shown pending).  The job's entity key is taken too (entity_key_hold, migration 0016), or the
 -- claim fails as a lost entity-key race.  A leased claim checks the keys of its picks again,

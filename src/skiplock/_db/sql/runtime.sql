@@ -11,10 +11,8 @@ SELECT set_config('tcp_keepalives_idle', %(idle)s, false),
        set_config('tcp_user_timeout', %(user_timeout)s, false);
 
 -- name: session_use_utc
--- Have this session send timestamps in UTC.  psycopg makes a timestamptz in UTC a datetime in
--- datetime.timezone.utc directly; in any other zone, Debian's default 'Etc/UTC' included, it
--- converts each one through zoneinfo: reading a claim of 350 jobs, four timestamps each, took
--- 2.7-3.8 us per job, 1.3-1.4 in UTC (on top of 11-13 us for the statement).
+-- Have this session send timestamps in UTC, which psycopg makes datetimes without converting
+-- each through zoneinfo (docs/design.md, "Sessions in UTC").
 SELECT set_config('TimeZone', 'UTC', false);
 
 -- name: queue_settings
@@ -259,9 +257,10 @@ RETURNING j.id;
 -- %(silent)s seconds); a queue with settings or workers but no jobs is listed with zero counts.
 -- Running held-lock jobs, whose rows look pending, are counted running by their transactions'
 -- queue markers (held_marker in job_claim), and their job markers (the low 32 bits of their
--- ids; both only those of sessions that may write the jobs table) keep them out of the oldest due job's age: while any run, the due jobs are read a
--- second time for it (in the claim index), each checked against the few running ones; a check
--- of every row in the one pass took this statement from 0.31 to 0.59 s on a million jobs.
+-- ids; both only those of sessions that may write the jobs table) keep them out of the oldest
+-- due job's age: while any run, the due jobs are read a second time for it (in the claim
+-- index), each checked against the few running ones (docs/design.md, "The oldest due age read
+-- twice beside running held-lock jobs").
 WITH markers AS MATERIALIZED (
     -- Held-lock markers of sessions that may write the jobs table (no other is counted).
     SELECT l.classid, l.objid

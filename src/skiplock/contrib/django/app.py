@@ -36,8 +36,8 @@ class DjangoApp(App):
         **options: Any,
     ) -> None:
         super().__init__(dsn, schema or settings.schema(), **options)
-        self.database = database or settings.database_alias()
-        self.sync_client = DjangoClient(
+        self.database: str = database or settings.database_alias()
+        self.sync_client: SyncClient = DjangoClient(
             lambda: self.dsn,
             SyncStore(self.queries),
             prepare=self.prepared_statements,

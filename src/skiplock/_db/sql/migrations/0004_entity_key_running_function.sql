@@ -1,6 +1,6 @@
 -- Whether an entity key has a running job, for the claims' entity-key check.  As a subquery
--- in the claim, the check was planned again at every claim (0.2-0.3 ms of a claim's 0.55 ms
--- of planning), and for a batch claim the planner chose to read every running job's key into
+-- in the claim, the check was planned again at every claim (docs/design.md, "The entity-key
+-- check as a function"), and for a batch claim the planner chose to read every running job's key into
 -- a hash first: a claim's cost then grew with the number of running jobs (and with the dead
 -- index entries of jobs that finished since the last vacuum).  A PL/pgSQL function plans its
 -- query once per session, and each call is one probe of the unique index of running keys.

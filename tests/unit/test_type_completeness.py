@@ -1,0 +1,37 @@
+"""The public API is typed for users: ``pyright --verifytypes skiplock --ignoreexternal`` scores
+at least 95 % (the symbols with a known type, of those it counts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+FLOOR = 0.95
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="pyright needs Node.js (node)")
+def test_the_public_api_is_typed_for_pyright() -> None:
+    # This checkout's src first, whatever an editable install elsewhere points at.
+    path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+    result = subprocess.run(
+        [sys.executable, "-m", "pyright", "--outputjson", "--pythonpath", sys.executable,
+         "--verifytypes", "skiplock", "--ignoreexternal"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": path},
+    )  # fmt: skip
+    assert result.stdout.strip().startswith("{"), result.stdout[-2000:] + result.stderr[-2000:]
+    report = json.loads(result.stdout)["typeCompleteness"]
+    assert Path(report["packageRootDirectory"]) == SRC / "skiplock"
+    score = report["completenessScore"]
+    errors = sorted(
+        s["name"]
+        for s in report["symbols"]
+        if s["isExported"] and (not s["isTypeKnown"] or s["isTypeAmbiguous"])
+    )
+    assert score >= FLOOR, f"type completeness {score:.1%} < {FLOOR:.0%}; not known: {errors}"
