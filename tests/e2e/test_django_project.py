@@ -6,12 +6,17 @@ run as its users run it: ``manage.py`` processes against a database of the test'
 - a view-like function enqueues in ``transaction.atomic()`` through ``DjangoApp`` (no ``conn``):
   the job commits or rolls back with the order;
 - ``manage.py skiplock worker --burst`` (one process, or a supervisor of two) runs the ORM code
-  of the task, with the database of ``DATABASES`` and the app of ``SKIPLOCK_APP``.
+  of the task, with the database of ``DATABASES`` and the app of ``SKIPLOCK_APP``;
+- tasks of Django's task framework (orders/background.py) enqueued through skiplock's backend
+  run on that worker, and their results (status, return value, errors) read back in another
+  process.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -104,7 +109,8 @@ def test_a_schema_skiplock_migrate_made_is_taken_as_it_is(project: Project) -> N
 
 def test_manage_py_test_enqueues_on_the_test_database(project: Project) -> None:
     output = project.manage("test", "orders", "--noinput", "-v", "2")
-    assert "Ran 2 tests" in output and "\nOK" in output
+    # orders/tests.py and orders/test_framework_tasks.py (the task framework, the admin)
+    assert "Ran 14 tests" in output and "\nOK" in output
     assert "Applying skiplock.0001_initial... OK" in output
 
 
@@ -140,3 +146,81 @@ def test_a_supervised_worker_sets_django_up_in_its_processes(project: Project) -
         project.manage("shell", "-c", CHECKOUT)
     project.manage("skiplock", "worker", "--burst", "--processes", "2")
     assert project.query("SELECT count(*) FROM orders_order WHERE receipt_sent") == [(4,)]
+
+
+ENQUEUE_FRAMEWORK_TASKS = """
+import json
+from datetime import timedelta
+from django.utils import timezone
+from orders import background
+from orders.models import Order
+
+order = Order.objects.create(total_cents=100)
+later = timezone.now() + timedelta(hours=1)
+results = {
+    "mark_sent": background.mark_sent.enqueue(order.id),
+    "urgent": background.urgent.enqueue(order.id),
+    "refuse": background.refuse.enqueue("out of stock"),
+    "add": background.add.enqueue(2, b=3),
+    "whoami": background.whoami.enqueue(),
+    "unstorable": background.unstorable.enqueue(),
+    "later": background.mark_sent.using(run_after=later).enqueue(order.id),
+}
+print(json.dumps({name: r.id for name, r in results.items()}))
+"""
+
+READ_RESULTS = """
+import json, sys
+from django_tasks import default_task_backend
+
+shown = {}
+for name, result_id in json.loads(sys.argv[-1]).items():
+    r = default_task_backend.get_result(result_id)
+    shown[name] = {
+        "task": r.task.name,
+        "status": r.status.value,
+        "value": r.return_value if r.status == "SUCCESSFUL" else None,
+        "attempts": r.attempts,
+        "workers": r.worker_ids,
+        "ordered": bool(r.finished_at and r.enqueued_at <= r.started_at <= r.finished_at),
+        "errors": [[e.exception_class.__name__, e.traceback] for e in r.errors],
+    }
+print("RESULTS " + json.dumps(shown))
+"""
+
+
+def test_the_task_frameworks_tasks_run_on_a_skiplock_worker_with_their_results(
+    project: Project,
+) -> None:
+    project.manage("migrate", "--noinput")
+    ids = json.loads(project.manage("shell", "-c", ENQUEUE_FRAMEWORK_TASKS).splitlines()[-1])
+    output = project.manage("skiplock", "worker", "--burst")
+    assert "done=4 " in output and "failed=2 " in output, output
+    # The framework's signals, sent in the worker (django_tasks logs them)
+    found = re.search(r"worker (\S+) stopped", output)
+    assert found, output
+    worker_id = found.group(1)
+    refused = f"Task id={ids['refuse']} path=orders.background.refuse state=FAILED"
+    assert refused in output
+    read = f"import sys; sys.argv.append({json.dumps(json.dumps(ids))}); " + READ_RESULTS
+    line = next(
+        x for x in project.manage("shell", "-c", read).splitlines() if x.startswith("RESULTS ")
+    )
+    results = json.loads(line.removeprefix("RESULTS "))
+    assert project.query("SELECT receipt_sent FROM orders_order") == [(True,)]
+    for name in ("mark_sent", "urgent", "add", "whoami"):
+        assert results[name]["status"] == "SUCCESSFUL", results[name]
+        assert results[name]["attempts"] == 1 and results[name]["ordered"], results[name]
+        assert results[name]["workers"] == [worker_id], results[name]
+        assert results[name]["errors"] == []
+    assert results["mark_sent"]["value"] == 1  # rows updated by the task's ORM code
+    assert results["urgent"]["value"] == 1  # the order's id, from the queue "mail"
+    assert results["add"]["value"] == 5  # an async task
+    assert results["whoami"]["value"] == [1, ids["whoami"], "RUNNING"]  # its TaskContext
+    exception, traceback = results["refuse"]["errors"][0]
+    assert results["refuse"]["status"] == "FAILED" and exception == "ValueError"
+    assert traceback.startswith("Traceback (most recent call last):")
+    assert traceback.endswith("ValueError: out of stock\n"), traceback
+    exception, traceback = results["unstorable"]["errors"][0]
+    assert exception == "TypeError" and "is not JSON serializable" in traceback
+    assert results["later"]["status"] == "READY" and results["later"]["attempts"] == 0
