@@ -12,7 +12,9 @@ Django's connection, through :class:`~skiplock.contrib.django.models.Job`.
 
 OPTIONS: ``APP`` (``"module:attribute"``, default ``SKIPLOCK_APP``) and ``MAX_ATTEMPTS``
 (default 1: the framework has no retries of its own; more makes skiplock retry a failed
-attempt with its backoff).  See docs/frameworks.md.
+attempt with its backoff).  See docs/frameworks.md, and for the design (one skiplock task per
+queue, the error's class) docs/design.md, "Django's task framework: one skiplock task per
+queue, results from the job".
 """
 
 from __future__ import annotations
