@@ -9,7 +9,9 @@ run as its users run it: ``manage.py`` processes against a database of the test'
   of the task, with the database of ``DATABASES`` and the app of ``SKIPLOCK_APP``;
 - tasks of Django's task framework (orders/background.py) enqueued through skiplock's backend
   run on that worker, and their results (status, return value, errors) read back in another
-  process.
+  process;
+- the jobs admin served by ``manage.py runserver``, in Debian's chromium driven by Playwright:
+  log in, filter the failed jobs, open one (read-only), retry it with the action.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -224,3 +229,95 @@ def test_the_task_frameworks_tasks_run_on_a_skiplock_worker_with_their_results(
     exception, traceback = results["unstorable"]["errors"][0]
     assert exception == "TypeError" and "is not JSON serializable" in traceback
     assert results["later"]["status"] == "READY" and results["later"]["attempts"] == 0
+
+
+CREATE_ADMIN = """
+from django.contrib.auth.models import User
+from orders import background
+
+User.objects.create_superuser("root", "root@example.com", "a-long-password")
+print("JOB", background.refuse.enqueue("out of stock").id)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def chromium_or_skip() -> tuple[Any, str]:
+    """Playwright's sync API and Debian's chromium (no browser is ever downloaded); skipped
+    without them, failed under CI (SKIPLOCK_REQUIRE_BROWSER), as in test_dashboard_browser.py."""
+    reason = None
+    try:
+        from playwright import sync_api
+    except ImportError:
+        reason = "the playwright package is not installed"
+    path = next((p for p in ("/usr/bin/chromium", shutil.which("chromium")) if p), None)
+    if path is None or not os.access(path, os.X_OK):
+        reason = reason or "chromium is not installed"
+    if reason is not None:
+        if os.environ.get("SKIPLOCK_REQUIRE_BROWSER"):
+            pytest.fail(f"SKIPLOCK_REQUIRE_BROWSER is set but {reason}")
+        pytest.skip(reason)
+    assert path is not None
+    return sync_api, path
+
+
+def test_the_jobs_admin_in_a_browser_retries_a_failed_job(project: Project) -> None:
+    """Log in to the admin of a served project, find the failed job, retry it with the action."""
+    sync_api, chromium = chromium_or_skip()
+    project.manage("migrate", "--noinput")
+    job_id = int(project.manage("shell", "-c", CREATE_ADMIN).split("JOB ")[1].split()[0])
+    project.manage("skiplock", "worker", "--burst")
+    status = f"SELECT status FROM skiplock.jobs WHERE id = {job_id}"
+    assert project.query(status) == [("failed",)]
+    port = free_port()
+    log = (project.folder / "runserver.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+        cwd=project.folder,
+        env=project.env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/admin/login/", timeout=2).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "no runserver"
+                time.sleep(0.2)
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            try:
+                page = browser.new_page()
+                page.set_default_timeout(20_000)
+                page.goto(f"{base}/admin/skiplock/job/")
+                page.fill("#id_username", "root")
+                page.fill("#id_password", "a-long-password")
+                page.click("input[type=submit]")
+                page.click("#changelist-filter a[href='?status__exact=failed']")
+                row = page.locator("#result_list tbody tr", has_text="django_tasks:default")
+                sync_api.expect(row).to_have_count(1)
+                row.locator("th a", has_text=str(job_id)).click()
+                expect = sync_api.expect
+                expect(page.locator(".field-last_error")).to_contain_text("out of stock")
+                expect(page.locator("input[name=_save]")).to_have_count(0)  # read-only
+                page.go_back()
+                page.check(f"input.action-select[value='{job_id}']")
+                page.select_option("select[name=action]", "retry_jobs")
+                page.click("button[name=index]")
+                expect(page.locator("ul.messagelist")).to_contain_text(f"Retried: {job_id}")
+            finally:
+                browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+    assert project.query(status) == [("pending",)]

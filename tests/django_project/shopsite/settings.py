@@ -61,3 +61,4 @@ SKIPLOCK_APP = "orders.tasks:app"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 SECRET_KEY = "only-for-these-tests"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]  # runserver, for the admin in a browser
