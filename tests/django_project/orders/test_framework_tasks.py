@@ -135,9 +135,16 @@ class AdminTests(TransactionTestCase):
     def test_the_jobs_are_listed_and_shown_read_only(self) -> None:
         result = background.refuse.enqueue("out of stock")
         page = self.client.get("/admin/skiplock/job/")
-        self.assertContains(page, "django_tasks:default")
+        self.assertContains(page, "django_tasks:default (orders.background.refuse)")
         self.assertContains(page, f'href="/admin/skiplock/job/{result.id}/change/"')
         self.assertContains(page, "Retry the selected jobs")
+        self.assertContains(page, '<a href="?queue=mail">mail</a>')  # the app's queues
+        for query in ["?q=refuse", f"?q={result.id}", "?queue=default&status__exact=pending"]:
+            with self.subTest(query):
+                found = self.client.get(f"/admin/skiplock/job/{query}")
+                self.assertContains(found, f'href="/admin/skiplock/job/{result.id}/change/')
+        absent = self.client.get("/admin/skiplock/job/?queue=mail")
+        self.assertNotContains(absent, f'href="/admin/skiplock/job/{result.id}/change/')
         page = self.client.get(f"/admin/skiplock/job/{result.id}/change/")
         self.assertContains(page, "out of stock")
         self.assertNotContains(page, 'name="_save"')  # no form to save
