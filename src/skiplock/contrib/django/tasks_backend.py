@@ -281,4 +281,6 @@ def register_tasks() -> None:
     configured = getattr(django_settings, "TASKS", None) or {}
     for alias, params in configured.items():
         if params.get("BACKEND") == f"{__name__}.{SkiplockBackend.__name__}":
-            fw.task_backends()[alias].app  # noqa: B018
+            backend = fw.task_backends()[alias]
+            if backend.app_spec:  # else `manage.py check` says what is missing
+                backend.app  # noqa: B018
