@@ -170,6 +170,7 @@ results = {
     "whoami": background.whoami.enqueue(),
     "unstorable": background.unstorable.enqueue(),
     "later": background.mark_sent.using(run_after=later).enqueue(order.id),
+    "leave": background.leave.enqueue(),
 }
 print(json.dumps({name: r.id for name, r in results.items()}))
 """
@@ -200,7 +201,7 @@ def test_the_task_frameworks_tasks_run_on_a_skiplock_worker_with_their_results(
     project.manage("migrate", "--noinput")
     ids = json.loads(project.manage("shell", "-c", ENQUEUE_FRAMEWORK_TASKS).splitlines()[-1])
     output = project.manage("skiplock", "worker", "--burst")
-    assert "done=4 " in output and "failed=2 " in output, output
+    assert "done=4 " in output and "failed=3 " in output, output
     # The framework's signals, sent in the worker (django_tasks logs them)
     found = re.search(r"worker (\S+) stopped", output)
     assert found, output
@@ -229,6 +230,10 @@ def test_the_task_frameworks_tasks_run_on_a_skiplock_worker_with_their_results(
     exception, traceback = results["unstorable"]["errors"][0]
     assert exception == "TypeError" and "is not JSON serializable" in traceback
     assert results["later"]["status"] == "READY" and results["later"]["attempts"] == 0
+    # SystemExit in a task fails its job (the worker went on: done=4 above)
+    exception, traceback = results["leave"]["errors"][0]
+    assert results["leave"]["status"] == "FAILED" and exception == "SystemExit", results["leave"]
+    assert "SystemExit: leaving" in traceback
 
 
 CREATE_ADMIN = """

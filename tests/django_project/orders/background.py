@@ -38,3 +38,8 @@ def whoami(context: TaskContext) -> list[Any]:
 @task()
 def unstorable() -> Any:
     return object()
+
+
+@task()
+def leave() -> None:
+    raise SystemExit("leaving")
