@@ -12,7 +12,7 @@ STATUSES = [(status.value, status.value) for status in JobStatus]
 
 
 class Migration(migrations.Migration):  # type: ignore[misc]  # Django is untyped
-    dependencies = [("skiplock", "0001_initial")]
+    dependencies = [("skiplock", "0002_periodic_schedules_attempt_log")]
     operations = [
         migrations.CreateModel(
             name="Job",
