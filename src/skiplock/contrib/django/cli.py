@@ -27,6 +27,11 @@ def run(args: Sequence[str], prog_name: str) -> None:
     spec = settings.app_spec()
     if spec is not None:
         os.environ["SKIPLOCK_APP"] = spec
+    if settings.uses_tasks_backend():
+        # The worker's app runs the jobs of Django's task framework: their tasks registered.
+        from skiplock.contrib.django.tasks_backend import register_tasks
+
+        register_tasks()
     # The project's folder (manage.py's), for the worker processes to import it from anywhere.
     paths = [sys.path[0], *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))

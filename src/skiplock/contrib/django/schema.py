@@ -22,12 +22,14 @@ class SkiplockMigrations(migrations.RunPython):  # type: ignore[misc]  # Django 
     """Apply skiplock's SQL migrations numbered ``up_to`` or less.
 
     Reversing the ``first`` one drops skiplock's schema with every job in it (``manage.py
-    migrate skiplock zero``); skiplock's SQL migrations have no reverse, so a later one cannot
-    be undone and says so (Django's ``IrreversibleError``)."""
+    migrate skiplock zero``).  skiplock's SQL migrations have no reverse: reversing a later one
+    leaves the schema as it is (a no-op, so that ``zero`` gets past it to the drop), and
+    applying it again applies nothing new."""
 
     def __init__(self, up_to: int, *, first: bool = False) -> None:
         self.up_to = up_to
-        super().__init__(self._forward, self._backward if first else None, elidable=False)
+        backward = self._backward if first else migrations.RunPython.noop
+        super().__init__(self._forward, backward, elidable=False)
 
     def describe(self) -> str:
         return f"Apply skiplock's SQL migrations up to {self.up_to:04d}"

@@ -34,10 +34,28 @@ def schema() -> str:
     return setting("SKIPLOCK_SCHEMA", "skiplock")
 
 
+def jobs_table() -> str:
+    """The ``db_table`` of skiplock's jobs in its schema: Django quotes a table name whole, so
+    ``<schema>"."jobs`` comes out as ``"<schema>"."jobs"``."""
+    return f'{schema()}"."jobs'
+
+
 def app_spec() -> str | None:
     """``SKIPLOCK_APP``: the ``module:attribute`` the commands run, if set."""
     value = setting("SKIPLOCK_APP", "")
     return value or None
+
+
+def uses_tasks_backend() -> bool:
+    """Whether ``TASKS`` (Django's task framework) names skiplock's backend."""
+    from django.conf import settings
+
+    configured = getattr(settings, "TASKS", None) or {}
+    return isinstance(configured, dict) and any(
+        isinstance(params, dict)
+        and params.get("BACKEND") == "skiplock.contrib.django.tasks_backend.SkiplockBackend"
+        for params in configured.values()
+    )
 
 
 def dsn(alias: str | None = None) -> str:
