@@ -227,6 +227,10 @@ async def _call(
                 give_up = f"the payload does not match the parameters of task {task.name!r}"
                 return failure(job, exc, settings.retry, settings.secret, f"{give_up} ({mismatch})")
         return task_failure(job, exc, task)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        # Raised by the task's own code (the worker's signals stop it by other means): a
+        # failure of this job, not the end of the worker and of every job it runs.
+        return task_failure(job, exc, task)
     return DONE if result is None else Outcome("done", result=result)
 
 
