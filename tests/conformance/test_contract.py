@@ -168,6 +168,19 @@ def test_only_the_claimed_queues_are_claimed(harness: Harness) -> None:
     run(harness, body)
 
 
+def test_a_job_past_its_expiry_is_never_claimed(harness: Harness) -> None:
+    async def body(b: Backend) -> None:
+        gone = datetime.now(UTC) - timedelta(seconds=1)
+        expired, live = await b.enqueue(
+            [new_job(expires_at=gone), new_job(expires_at=gone + timedelta(hours=1))]
+        )
+        assert [j.id for j in await b.claim(["q"], 10, "w1", 30)] == [live.id]
+        # Not started: left pending, or cancelled already (expiry's upkeep is the backend's).
+        assert (await the_job(b, expired.id)).status in (PENDING, CANCELLED)
+
+    run(harness, body)
+
+
 def test_one_job_per_entity_key_runs_at_a_time(harness: Harness) -> None:
     async def body(b: Backend) -> None:
         first, second, free = await b.enqueue(

@@ -77,6 +77,7 @@ def new_job(
     max_attempts: int = 3,
     entity_key: str | None = None,
     idempotency_key: str | None = None,
+    expires_at: datetime | None = None,
 ) -> NewJob:
     """A new job as the app builds it (validated, its payload JSON text)."""
     return NewJob(
@@ -89,4 +90,5 @@ def new_job(
         max_attempts=max_attempts,
         entity_key=entity_key,
         idempotency_key=idempotency_key,
+        expires_at=expires_at,
     )
