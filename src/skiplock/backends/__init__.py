@@ -1,0 +1,29 @@
+"""Backends: where jobs live.  :class:`Backend` is the contract (see
+:mod:`skiplock.backends.base` and docs/backends.md); :class:`PostgresBackend` its first
+implementation."""
+
+from __future__ import annotations
+
+from skiplock.backends.base import (
+    Backend,
+    CancelOutcome,
+    Completion,
+    FailedAttempt,
+    NewJob,
+    Snooze,
+    TaskResult,
+    Transaction,
+)
+from skiplock.backends.postgres import PostgresBackend
+
+__all__ = [
+    "Backend",
+    "CancelOutcome",
+    "Completion",
+    "FailedAttempt",
+    "NewJob",
+    "PostgresBackend",
+    "Snooze",
+    "TaskResult",
+    "Transaction",
+]

@@ -1,0 +1,123 @@
+"""PostgreSQL as a :class:`~skiplock.backends.base.Backend`: an adapter over the store that the
+app and the workers run today (:class:`skiplock._db.store_async.AsyncStore`, on a small pool of
+its own, as ``App``'s client).  It adds no SQL: each method runs the store's statements, on a
+pooled connection, or on the caller's for an enqueue in a transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from skiplock._db.caller_connection import AsyncCallerConnection, caller_connection_async
+from skiplock._db.client_async import AsyncClient
+from skiplock._db.enqueue import NewJob
+from skiplock._db.records import FailedAttempt, Snooze, TaskResult
+from skiplock._db.sql import Queries
+from skiplock._db.store_async import AsyncStore
+from skiplock.backends.base import Backend, CancelOutcome, Completion
+from skiplock.job import Claim, Enqueued, Job, JobStatus
+
+
+class PostgresBackend:
+    """The jobs table of schema ``schema`` (migrated: ``App(dsn, schema).migrate()``) at
+    ``dsn``.  ``prepared_statements=False`` behind a transaction-mode pooler (see ``App``)."""
+
+    def __init__(
+        self, dsn: str, schema: str = "skiplock", *, prepared_statements: bool = True
+    ) -> None:
+        self.schema = schema
+        self._store = AsyncStore(Queries(schema))
+        self._client = AsyncClient(lambda: dsn, self._store, prepare=prepared_statements)
+
+    async def enqueue(
+        self, jobs: Sequence[NewJob], *, transaction: AsyncCallerConnection | None = None
+    ) -> list[Enqueued]:
+        if transaction is None:
+            return await self._client.enqueue_many(jobs)
+        if not jobs:
+            return []
+        return await self._store.job_insert_many(await caller_connection_async(transaction), jobs)
+
+    async def claim(
+        self, queues: Sequence[str], limit: int, worker: str, lease_seconds: float
+    ) -> list[Job]:
+        async with self._client.connection() as conn:
+            return await self._store.job_claim(conn, queues, limit, worker, lease_seconds)
+
+    async def extend(
+        self, claims: Sequence[Claim], lease_seconds: float, *, now: datetime | None = None
+    ) -> dict[int, bool]:
+        async with self._client.connection() as conn:
+            return await self._store.job_extend_leases(conn, claims, lease_seconds, now)
+
+    async def reclaim_expired(self, *, now: datetime | None = None) -> dict[int, JobStatus]:
+        async with self._client.connection() as conn:
+            reclaimed = await self._store.job_reclaim_expired(conn, now=now)
+        return {job_id: JobStatus(status) for job_id, status in reclaimed.items()}
+
+    async def complete(
+        self, done: Sequence[Claim | TaskResult], *, completion: Completion = "keep"
+    ) -> set[int]:
+        results = [d for d in done if isinstance(d, TaskResult)]
+        claims = [d for d in done if not isinstance(d, TaskResult)]
+        owned: set[int] = set()
+        # One transaction: all or none (archiving with results takes two statements).
+        async with self._client.connection() as conn, conn.transaction():
+            if claims:
+                owned |= await self._store.job_finish_many(conn, claims, completion)
+            if results:
+                owned |= await self._store.job_finish_with_results_many(conn, results, completion)
+        return owned
+
+    async def fail(self, failures: Sequence[FailedAttempt]) -> dict[int, JobStatus]:
+        async with self._client.connection() as conn:
+            failed = await self._store.job_fail_many(conn, failures)
+        return {job_id: JobStatus(status) for job_id, status in failed.items()}
+
+    async def snooze(self, snoozes: Sequence[Snooze]) -> set[int]:
+        async with self._client.connection() as conn:
+            return await self._store.job_snooze_many(conn, snoozes)
+
+    async def cancel_claimed(self, claims: Sequence[Claim]) -> set[int]:
+        async with self._client.connection() as conn:
+            return await self._store.job_cancel_claimed_many(conn, claims)
+
+    async def release(self, claims: Sequence[Claim]) -> set[int]:
+        async with self._client.connection() as conn:
+            return await self._store.job_release_many(conn, claims)
+
+    async def promote_due(self, *, now: datetime | None = None) -> dict[str, int]:
+        async with self._client.connection() as conn:
+            return await self._store.job_promote_due(conn, now=now)
+
+    async def cancel(self, job_id: int) -> CancelOutcome:
+        answer = await self._client.cancel_or_request(job_id)
+        if answer == "cancelled":
+            return "cancelled"
+        if answer == "unchanged":
+            return "unchanged"
+        return "requested"  # "requested", or "held": a held-lock job's worker is asked apart
+
+    async def get_job(self, job_id: int) -> Job | None:
+        return await self._client.get_job(job_id)
+
+    async def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        status: JobStatus | None = None,
+        task: str | None = None,
+        limit: int = 50,
+        before: int | None = None,
+    ) -> list[Job]:
+        return await self._client.list_jobs(
+            queue=queue, status=status, task=task, limit=limit, before=before
+        )
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+if TYPE_CHECKING:  # mypy checks that the adapter keeps the contract, signature by signature
+    _conforms: type[Backend] = PostgresBackend

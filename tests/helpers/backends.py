@@ -1,0 +1,94 @@
+"""The backends the conformance suite (tests/conformance/) runs against, each behind a
+:class:`Harness`: how to open the backend (as often as a test wants: each one another worker's
+or app's view of the same jobs), how to open a caller's transaction for it, and how to run a
+test's coroutine.  A new backend adds a harness here and its name to ``HARNESSES``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime
+from typing import Any, Protocol
+
+import psycopg
+
+from skiplock.backends import Backend, NewJob, PostgresBackend, Transaction
+
+
+class Harness(Protocol):
+    name: str
+
+    def backend(self) -> AbstractAsyncContextManager[Backend]:
+        """A backend on the test's own store, closed at exit."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Transaction]:
+        """A caller's transaction for ``enqueue(transaction=...)``: committed at exit, rolled
+        back when the block raises."""
+        ...
+
+
+class PostgresHarness:
+    name = "postgres"
+
+    def __init__(self, dsn: str, schema: str) -> None:
+        self.dsn = dsn
+        self.schema = schema
+
+    @asynccontextmanager
+    async def backend(self) -> AsyncIterator[Backend]:
+        backend = PostgresBackend(self.dsn, self.schema)
+        try:
+            yield backend
+        finally:
+            await backend.close()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        conn = await psycopg.AsyncConnection.connect(self.dsn)
+        async with conn, conn.transaction():
+            yield conn
+
+
+HARNESSES = ["postgres"]
+
+
+def run(harness: Harness, body: Callable[[Backend], Awaitable[None]]) -> None:
+    """Run a test's coroutine on a backend of ``harness``, in an event loop of its own."""
+
+    async def main() -> None:
+        async with harness.backend() as backend:
+            await body(backend)
+
+    asyncio.run(main())
+
+
+def new_job(
+    *,
+    queue: str = "q",
+    task: str = "t",
+    payload: dict[str, Any] | None = None,
+    priority: int = 0,
+    run_at: datetime | None = None,
+    delay: float | None = None,
+    max_attempts: int = 3,
+    entity_key: str | None = None,
+    idempotency_key: str | None = None,
+    expires_at: datetime | None = None,
+) -> NewJob:
+    """A new job as the app builds it (validated, its payload JSON text)."""
+    return NewJob(
+        queue=queue,
+        task=task,
+        payload=json.dumps(payload or {}),
+        priority=priority,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        entity_key=entity_key,
+        idempotency_key=idempotency_key,
+        expires_at=expires_at,
+    )
