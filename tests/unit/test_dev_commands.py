@@ -46,7 +46,9 @@ def check_command(tokens: list[str], where: str) -> list[str]:
     """What is wrong with one command line: a module, script or program that is not there."""
     problems = []
     program, args = tokens[0], tokens[1:]
-    if program in ("python", sys.executable):
+    # The dev venv's interpreter (CONTRIBUTING: `.venv`), here the one running the tests; a bare
+    # `python` must be on the PATH like any program (Debian has none).
+    if program in (".venv/bin/python", sys.executable):
         if args[:1] == ["-m"]:
             module = args[1]
             if importlib.util.find_spec(module) is None:
@@ -160,7 +162,7 @@ def test_the_pre_commit_hooks_format_lint_and_check_the_sync_twins_with_what_exi
     config = read_yaml(PRE_COMMIT.read_text())
     hooks = {hook["id"]: hook for repo in config["repos"] for hook in repo["hooks"]}
     assert {"ruff-format", "ruff-check", "sync-twins"} <= set(hooks), sorted(hooks)
-    assert hooks["sync-twins"]["entry"] == "python tools/async_to_sync.py --check"
+    assert hooks["sync-twins"]["entry"] == ".venv/bin/python tools/async_to_sync.py --check"
     problems = []
     for repo in config["repos"]:
         assert repo["repo"] == "local", "hooks from elsewhere: pin them and check them here"

