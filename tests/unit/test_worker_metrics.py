@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from skiplock.events import JobEvent
 from skiplock.job import Job
-from skiplock.observability._metrics import AggregateCollector, WorkerMetrics
+from skiplock.observability.metrics import AggregateCollector, WorkerMetrics
 
 NOW = datetime(2026, 12, 4, tzinfo=UTC)
 
@@ -71,7 +71,7 @@ def test_each_worker_metrics_has_a_registry_of_its_own() -> None:
 def test_without_prometheus_client_the_error_names_the_extra() -> None:
     script = (
         "import sys; sys.modules['prometheus_client'] = None\n"
-        "from skiplock.observability._metrics import WorkerMetrics\n"
+        "from skiplock.observability.metrics import WorkerMetrics\n"
         "from skiplock import ConfigurationError\n"
         "try:\n    WorkerMetrics('w', '0')\n"
         "except ConfigurationError as exc:\n    print(exc)\n"

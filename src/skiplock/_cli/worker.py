@@ -20,7 +20,7 @@ from skiplock._runtime.worker_process import exit_despite_stuck_threads, run_wor
 from skiplock.events import new_worker_id
 from skiplock.observability._log_format import LogFormat
 from skiplock.observability._log_format import configure as log_format_configure
-from skiplock.observability._metrics import SnapshotWriter, WorkerMetrics
+from skiplock.observability.metrics import SnapshotWriter, WorkerMetrics
 from skiplock.worker import Worker
 
 # The ``skiplock worker`` process is ours (a Worker in someone else's process leaves the

@@ -12,7 +12,7 @@ get SIGTERM if the supervisor itself dies.
 
 With ``--metrics-port`` the supervisor serves the metrics of all its children on that one
 port: each child writes its totals to a private directory, which a scrape adds up (see
-:class:`~skiplock.observability._metrics.AggregateCollector`), the totals of replaced children
+:class:`~skiplock.observability.metrics.AggregateCollector`), the totals of replaced children
 included.
 """
 
@@ -124,7 +124,7 @@ class Supervisor:
         cannot be had); call before :meth:`run`."""
         from prometheus_client import CollectorRegistry, start_http_server
 
-        from skiplock.observability._metrics import AggregateCollector
+        from skiplock.observability.metrics import AggregateCollector
 
         assert self.metrics_port is not None
         self.metrics_dir = tempfile.mkdtemp(prefix="skiplock-metrics-")

@@ -1,3 +1,4 @@
 """Observability: OpenTelemetry tracing (:mod:`skiplock.observability.tracing`), Prometheus
-metrics and JSON logs of workers (behind ``skiplock worker --metrics-port`` / ``--log-format``).
+metrics of workers (:mod:`skiplock.observability.metrics`, served by ``skiplock worker
+--metrics-port``) and their JSON logs (``--log-format json``).
 """

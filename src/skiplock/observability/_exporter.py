@@ -29,12 +29,12 @@ import psycopg
 from skiplock._cli.admin import dsn_option, schema_option
 from skiplock.app import App
 from skiplock.errors import SkiplockError
-from skiplock.observability._metrics import require_client
+from skiplock.observability.metrics import require_client
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-log = logging.getLogger("skiplock.observability._metrics")
+log = logging.getLogger("skiplock.observability.metrics")
 
 DEFAULT_PORT = 9638
 DEPTH_STATUSES = ("pending", "scheduled", "waiting", "running", "failed")

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
-log = logging.getLogger("skiplock.observability._metrics")
+log = logging.getLogger("skiplock.observability.metrics")
 
 # The task label of jobs whose task the worker does not know.
 UNKNOWN_TASK = "unknown"
