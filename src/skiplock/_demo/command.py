@@ -1,4 +1,4 @@
-"""``skiplock demo``: the design notes' story, live, on a throwaway schema of its own.
+"""``skiplock demo``: the story of docs/demo.md, live, on a throwaway schema of its own.
 
 Part 1 (:mod:`skiplock._demo.patterns`) runs the three dequeue patterns with 1, 2, 4 ...
 workers; part 2 (:mod:`skiplock._demo.at_work`) runs skiplock itself with failing tasks and

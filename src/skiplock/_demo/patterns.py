@@ -1,4 +1,4 @@
-"""Part 1 of ``skiplock demo``: the three dequeue patterns of the design notes, side by side.
+"""Part 1 of ``skiplock demo``: the three dequeue patterns (docs/demo.md), side by side.
 
 Each run puts the same number of jobs into a queue of its own and lets 1, 2, 4 ... worker
 threads drain it, each thread on its own connection, each claim followed by a little work

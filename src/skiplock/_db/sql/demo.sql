@@ -1,5 +1,5 @@
 -- Statements of `skiplock demo` only (src/skiplock/_demo/command*.py); skiplock itself never runs them.
--- Part 1 runs the three dequeue patterns of the design notes against the demo schema's own
+-- Part 1 runs the three dequeue patterns (docs/demo.md) against the demo schema's own
 -- jobs table, one queue per run.  Part 2 adds two small tables of its own to that schema: the
 -- orders of the transactional-enqueue example and the side effects the crash-test tasks leave.
 
