@@ -25,6 +25,7 @@ import pytest
 from markdown_it import MarkdownIt
 from psycopg import conninfo, sql
 
+from helpers.polling import wait_for
 from helpers.scratch_pg import free_port
 from skiplock import App
 
@@ -115,13 +116,6 @@ def database_url(pg_dsn: str, dbname: str) -> str:
     return f"postgresql://{auth}@{host}:{port}/{dbname}"
 
 
-def wait_for(check: Any, what: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_the_bill_and_its_job_commit_together_and_the_worker_sends_it(served: Served) -> None:
     status, body = served.request("POST", "/bills?total_cents=1999")
     assert status == 200, body
@@ -129,7 +123,7 @@ def test_the_bill_and_its_job_commit_together_and_the_worker_sends_it(served: Se
     status, body = served.request("POST", "/bills?total_cents=-5")
     assert status == 422 and "a bill must be positive" in body
     jobs = "SELECT (payload->>'bill_id')::int, status FROM skiplock.jobs ORDER BY id"
-    wait_for(lambda: served.query(jobs) == [(bill_id, "pending")], "the committed job")
+    wait_for(lambda: served.query(jobs) == [(bill_id, "pending")], 10, "the committed job")
     assert served.query("SELECT id, sent FROM bills") == [(bill_id, False)]
     worker = subprocess.run(
         [sys.executable, "-m", "skiplock", "worker", "webapp:jobs", "--burst"],

@@ -512,7 +512,7 @@ SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending'
                         j.locked_by, j.attempts, j.locked_until),
     attempt_log = {attempt_log_append}(j.attempt_log, jsonb_build_object(
         'attempt', j.attempts, 'worker', j.locked_by, 'started_at', j.locked_at,
-        'ended_at', now(), 'outcome', 'lease expired',
+        'ended_at', coalesce(%(now)s::timestamptz, now()), 'outcome', 'lease expired',
         'error', format('lease expired: worker %%s did not finish attempt %%s by %%s',
                         j.locked_by, j.attempts, j.locked_until))),
     locked_until = NULL
