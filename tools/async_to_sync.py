@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "skiplock" / "_db"
 
 PAIRS = {
+    "seam_async.py": "seam_sync.py",
+    "queues_async.py": "queues_sync.py",
+    "admin_async.py": "admin_sync.py",
     "statements_async.py": "statements_sync.py",
     "dependencies_async.py": "dependencies_sync.py",
     "held_async.py": "held_sync.py",
@@ -44,6 +47,9 @@ NAMES = {
     "AsyncClient": "SyncClient",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
+    "seam_async": "seam_sync",
+    "queues_async": "queues_sync",
+    "admin_async": "admin_sync",
     "statements_async": "statements_sync",
     "dependencies_async": "dependencies_sync",
     "held_async": "held_sync",

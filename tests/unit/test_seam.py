@@ -9,8 +9,9 @@ import ast
 from pathlib import Path
 
 import skiplock
+from skiplock._db.seam_async import AsyncSeam
 from skiplock._db.sql import statements
-from skiplock._db.statements_async import AsyncSeam, AsyncStatements
+from skiplock._db.statements_async import AsyncStatements
 from skiplock._db.store_async import AsyncStore
 
 PACKAGE = Path(skiplock.__file__).parent

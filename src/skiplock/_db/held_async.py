@@ -16,9 +16,10 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
+from skiplock._db.queues_async import AsyncQueueStatements
 from skiplock._db.records import LimitedClaim
+from skiplock._db.seam_async import ENTITY_KEY_RETRIES
 from skiplock._db.statement_params import claim_statement
-from skiplock._db.statements_async import ENTITY_KEY_RETRIES, AsyncQueueStatements
 from skiplock.job import Claim, Job
 
 

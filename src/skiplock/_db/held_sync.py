@@ -17,9 +17,10 @@ from typing import Any
 import psycopg
 from psycopg import Connection
 
+from skiplock._db.queues_sync import SyncQueueStatements
 from skiplock._db.records import LimitedClaim
+from skiplock._db.seam_sync import ENTITY_KEY_RETRIES
 from skiplock._db.statement_params import claim_statement
-from skiplock._db.statements_sync import ENTITY_KEY_RETRIES, SyncQueueStatements
 from skiplock.job import Claim, Job
 
 
