@@ -447,7 +447,7 @@ def test_due_work_reads_its_partial_index_not_the_table(
     in batches until none is due: each statement reads its partial index, in its custom plan
     and in the generic plan of the prepared statement."""
     index = "jobs_running_idx" if statement == "job_reclaim_expired" else "jobs_scheduled_idx"
-    params = {"limit": 1000, "channel": "c"}
+    params = {"limit": 1000, "channel": "c", "now": None}
     plans = [explain(literal_conn, app.queries[statement], params, "")]
     if statement != "job_next_due":  # no parameter: its one plan is the generic one
         plans.append(explain_generic(literal_conn, app.queries[statement], params, ""))
