@@ -17,6 +17,7 @@ from psycopg import AsyncConnection
 from skiplock._db.caller_connection import AsyncCallerConnection, CallerConnection
 from skiplock._db.enqueue import EnqueueOptions, build_job
 from skiplock._db.payload import check_queue_name
+from skiplock._runtime.progress import ProgressSlot, checked_progress
 from skiplock.errors import ConfigurationError, InvalidArguments
 from skiplock.job import Enqueued, Job
 from skiplock.retry import ExponentialBackoff, RetryPolicy
@@ -74,6 +75,17 @@ class JobContext:
     worker_id: str
     conn: AsyncConnection[Any] | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
+    _progress: ProgressSlot = field(default_factory=ProgressSlot, repr=False)
+
+    def progress(self, fraction: float, status: str | None = None) -> None:
+        """Report how far the job is, ``fraction`` from 0 to 1, with an optional short
+        ``status`` (at most 200 characters), e.g. ``ctx.progress(0.4, "page 4 of 10")``.
+
+        Costs no I/O: the worker writes the last report of each job at most once a second
+        (a report made just before the job ends may not be written: its outcome supersedes
+        it).  Shown while the job runs by ``skiplock jobs show``, the dashboard and its API.
+        Raises ValueError for a fraction outside 0..1 or a longer status."""
+        self._progress.set(*checked_progress(fraction, status))
 
 
 @dataclass(frozen=True)

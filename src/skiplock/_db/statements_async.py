@@ -29,7 +29,13 @@ from skiplock._db.enqueue import NewJobs, shared_key_results
 from skiplock._db.job_search import SEARCH_SCAN, FoundJobs
 from skiplock._db.presence import SILENT_AFTER
 from skiplock._db.queue_locks import lock_timeout_setting
-from skiplock._db.records import ClaimRoom, LimitedClaim, QueueLimits, QueueSetting
+from skiplock._db.records import (
+    ClaimRoom,
+    LimitedClaim,
+    QueueLimits,
+    QueueSetting,
+    ShownProgress,
+)
 from skiplock._db.shown_rows import show_any_row
 from skiplock._db.sql import Queries
 from skiplock.bulk import JobFilter
@@ -363,6 +369,13 @@ class AsyncAdminStatements(AsyncSeam):
     async def job_get(self, conn: AsyncConnection[Any], job_id: int) -> Job | None:
         jobs = await self._jobs(conn, "job_get", {"id": job_id, "schema": self.schema})
         return jobs[0] if jobs else None
+
+    async def job_progress_get(
+        self, conn: AsyncConnection[Any], job_id: int
+    ) -> ShownProgress | None:
+        """The last progress the job reported (ctx.progress), if its row was not pruned."""
+        rows = await self._rows(conn, "job_progress_get", {"id": job_id})
+        return ShownProgress(*rows[0]) if rows else None
 
     async def job_find_waiting(
         self, conn: AsyncConnection[Any], task: str, payload: str, queue: str | None
