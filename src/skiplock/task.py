@@ -35,6 +35,8 @@ RESERVED_ARGUMENTS = frozenset({"conn"})
 ExceptionTypes = type[BaseException] | Iterable[type[BaseException]]
 # Given the job a worker is about to run, a context manager to run its task in (App.around_job).
 JobHook = Callable[[Job], AbstractContextManager[object]]
+# An App.around_enqueue hook: (task name, queue, number of jobs) -> a context manager.
+EnqueueHook = Callable[[str, str, int], AbstractContextManager[object]]
 
 
 class TaskApp(Protocol):
@@ -57,6 +59,20 @@ class TaskApp(Protocol):
     def build_jobs(
         self, task_name: str, payloads: Iterable[Mapping[str, Any]], options: EnqueueOptions
     ) -> NewJobs: ...
+    def insert_jobs(
+        self,
+        task_name: str,
+        payloads: Iterable[Mapping[str, Any]],
+        options: EnqueueOptions,
+        conn: CallerConnection | None,
+    ) -> list[Enqueued]: ...
+    async def insert_jobs_async(
+        self,
+        task_name: str,
+        payloads: Iterable[Mapping[str, Any]],
+        options: EnqueueOptions,
+        conn: AsyncCallerConnection | None,
+    ) -> list[Enqueued]: ...
 
 
 @dataclass(frozen=True)
@@ -437,8 +453,7 @@ class TaskCall(Generic[P]):
     def enqueue_many(
         self, payloads: Iterable[Mapping[str, Any]], *, conn: CallerConnection | None = None
     ) -> list[Enqueued]:
-        jobs = self.task.app.build_jobs(self.task.name, payloads, self.options)
-        return self.task.app.sync_client.enqueue_batch(jobs, conn)
+        return self.task.app.insert_jobs(self.task.name, payloads, self.options, conn)
 
     async def enqueue_many_async(
         self,
@@ -446,5 +461,4 @@ class TaskCall(Generic[P]):
         *,
         conn: AsyncCallerConnection | None = None,
     ) -> list[Enqueued]:
-        jobs = self.task.app.build_jobs(self.task.name, payloads, self.options)
-        return await self.task.app.async_client.enqueue_batch(jobs, conn)
+        return await self.task.app.insert_jobs_async(self.task.name, payloads, self.options, conn)
