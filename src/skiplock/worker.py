@@ -51,7 +51,7 @@ from skiplock._runtime.leased_slots import LeasedSlots
 from skiplock._runtime.listener import Listener
 from skiplock._runtime.maintenance import Maintenance
 from skiplock._runtime.presence import Presence
-from skiplock._runtime.progress import ProgressWriter
+from skiplock._runtime.progress_writer import ProgressWriter
 from skiplock._runtime.queue_settings import QueueSettings
 from skiplock._runtime.recycling import Recycling
 from skiplock._runtime.slots import Slots
