@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import ExitStack
 from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, cast, overload
 
 from skiplock._app_admin import JobAdmin
@@ -37,6 +38,7 @@ from skiplock.job import Enqueued
 from skiplock.retry import RetryPolicy
 from skiplock.task import (
     ContextTask,
+    EnqueueHook,
     ExceptionTypes,
     JobContext,
     JobHook,
@@ -114,6 +116,7 @@ class App(JobAdmin):
         self.event_listeners: list[Callable[[JobEvent], None]] = []
         self.job_hooks: list[JobHook] = []
         self.meta_providers: list[MetaProvider] = []
+        self.enqueue_hooks: list[EnqueueHook] = []
         self.retention: dict[str, float | None] = dict(DEFAULT_RETENTION)
         for status, seconds in (retention or {}).items():
             if status not in DEFAULT_RETENTION:
@@ -397,6 +400,16 @@ class App(JobAdmin):
         self.job_hooks.append(hook)
         return hook
 
+    def around_enqueue(self, hook: EnqueueHook) -> EnqueueHook:
+        """Register ``hook`` (usable as a decorator): called at every enqueue of a task's jobs
+        through this app (``task.enqueue``, ``app.enqueue`` and their ``_many`` and async
+        forms) with the task's name, the queue and the number of jobs, it returns a context
+        manager that wraps building the jobs (so it is current while the meta providers run)
+        and inserting them, e.g. a tracing span.  It sees an exception the enqueue raises.
+        Hooks nest in the order they were registered, the first outermost."""
+        self.enqueue_hooks.append(hook)
+        return hook
+
     def enqueue_meta(self, provider: MetaProvider) -> MetaProvider:
         """Register ``provider`` (usable as a decorator): called at every enqueue through this
         app, in the caller's thread, what it returns is added to each job's ``meta`` (keys
@@ -470,8 +483,7 @@ class App(JobAdmin):
         **options: Any,
     ) -> list[Enqueued]:
         """Enqueue one job per payload in one statement (thousands per round trip)."""
-        jobs = self.build_jobs(task_name, payloads, EnqueueOptions(**options))
-        return self.sync_client.enqueue_batch(jobs, conn)
+        return self.insert_jobs(task_name, payloads, EnqueueOptions(**options), conn)
 
     async def enqueue_many_async(
         self,
@@ -481,8 +493,46 @@ class App(JobAdmin):
         conn: AsyncCallerConnection | None = None,
         **options: Any,
     ) -> list[Enqueued]:
-        jobs = self.build_jobs(task_name, payloads, EnqueueOptions(**options))
-        return await self.async_client.enqueue_batch(jobs, conn)
+        return await self.insert_jobs_async(task_name, payloads, EnqueueOptions(**options), conn)
+
+    def insert_jobs(
+        self,
+        task_name: str,
+        payloads: Iterable[Mapping[str, Any]],
+        options: EnqueueOptions,
+        conn: CallerConnection | None,
+    ) -> list[Enqueued]:
+        """Build and insert one job per payload, within the hooks of :meth:`around_enqueue`."""
+        if not self.enqueue_hooks:
+            return self.sync_client.enqueue_batch(
+                self.build_jobs(task_name, payloads, options), conn
+            )
+        listed = list(payloads)
+        with self._enqueue_hooked(task_name, options, len(listed)):
+            return self.sync_client.enqueue_batch(self.build_jobs(task_name, listed, options), conn)
+
+    async def insert_jobs_async(
+        self,
+        task_name: str,
+        payloads: Iterable[Mapping[str, Any]],
+        options: EnqueueOptions,
+        conn: AsyncCallerConnection | None,
+    ) -> list[Enqueued]:
+        client = self.async_client
+        if not self.enqueue_hooks:
+            return await client.enqueue_batch(self.build_jobs(task_name, payloads, options), conn)
+        listed = list(payloads)
+        with self._enqueue_hooked(task_name, options, len(listed)):
+            return await client.enqueue_batch(self.build_jobs(task_name, listed, options), conn)
+
+    def _enqueue_hooked(self, task_name: str, options: EnqueueOptions, count: int) -> ExitStack:
+        queue = self.get_task(task_name).settings.options.merged(options).queue
+        queue = queue or self.default_queue
+        stack = ExitStack()
+        with stack:
+            for hook in self.enqueue_hooks:
+                stack.enter_context(hook(task_name, queue, count))
+            return stack.pop_all()
 
     # -- administration ------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from psycopg import AsyncConnection
 from skiplock._db.caller_connection import AsyncCallerConnection, CallerConnection
 from skiplock._db.enqueue import EnqueueOptions, build_job
 from skiplock._db.payload import check_queue_name
+from skiplock._runtime.progress import ProgressSlot, checked_progress
 from skiplock.errors import ConfigurationError, InvalidArguments
 from skiplock.job import Enqueued, Job
 from skiplock.retry import ExponentialBackoff, RetryPolicy
@@ -34,6 +35,8 @@ RESERVED_ARGUMENTS = frozenset({"conn"})
 ExceptionTypes = type[BaseException] | Iterable[type[BaseException]]
 # Given the job a worker is about to run, a context manager to run its task in (App.around_job).
 JobHook = Callable[[Job], AbstractContextManager[object]]
+# An App.around_enqueue hook: (task name, queue, number of jobs) -> a context manager.
+EnqueueHook = Callable[[str, str, int], AbstractContextManager[object]]
 
 
 class TaskApp(Protocol):
@@ -56,6 +59,20 @@ class TaskApp(Protocol):
     def build_jobs(
         self, task_name: str, payloads: Iterable[Mapping[str, Any]], options: EnqueueOptions
     ) -> NewJobs: ...
+    def insert_jobs(
+        self,
+        task_name: str,
+        payloads: Iterable[Mapping[str, Any]],
+        options: EnqueueOptions,
+        conn: CallerConnection | None,
+    ) -> list[Enqueued]: ...
+    async def insert_jobs_async(
+        self,
+        task_name: str,
+        payloads: Iterable[Mapping[str, Any]],
+        options: EnqueueOptions,
+        conn: AsyncCallerConnection | None,
+    ) -> list[Enqueued]: ...
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,17 @@ class JobContext:
     worker_id: str
     conn: AsyncConnection[Any] | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
+    _progress: ProgressSlot = field(default_factory=ProgressSlot, repr=False)
+
+    def progress(self, fraction: float, status: str | None = None) -> None:
+        """Report how far the job is, ``fraction`` from 0 to 1, with an optional short
+        ``status`` (at most 200 characters), e.g. ``ctx.progress(0.4, "page 4 of 10")``.
+
+        Costs no I/O: the worker writes the last report of each job at most once a second
+        (a report made just before the job ends may not be written: its outcome supersedes
+        it).  Shown while the job runs by ``skiplock jobs show``, the dashboard and its API.
+        Raises ValueError for a fraction outside 0..1 or a longer status."""
+        self._progress.set(*checked_progress(fraction, status))
 
 
 @dataclass(frozen=True)
@@ -425,8 +453,7 @@ class TaskCall(Generic[P]):
     def enqueue_many(
         self, payloads: Iterable[Mapping[str, Any]], *, conn: CallerConnection | None = None
     ) -> list[Enqueued]:
-        jobs = self.task.app.build_jobs(self.task.name, payloads, self.options)
-        return self.task.app.sync_client.enqueue_batch(jobs, conn)
+        return self.task.app.insert_jobs(self.task.name, payloads, self.options, conn)
 
     async def enqueue_many_async(
         self,
@@ -434,5 +461,4 @@ class TaskCall(Generic[P]):
         *,
         conn: AsyncCallerConnection | None = None,
     ) -> list[Enqueued]:
-        jobs = self.task.app.build_jobs(self.task.name, payloads, self.options)
-        return await self.task.app.async_client.enqueue_batch(jobs, conn)
+        return await self.task.app.insert_jobs_async(self.task.name, payloads, self.options, conn)

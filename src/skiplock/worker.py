@@ -51,6 +51,7 @@ from skiplock._runtime.leased_slots import LeasedSlots
 from skiplock._runtime.listener import Listener
 from skiplock._runtime.maintenance import Maintenance
 from skiplock._runtime.presence import Presence
+from skiplock._runtime.progress_writer import ProgressWriter
 from skiplock._runtime.queue_settings import QueueSettings
 from skiplock._runtime.recycling import Recycling
 from skiplock._runtime.slots import Slots
@@ -232,6 +233,7 @@ class Worker:
             "held" if held else "lease",
         )
         heartbeat = Heartbeat(store, pool, self.lease_seconds, state.jobs)
+        progress = ProgressWriter(store, pool, state.jobs)
         settings = self.settings = QueueSettings(
             store, pool, queues, self.poll_interval, on_resume=work_behind_cursor
         )
@@ -296,7 +298,11 @@ class Worker:
             poll_interval=self.poll_interval,
         )
         completer.start()  # stopped apart from the others, below: it must not be cut short
-        services = [asyncio.create_task(heartbeat.run()), asyncio.create_task(presence.run())]
+        services = [
+            asyncio.create_task(heartbeat.run()),
+            asyncio.create_task(presence.run()),
+            asyncio.create_task(progress.run()),
+        ]
         if held:
             services.append(asyncio.create_task(watch_held_sessions(state.jobs)))
             services.append(

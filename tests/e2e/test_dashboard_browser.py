@@ -42,7 +42,7 @@ from starlette.routing import Route
 
 from helpers.dashboard_client import TOKEN, serving, serving_asgi
 from helpers.polling import wait_for
-from skiplock import App
+from skiplock import App, JobContext
 from skiplock.dashboard import create_dashboard
 from skiplock.dashboard._access import token_cookie
 from skiplock.dashboard._views import PAGE_SIZE
@@ -1108,3 +1108,48 @@ def test_the_workers_page_and_the_queue_counts_update_without_a_reload(
         assert page.evaluate("window.notReloaded") is True
         assert page.inner_text("#queues-live").startswith("Updated ")
         shop.sync_client.cancel_or_request(running)  # let the worker stop at once
+
+
+def test_a_running_job_page_shows_its_progress_and_updates_it_without_a_reload(
+    app: App, page: Any
+) -> None:
+    next_step = threading.Event()
+    finish = threading.Event()
+
+    @app.task(name="pages.render", queue="media", pass_context=True)
+    def render(ctx: JobContext) -> None:
+        ctx.progress(0.2, "page 2 of 10")
+        next_step.wait(30)
+        ctx.progress(0.7, "page 7 of 10")
+        finish.wait(30)
+
+    job_id = render.enqueue().id
+    try:
+        with serving(app) as base, working(app, ["media"]):
+            wait_for(lambda: progress_of(app, job_id), 20, "the job reports its progress")
+            log_in(page, base, f"/jobs/{job_id}")
+            page.evaluate("window.notReloaded = true")
+            row = table(page, 0)
+            assert row == [
+                {"status": "running", "progress": "20%", "message": "page 2 of 10",
+                 "reported": row[0]["reported"]},
+            ]  # fmt: skip
+            screenshot(page, "dashboard-job-progress")
+            next_step.set()
+            page.wait_for_function(
+                """() => document.querySelector('#progress [data-field="progress.fraction"]')
+                           .textContent === "70%" """,
+                timeout=15_000,
+            )
+            assert page.inner_text('#progress [data-field="progress.status"]') == "page 7 of 10"
+            assert page.evaluate("window.notReloaded") is True
+            assert page.inner_text("#job-live").startswith("Updated ")
+            finish.set()
+    finally:
+        next_step.set()
+        finish.set()
+
+
+def progress_of(app: App, job_id: int) -> dict[str, Any] | None:
+    job = app.sync_client.get_job(job_id)
+    return app.sync_client.progress(job) if job is not None else None

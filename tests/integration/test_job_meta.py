@@ -127,59 +127,116 @@ def test_archived_jobs_keep_their_meta(pg_dsn: str, schema: str, db: Any) -> Non
 
 
 def test_tracing_instrument_links_job_spans_to_the_request(app: App, db: Any) -> None:
-    """skiplock.observability.tracing.instrument with a real OpenTelemetry SDK: the job's span is a
-    child of
-    the span that enqueued it, current inside the task (sync and async), and records a failure."""
+    """skiplock.observability.tracing.instrument with a real OpenTelemetry SDK, to the messaging
+    semantic conventions: a PRODUCER span ``publish {queue}`` at enqueue, under the caller's
+    span; each attempt's CONSUMER span ``process {queue}`` its child and linked to it, current
+    inside the task (sync and async), recording a failure but not a snooze; and the
+    conventions' metrics."""
     from opentelemetry import trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    from skiplock import Retry
     from skiplock.observability.tracing import instrument
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
     tracer = provider.get_tracer("shop")
-    instrument(app, tracer_provider=provider)
-    instrument(app, tracer_provider=provider)  # a second call adds nothing
-    assert (len(app.job_hooks), len(app.meta_providers)) == (1, 1)
+    instrument(app, tracer_provider=provider, meter_provider=meters)
+    instrument(app, tracer_provider=provider, meter_provider=meters)  # a second call adds nothing
+    assert (len(app.job_hooks), len(app.meta_providers), len(app.enqueue_hooks)) == (1, 1, 1)
 
     inside: dict[int, int] = {}  # job id -> the trace id current inside its task
+    snoozes: list[int] = []
 
     @app.task(name="receipt", pass_context=True)
     def receipt(ctx: JobContext) -> None:
         inside[ctx.job.id] = trace.get_current_span().get_span_context().trace_id
 
-    @app.task(name="invoice", max_attempts=1, pass_context=True)
+    @app.task(name="invoice", max_attempts=1, pass_context=True, queue="billing")
     async def invoice(ctx: JobContext) -> None:
         inside[ctx.job.id] = trace.get_current_span().get_span_context().trace_id
         raise ValueError("no address")
 
+    @app.task(name="later", pass_context=True)
+    def later(ctx: JobContext) -> None:
+        inside[ctx.job.id] = trace.get_current_span().get_span_context().trace_id
+        if not snoozes:
+            snoozes.append(ctx.job.id)
+            raise Retry(0)
+
     with tracer.start_as_current_span("POST /orders") as request:
         traced = [receipt.enqueue().id, invoice.enqueue().id]
-    untraced = receipt.enqueue().id  # outside any span: no meta, a trace of its own
+    batch = [e.id for e in later.enqueue_many([{}, {}])]  # outside any span: a trace of its own
 
     stats = burst(app)
-    assert (stats.done, stats.failed) == (2, 1)
+    assert (stats.done, stats.failed, stats.snoozed) == (3, 1, 1)
     request_context = request.get_span_context()
     finished = exporter.get_finished_spans()
+    published = [s for s in finished if s.kind == trace.SpanKind.PRODUCER]
+    assert [s.name for s in published] == ["publish default", "publish billing", "publish default"]
+    for span in published[:2]:
+        assert span.parent is not None and span.parent.span_id == request_context.span_id
+    assert published[2].parent is None
+    sent = dict(published[1].attributes or {})
+    assert sent == {
+        "messaging.system": "skiplock",
+        "messaging.operation.name": "publish",
+        "messaging.operation.type": "send",
+        "messaging.destination.name": "billing",
+        "skiplock.task": "invoice",
+    }
+    assert dict(published[2].attributes or {})["messaging.batch.message_count"] == 2
+
     consumed = [s for s in finished if s.kind == trace.SpanKind.CONSUMER]
-    runs = {int(s.attributes["messaging.message.id"]): s for s in consumed}  # type: ignore[arg-type,index]
-    assert sorted(runs) == sorted([*traced, untraced])
+    runs: dict[int, list[Any]] = {}
+    for s in consumed:
+        runs.setdefault(int(s.attributes["messaging.message.id"]), []).append(s)  # type: ignore[arg-type,index]
+    assert sorted(runs) == sorted([*traced, *batch])
+    producer_of = {traced[0]: published[0], traced[1]: published[1]}
+    producer_of.update(dict.fromkeys(batch, published[2]))
+    for job_id, spans in runs.items():
+        producer = producer_of[job_id].context
+        for span in spans:  # the producer span is the parent and the link
+            assert span.parent is not None and span.parent.span_id == producer.span_id
+            assert [link.context.span_id for link in span.links] == [producer.span_id]
+            assert inside[job_id] == span.context.trace_id  # current inside its task
     for job_id in traced:
-        assert runs[job_id].context.trace_id == request_context.trace_id
-        parent = runs[job_id].parent
-        assert parent is not None and parent.span_id == request_context.span_id
-    for job_id, job_span in runs.items():  # the job's span is current inside its task
-        assert inside[job_id] == job_span.context.trace_id
-    assert runs[traced[1]].status.status_code == trace.StatusCode.ERROR
-    assert runs[traced[1]].name == "invoice process"
-    assert runs[traced[1]].kind == trace.SpanKind.CONSUMER
-    attributes = dict(runs[traced[1]].attributes or {})
-    assert attributes["messaging.destination.name"] == "default"
+        assert runs[job_id][0].context.trace_id == request_context.trace_id
+    failed = runs[traced[1]][0]
+    assert failed.status.status_code == trace.StatusCode.ERROR
+    assert failed.name == "process billing"
+    attributes = dict(failed.attributes or {})
+    assert attributes["messaging.destination.name"] == "billing"
+    assert attributes["messaging.operation.type"] == "process"
+    assert attributes["error.type"] == "ValueError"
     assert (attributes["skiplock.task"], attributes["skiplock.attempt"]) == ("invoice", 1)
-    assert runs[untraced].parent is None
-    assert runs[untraced].context.trace_id != request_context.trace_id
-    job = app.get_job(untraced)
-    assert job is not None and job.meta is None
+    assert [e.name for e in failed.events] == ["exception"]
+    snoozed, rerun = runs[snoozes[0]]
+    assert snoozed.status.status_code == trace.StatusCode.UNSET
+    assert [e.name for e in snoozed.events] == ["snoozed"]
+    assert "error.type" not in dict(snoozed.attributes or {})
+    assert rerun.status.status_code == trace.StatusCode.UNSET
+    assert runs[traced[0]][0].context.trace_id != runs[batch[0]][0].context.trace_id
+
+    data = reader.get_metrics_data()
+    assert data is not None
+    points: dict[str, list[Any]] = {}
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                points[metric.name] = list(metric.data.data_points)
+    assert sum(p.value for p in points["messaging.client.sent.messages"]) == 4
+    assert sum(p.value for p in points["messaging.client.consumed.messages"]) == 5
+    durations = {
+        (p.attributes["messaging.destination.name"], p.attributes.get("error.type")): p.count
+        for p in points["messaging.process.duration"]
+    }
+    assert durations == {("default", None): 4, ("billing", "ValueError"): 1}
+    assert sum(p.count for p in points["messaging.client.operation.duration"]) == 3

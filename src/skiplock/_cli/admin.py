@@ -156,6 +156,7 @@ def jobs_show(job_id: int, dsn: str | None, schema: str, as_json: bool) -> None:
         job = app.get_job(job_id)
         waits_for = app.sync_client.waits_for(job_id) if job and job.status == "waiting" else []
         attempts = app.sync_client.attempts(job) if job else []
+        progress = app.sync_client.progress(job) if job else None
     if job is None:
         click.echo(f"no job {job_id}", err=True)
         raise SystemExit(NOT_CHANGED)
@@ -163,12 +164,17 @@ def jobs_show(job_id: int, dsn: str | None, schema: str, as_json: bool) -> None:
     if waits_for:
         shown["waits_for"] = {str(dep): status for dep, status in waits_for}
     if as_json:
-        emit_json({**shown, "attempt_history": attempts})
+        emit_json({**shown, "progress": progress, "attempt_history": attempts})
         return
     for key, value in shown.items():
         if key != "last_error":
             text = json.dumps(value) if key in ("payload", "result", "meta", "waits_for") else value
             click.echo(f"{key:>16}: {text}")
+    if progress is not None:
+        status = f" {progress['status']}" if progress["status"] else ""
+        click.echo(
+            f"{'progress':>16}: {progress['fraction']:.0%}{status} (at {progress['updated_at']})"
+        )
     for a in attempts:
         error = (a["error"] or "").strip().splitlines()
         click.echo(

@@ -27,6 +27,13 @@ class AsyncAdminStatements(AsyncSeam):
         jobs = await self._jobs(conn, "job_get", {"id": job_id, "schema": self.schema})
         return jobs[0] if jobs else None
 
+    async def job_progress_get(
+        self, conn: AsyncConnection[Any], job_id: int
+    ) -> ShownProgress | None:
+        """The last progress the job reported (ctx.progress), if its row was not pruned."""
+        rows = await self._rows(conn, "job_progress_get", {"id": job_id})
+        return ShownProgress(*rows[0]) if rows else None
+
     async def job_find_waiting(
         self, conn: AsyncConnection[Any], task: str, payload: str, queue: str | None
     ) -> list[Job]:

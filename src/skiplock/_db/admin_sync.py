@@ -28,6 +28,11 @@ class SyncAdminStatements(SyncSeam):
         jobs = self._jobs(conn, "job_get", {"id": job_id, "schema": self.schema})
         return jobs[0] if jobs else None
 
+    def job_progress_get(self, conn: Connection[Any], job_id: int) -> ShownProgress | None:
+        """The last progress the job reported (ctx.progress), if its row was not pruned."""
+        rows = self._rows(conn, "job_progress_get", {"id": job_id})
+        return ShownProgress(*rows[0]) if rows else None
+
     def job_find_waiting(
         self, conn: Connection[Any], task: str, payload: str, queue: str | None
     ) -> list[Job]:

@@ -348,6 +348,27 @@ class AsyncClient:
             log = await self.store.job_list_attempts(c, job.id)
         return attempt_history(job, log)
 
+    async def progress(
+        self, job: Job, conn: AsyncConnection[Any] | None = None
+    ) -> dict[str, Any] | None:
+        """What ``job`` (as :func:`get_job` read it) last reported with ``ctx.progress``, while
+        it runs: fraction (0..1), status, attempt, worker and updated_at (ISO text); None when
+        it is not running or its running attempt reported nothing yet.  A held-lock job's row
+        shows the attempts before its claim, its report the claimed one: hence ``>=``."""
+        if job.status != "running":
+            return None
+        async with self.connection(conn) as c:
+            found = await self.store.job_progress_get(c, job.id)
+        if found is None or found.attempt < job.attempts:
+            return None
+        return {
+            "fraction": found.progress,
+            "status": found.status,
+            "attempt": found.attempt,
+            "worker": found.worker,
+            "updated_at": found.updated_at.isoformat(),
+        }
+
     async def search_jobs(
         self,
         payload: str,

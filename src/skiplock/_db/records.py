@@ -5,6 +5,7 @@ once)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from skiplock._db.queue_locks import QUEUE_LOCK_WAIT
 from skiplock.job import Claim
@@ -81,3 +82,26 @@ class TaskResult:
 
     claim: Claim
     result: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressReport:
+    """What a running job reported with ``ctx.progress``, to be written by its worker: the
+    claim (leased jobs) or the held-lock session's backend pid (held-lock jobs), a fraction in
+    0..1 and a short status."""
+
+    claim: Claim
+    progress: float
+    status: str | None
+    held_pid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShownProgress:
+    """A job's last reported progress (job_progress_get)."""
+
+    progress: float
+    status: str | None
+    attempt: int
+    worker: str
+    updated_at: datetime

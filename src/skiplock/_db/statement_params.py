@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from skiplock._db.records import TaskResult
+from skiplock._db.records import ProgressReport, TaskResult
 from skiplock._db.sql import SMALL_CLAIM, literal_limit_name
 from skiplock.job import Claim, ClaimKey
 
@@ -39,6 +39,11 @@ def claim_arrays(claims: Sequence[Claim]) -> dict[str, Any]:
 def result_arrays(results: Sequence[TaskResult]) -> dict[str, Any]:
     """The claims of done jobs and what their tasks returned (JSON text), as parallel arrays."""
     return {**claim_arrays([r.claim for r in results]), "results": [r.result for r in results]}
+
+
+def progress_arrays(reports: Sequence[ProgressReport]) -> dict[str, Any]:
+    """The fractions and statuses of progress reports, as parallel arrays."""
+    return {"progress": [r.progress for r in reports], "status": [r.status for r in reports]}
 
 
 def int_array(values: Sequence[int]) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from psycopg import AsyncConnection
 
 from skiplock._db.payload import encode_result
+from skiplock._runtime.progress import ProgressSlot
 from skiplock._runtime.task_threads import TaskThreads
 from skiplock.errors import Fail, JobTimeout, Retry, UnknownTask
 from skiplock.job import Job, UnrunnableJob
@@ -161,6 +162,7 @@ async def run_job(
     conn: AsyncConnection[Any] | None = None,
     unknown: UnknownTask | None = None,
     cancel_flag: Callable[[], threading.Event] | None = None,
+    progress_slot: Callable[[], ProgressSlot] | None = None,
 ) -> Outcome:
     """Call the job's task within its timeout; exceptions and timeouts become outcomes,
     cancellation from outside propagates."""
@@ -170,14 +172,16 @@ async def run_job(
         return failure(job, unknown, _UNKNOWN_TASK_RETRY, give_up=give_up)
     # The flag reaches the task only through its context (ctx.cancelled).
     flag = None
+    slot = None
     if task.settings.pass_context:
         flag = cancel_flag() if cancel_flag is not None else threading.Event()
+        slot = progress_slot() if progress_slot is not None else ProgressSlot()
     timeout = task.settings.timeout
     if timeout is None:
-        return await _call(job, task, worker_id, executor, conn, flag)
+        return await _call(job, task, worker_id, executor, conn, flag, slot)
     try:
         async with asyncio.timeout(timeout):
-            return await _call(job, task, worker_id, executor, conn, flag)
+            return await _call(job, task, worker_id, executor, conn, flag, slot)
     except TimeoutError:
         if flag is not None:
             flag.set()  # a sync task cannot be interrupted: it is told instead
@@ -191,10 +195,13 @@ async def _call(
     executor: Executor,
     conn: AsyncConnection[Any] | None,
     cancel_flag: threading.Event | None,
+    progress_slot: ProgressSlot | None = None,
 ) -> Outcome:
     args: tuple[Any, ...] = ()
     if cancel_flag is not None:
-        args = (JobContext(job, worker_id, conn if task.is_async else None, cancel_flag),)
+        held_conn = conn if task.is_async else None
+        slot = progress_slot or ProgressSlot()
+        args = (JobContext(job, worker_id, held_conn, cancel_flag, slot),)
     try:
         if not isinstance(job.payload, dict):
             raise TypeError(f"payload of job {job.id} is not a JSON object")

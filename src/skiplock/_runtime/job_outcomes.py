@@ -81,6 +81,7 @@ class OutcomeReporter:
         outcome = await run_job(
             job, task, worker_id=self.worker_id, executor=self.executor, conn=conn,
             unknown=unknown, cancel_flag=lambda: running.cancel_flag,
+            progress_slot=lambda: running.progress_slot,
         )  # fmt: skip
         self.stats.timed_out += outcome.timed_out
         return outcome

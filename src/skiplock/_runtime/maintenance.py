@@ -357,6 +357,7 @@ class Maintenance:
         pruned = await self.store.job_prune_by_retention(conn, self.app.retention)
         self.stats.pruned += sum(pruned.values())
         await self.store.job_held_starts_prune(conn)
+        await self.store.job_progress_prune(conn)
         await self.store.job_dependencies_prune(conn)
         await self.store.presence_prune_gone(conn, GONE_AFTER)
         if self.app.periodic_tasks:

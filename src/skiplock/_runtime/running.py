@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from psycopg import AsyncConnection
 
+from skiplock._runtime.progress import ProgressSlot
 from skiplock.job import Job
 from skiplock.task import WorkerModel
 
@@ -37,6 +38,19 @@ class RunningJob:
         self.lease_until: float = math.inf
         self.conn: AsyncConnection[Any] | None = None  # a held-lock job's, in its transaction
         self._cancel_flag: threading.Event | None = None
+        self._progress_slot: ProgressSlot | None = None
+
+    @property
+    def progress_slot(self) -> ProgressSlot:
+        """Where the task's ctx.progress puts its reports for the ProgressWriter.  Made on
+        first use (most jobs never report)."""
+        if self._progress_slot is None:
+            self._progress_slot = ProgressSlot()
+        return self._progress_slot
+
+    @property
+    def progress_slot_if_made(self) -> ProgressSlot | None:
+        return self._progress_slot
 
     @property
     def cancel_flag(self) -> threading.Event:

@@ -104,6 +104,7 @@ class Views:
         waits_for = await self.client.waits_for(job.id) if job.status == "waiting" else []
         shown["waits_for"] = {str(dep): status for dep, status in waits_for}
         shown["attempt_history"] = await self.client.attempts(job)
+        shown["progress"] = await self.client.progress(job)
         return shown
 
     async def _listed(

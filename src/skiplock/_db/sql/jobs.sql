@@ -623,3 +623,61 @@ WHERE j.id = c.id
   AND coalesce(j.attempts = c.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
                AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
 RETURNING j.id;
+
+-- name: job_progress_write_leased
+-- Record the progress of leased jobs (ctx.progress), each only if its claim still owns the job
+-- (the token of the outcomes); returns the ids written.  Rows of job_progress (0019).
+INSERT INTO {progress} AS p (job_id, attempt, worker, progress, status, updated_at)
+SELECT j.id, j.attempts, j.locked_by, r.progress, r.status, now()
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[],
+            %(progress)s::float8[], %(status)s::text[])
+     AS r(id, attempts, claim_time, progress, status)
+JOIN {jobs} AS j ON j.id = r.id
+WHERE coalesce(j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = %(worker)s
+               AND j.locked_at = (%(claim_times)s::timestamptz[])[r.claim_time], false)
+ON CONFLICT (job_id) DO UPDATE
+SET attempt = excluded.attempt, worker = excluded.worker, progress = excluded.progress,
+    status = excluded.status, updated_at = excluded.updated_at
+RETURNING p.job_id;
+
+-- name: job_progress_write_held
+-- Record the progress of held-lock jobs from a side connection (their rows are locked by the
+-- transactions that run them), each only if the session %(pids)s names still holds the job's
+-- marker (see job_claim), i.e. its claim is alive; returns the ids written.
+INSERT INTO {progress} AS p (job_id, attempt, worker, progress, status, updated_at)
+SELECT r.id, r.attempts, %(worker)s, r.progress, r.status, now()
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(pids)s::int[],
+            %(progress)s::float8[], %(status)s::text[])
+     AS r(id, attempts, pid, progress, status)
+WHERE EXISTS (
+    SELECT FROM pg_locks AS l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
+      AND l.pid = r.pid AND l.objid::int8 = (r.id & 4294967295)
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
+ON CONFLICT (job_id) DO UPDATE
+SET attempt = excluded.attempt, worker = excluded.worker, progress = excluded.progress,
+    status = excluded.status, updated_at = excluded.updated_at
+RETURNING p.job_id;
+
+-- name: job_progress_get
+-- The last progress a job reported (ctx.progress), with its attempt and time; NULL fields when
+-- none.  Shown for the job's running attempt by the callers (the row outlives it until pruned).
+SELECT progress, status, attempt, worker, updated_at FROM {progress} WHERE job_id = %(id)s;
+
+-- name: job_progress_prune
+-- Forget the progress of jobs that no longer run the attempt that reported it (finished,
+-- retried, gone): a leased job's row says so; a held-lock job's row looks pending while it
+-- runs, so its row is kept while a session holds the job's marker (see job_claim).  Rows
+-- younger than %(keep_seconds)s are kept (a claim being written).  Run by the maintenance leader.
+DELETE FROM {progress} AS p
+WHERE p.updated_at < now() - make_interval(secs => %(keep_seconds)s)
+  AND NOT EXISTS (SELECT FROM {jobs} AS j
+                  WHERE j.id = p.job_id AND j.status = 'running' AND j.attempts = p.attempt)
+  AND NOT EXISTS (
+      SELECT FROM pg_locks AS l
+      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
+        AND l.objid::int8 = (p.job_id & 4294967295)
+        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
+RETURNING p.job_id;

@@ -11,12 +11,21 @@ function formatted(field, value) {
   if (field === "oldest_pending_seconds") return value.toFixed(1) + "s";
   if (field === "seen_ago") return value.toFixed(0) + "s ago";
   if (field === "queues" && Array.isArray(value)) return value.join(", ");
-  if (field === "started_at") return String(value).slice(0, 19).replace("T", " ");
+  if (field === "started_at" || field === "progress.updated_at") {
+    return String(value).slice(0, 19).replace("T", " ");
+  }
+  if (field === "progress.fraction") return (value * 100).toFixed(0) + "%";
   return String(value);
 }
 
-// Each live table: data-live="<JSON address>", data-key="<the field naming a row>"; each row
-// data-row="<its key>"; each live cell data-field="<field>".
+// A row's value of "a" or "a.b" (undefined when "a" is null: a job that reported nothing).
+function fieldOf(row, field) {
+  return field.split(".").reduce((value, name) => (value == null ? undefined : value[name]), row);
+}
+
+// Each live table: data-live="<JSON address>" (a list of rows, or one object: a job's page),
+// data-key="<the field naming a row>"; each row data-row="<its key>"; each live cell
+// data-field="<field>", or "<field>.<field>" for a field of an object (a job's progress).
 // The next read comes PERIOD_MS after this one ends, or 10 times as long as it took if that is
 // longer: on a table of a million jobs /api/queues takes seconds (bench/README.md, "Dashboard
 // page times"), and an open tab must not keep a database session busy all the time.
@@ -31,7 +40,8 @@ function refresh(table, status) {
       if (!response.ok) throw new Error("HTTP " + response.status);
       return response.json();
     })
-    .then((rows) => {
+    .then((data) => {
+      const rows = Array.isArray(data) ? data : [data];
       const byKey = new Map(rows.map((row) => [String(row[table.dataset.key]), row]));
       let changed = false;
       for (const tr of table.querySelectorAll("tr[data-row]")) {
@@ -40,7 +50,7 @@ function refresh(table, status) {
         if (row === undefined) { changed = true; continue; }
         byKey.delete(tr.dataset.row);
         for (const td of tr.querySelectorAll("[data-field]")) {
-          const text = formatted(td.dataset.field, row[td.dataset.field]);
+          const text = formatted(td.dataset.field, fieldOf(row, td.dataset.field));
           if (td.textContent !== text) td.textContent = text;
         }
       }

@@ -1,6 +1,6 @@
 -- Least-privilege roles of one skiplock schema, for `skiplock roles` (src/skiplock/_cli/roles.py).
 -- Not loaded with the runtime statements: besides {schema}, {jobs}, {archive}, {queues},
--- {leaders}, {ticks}, {held_starts}, {workers}, {dependencies}, {jobs_id_seq} and {migrations}
+-- {leaders}, {ticks}, {held_starts}, {progress}, {workers}, {dependencies}, {jobs_id_seq} and {migrations}
 -- these name the roles: {enqueuer}, {worker}, {admin}, {viewer} (and {role} in role_create), all
 -- composed as quoted identifiers.
 
@@ -53,7 +53,7 @@ FROM pg_class AS c
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname = %(schema)s AND c.relkind = 'r'
   AND c.relname IN ('jobs', 'jobs_archive', 'queues', 'leaders', 'periodic_ticks', 'held_starts',
-                    'workers', 'job_dependencies', 'migrations');
+                    'workers', 'job_dependencies', 'job_progress', 'migrations');
 
 -- name: role_create
 -- One role without login rights; give it to login users with GRANT role TO user.
@@ -115,6 +115,7 @@ GRANT UPDATE (rate_tokens, rate_refilled_at) ON {queues} TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {leaders}, {ticks}, {held_starts}, {workers},
     {dependencies} TO {worker};
 GRANT SELECT ON SEQUENCE {jobs_id_seq} TO {worker};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {progress} TO {worker};  -- ctx.progress (0019)
 
 -- name: role_grant_admin
 -- Admin: every row of every skiplock table (retry, cancel, pause, limit, prune, purge), the
@@ -124,6 +125,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE
     ON {jobs}, {archive}, {queues}, {leaders}, {ticks}, {held_starts}, {workers},
        {dependencies} TO {admin};
 GRANT SELECT ON SEQUENCE {jobs_id_seq} TO {admin};
+GRANT SELECT, DELETE ON {progress} TO {admin};
 GRANT SELECT ON {migrations} TO {admin};
 GRANT EXECUTE ON FUNCTION {schema}.may_write_jobs(oid) TO {admin};  -- doctor: which sessions are workers
 
@@ -134,6 +136,7 @@ GRANT USAGE ON SCHEMA {schema} TO {viewer};
 GRANT SELECT ON {jobs}, {archive}, {queues}, {workers}, {dependencies}, {migrations}
     TO {viewer};
 GRANT EXECUTE ON FUNCTION {schema}.may_write_jobs(oid) TO {viewer};  -- held-lock jobs shown running
+GRANT SELECT ON {progress} TO {viewer};
 
 -- name: role_grant_monitor
 -- Let the admin role see every session's state, so `skiplock doctor` can name the sessions
