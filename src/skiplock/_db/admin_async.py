@@ -14,6 +14,7 @@ from psycopg.rows import dict_row
 
 from skiplock._db.job_search import SEARCH_SCAN, FoundJobs
 from skiplock._db.presence import SILENT_AFTER
+from skiplock._db.records import ShownProgress
 from skiplock._db.seam_async import AsyncSeam
 from skiplock.bulk import JobFilter
 from skiplock.errors import IdempotencyConflict

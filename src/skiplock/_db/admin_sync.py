@@ -15,6 +15,7 @@ from psycopg.rows import dict_row
 
 from skiplock._db.job_search import SEARCH_SCAN, FoundJobs
 from skiplock._db.presence import SILENT_AFTER
+from skiplock._db.records import ShownProgress
 from skiplock._db.seam_sync import SyncSeam
 from skiplock.bulk import JobFilter
 from skiplock.errors import IdempotencyConflict

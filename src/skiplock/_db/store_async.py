@@ -21,9 +21,15 @@ from skiplock._db.dependencies_async import AsyncDependencyStatements
 from skiplock._db.enqueue import InsertOutcome, NewJob, NewJobs, insert_params
 from skiplock._db.held_async import AsyncHeldStatements
 from skiplock._db.queues_async import AsyncQueueStatements
-from skiplock._db.records import FailedAttempt, LimitedClaim, Snooze, TaskResult
+from skiplock._db.records import FailedAttempt, LimitedClaim, ProgressReport, Snooze, TaskResult
 from skiplock._db.seam_async import ENTITY_KEY_RETRIES
-from skiplock._db.statement_params import claim_arrays, claim_statement, result_arrays
+from skiplock._db.statement_params import (
+    claim_arrays,
+    claim_statement,
+    int_array,
+    progress_arrays,
+    result_arrays,
+)
 from skiplock._db.statements_async import AsyncStatements
 from skiplock.job import Claim, ClaimKey, Enqueued, Job
 
@@ -301,6 +307,41 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
             return {}
         params = {**claim_arrays(claims), "lease_seconds": lease_seconds, "now": now}
         return dict(await self._rows(conn, "job_extend_leases", params))
+
+    async def job_progress_write(
+        self, conn: AsyncConnection[Any], reports: Sequence[ProgressReport]
+    ) -> set[int]:
+        """Record the progress of running jobs (one worker's), each only if its claim still
+        owns the job: a leased job's token, a held-lock job's session holding its marker;
+        returns the ids written."""
+        written: set[int] = set()
+        leased = [r for r in reports if r.held_pid is None]
+        held = [r for r in reports if r.held_pid is not None]
+        values = progress_arrays
+        if leased:
+            params = {**claim_arrays([r.claim for r in leased]), **values(leased)}
+            rows = await self._rows(conn, "job_progress_write_leased", params)
+            written.update(row[0] for row in rows)
+        if held:
+            params = {
+                "ids": int_array([r.claim.job_id for r in held]),
+                "attempts": int_array([r.claim.attempt for r in held]),
+                "pids": int_array([cast(int, r.held_pid) for r in held]),
+                "worker": held[0].claim.worker,
+                "schema": self.schema,
+                **values(held),
+            }
+            rows = await self._rows(conn, "job_progress_write_held", params)
+            written.update(row[0] for row in rows)
+        return written
+
+    async def job_progress_prune(
+        self, conn: AsyncConnection[Any], keep_seconds: float = 60.0
+    ) -> int:
+        """Forget the progress of jobs no longer running the attempt that reported it; how
+        many rows were forgotten."""
+        params = {"keep_seconds": keep_seconds, "schema": self.schema}
+        return len(await self._rows(conn, "job_progress_prune", params))
 
     async def job_reclaim_expired(
         self, conn: AsyncConnection[Any], limit: int = 1000, now: datetime | None = None

@@ -22,9 +22,15 @@ from skiplock._db.dependencies_sync import SyncDependencyStatements
 from skiplock._db.enqueue import InsertOutcome, NewJob, NewJobs, insert_params
 from skiplock._db.held_sync import SyncHeldStatements
 from skiplock._db.queues_sync import SyncQueueStatements
-from skiplock._db.records import FailedAttempt, LimitedClaim, Snooze, TaskResult
+from skiplock._db.records import FailedAttempt, LimitedClaim, ProgressReport, Snooze, TaskResult
 from skiplock._db.seam_sync import ENTITY_KEY_RETRIES
-from skiplock._db.statement_params import claim_arrays, claim_statement, result_arrays
+from skiplock._db.statement_params import (
+    claim_arrays,
+    claim_statement,
+    int_array,
+    progress_arrays,
+    result_arrays,
+)
 from skiplock._db.statements_sync import SyncStatements
 from skiplock.job import Claim, ClaimKey, Enqueued, Job
 
@@ -286,6 +292,39 @@ class SyncJobStatements(SyncQueueStatements, SyncDependencyStatements):
             return {}
         params = {**claim_arrays(claims), "lease_seconds": lease_seconds, "now": now}
         return dict(self._rows(conn, "job_extend_leases", params))
+
+    def job_progress_write(
+        self, conn: Connection[Any], reports: Sequence[ProgressReport]
+    ) -> set[int]:
+        """Record the progress of running jobs (one worker's), each only if its claim still
+        owns the job: a leased job's token, a held-lock job's session holding its marker;
+        returns the ids written."""
+        written: set[int] = set()
+        leased = [r for r in reports if r.held_pid is None]
+        held = [r for r in reports if r.held_pid is not None]
+        values = progress_arrays
+        if leased:
+            params = {**claim_arrays([r.claim for r in leased]), **values(leased)}
+            rows = self._rows(conn, "job_progress_write_leased", params)
+            written.update(row[0] for row in rows)
+        if held:
+            params = {
+                "ids": int_array([r.claim.job_id for r in held]),
+                "attempts": int_array([r.claim.attempt for r in held]),
+                "pids": int_array([cast(int, r.held_pid) for r in held]),
+                "worker": held[0].claim.worker,
+                "schema": self.schema,
+                **values(held),
+            }
+            rows = self._rows(conn, "job_progress_write_held", params)
+            written.update(row[0] for row in rows)
+        return written
+
+    def job_progress_prune(self, conn: Connection[Any], keep_seconds: float = 60.0) -> int:
+        """Forget the progress of jobs no longer running the attempt that reported it; how
+        many rows were forgotten."""
+        params = {"keep_seconds": keep_seconds, "schema": self.schema}
+        return len(self._rows(conn, "job_progress_prune", params))
 
     def job_reclaim_expired(
         self, conn: Connection[Any], limit: int = 1000, now: datetime | None = None
