@@ -22,6 +22,10 @@ from helpers import stores
 from helpers.stores import AsyncStore, SyncStore
 from skiplock import App
 
+# The Django project's own tests run under `manage.py test`, inside the project (see
+# tests/e2e/test_django_project.py); pytest would import them without Django's settings.
+collect_ignore = ["django_project"]
+
 
 def _embedded_dsn() -> str:
     from skiplock._db import embedded
