@@ -29,6 +29,17 @@ def ticks(db: Any, app: App) -> dict[str, list[tuple[datetime, int]]]:
     return found
 
 
+async def lead(app: App, until: Any) -> None:
+    """Run a worker of ``app`` on the cron queue (soon the leader) until ``until`` holds."""
+    worker = Worker(app, queues=["cron"], poll_interval=0.1, leader_ttl=1.0)
+    task = asyncio.create_task(worker.run())
+    try:
+        await wait_for_async(until, 10)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
 def status(db: Any, app: App, job_id: int) -> tuple[str, str | None]:
     row = db.execute(
         f'SELECT status, last_error FROM "{app.schema}".jobs WHERE id = %s', (job_id,)
@@ -71,15 +82,6 @@ def test_a_new_leader_drops_the_ticks_and_queued_jobs_of_removed_and_changed_sch
         new.task(name="gone", queue="cron")(lambda: None)  # the task stays, its schedule went
         new.periodic(name="changed", **{**HOURLY, "every": 1800.0})(lambda: None)
         old.sync_client.set_paused("cron", True)  # the ticks' jobs stay queued
-
-        async def lead(app: App, until: Any) -> None:
-            worker = Worker(app, queues=["cron"], poll_interval=0.1, leader_ttl=1.0)
-            task = asyncio.create_task(worker.run())
-            try:
-                await wait_for_async(until, 10)
-            finally:
-                worker.stop()
-                await asyncio.wait_for(task, 30)
 
         asyncio.run(lead(old, lambda: len(ticks(db, old)) == 3))
         before = {name: recorded[-1][1] for name, recorded in ticks(db, old).items()}
@@ -150,15 +152,6 @@ def test_a_leader_leaves_the_schedules_of_tasks_its_app_does_not_have(
         mine_before.periodic(name="mine", **HOURLY)(lambda: None)
         mine.periodic(name="mine", **{**HOURLY, "every": 1800.0})(lambda: None)
         theirs.sync_client.set_paused("cron", True)  # the ticks' jobs stay queued
-
-        async def lead(app: App, until: Any) -> None:
-            worker = Worker(app, queues=["cron"], poll_interval=0.1, leader_ttl=1.0)
-            task = asyncio.create_task(worker.run())
-            try:
-                await wait_for_async(until, 10)
-            finally:
-                worker.stop()
-                await asyncio.wait_for(task, 30)
 
         asyncio.run(lead(theirs, lambda: "theirs" in ticks(db, theirs)))
         asyncio.run(lead(mine_before, lambda: "mine" in ticks(db, mine)))
