@@ -79,7 +79,12 @@ async def _serve_one(
     delay: float,
 ) -> None:
     try:
-        server_r, server_w = await asyncio.open_connection(*target)
+        if target[0].startswith("/"):  # a Unix socket's folder (the embedded server), libpq's name
+            server_r, server_w = await asyncio.open_unix_connection(
+                f"{target[0]}/.s.PGSQL.{target[1]}"
+            )
+        else:
+            server_r, server_w = await asyncio.open_connection(*target)
     except OSError:
         client_w.close()
         return
