@@ -152,11 +152,6 @@ class SkiplockBackend(fw.BaseTaskBackend):  # type: ignore[misc]  # the framewor
         return []
 
 
-class TaskExited(Exception):
-    """A framework task raised ``SystemExit`` or ``KeyboardInterrupt`` (the cause): its job
-    fails with it, and its result's error names the exception the task raised."""
-
-
 def run_task(
     ctx: JobContext,
     task: str,
@@ -185,13 +180,7 @@ def run_task(
         exc.add_note(note)
         failed = task_result(ctx.job, django_task, status="FAILED")
         fw.task_finished.send(framework_backend, task_result=failed)
-        if isinstance(exc, Exception):
-            raise
-        # SystemExit or KeyboardInterrupt raised by the task (in its thread: no signal's): the
-        # job's failure, not the worker's exit, which they would be if they reached it.
-        escaped = TaskExited(f"the task raised {type(exc).__name__}: {exc}")
-        escaped.add_note(note)
-        raise escaped from exc
+        raise  # SystemExit and KeyboardInterrupt too: the worker fails the job with any of them
     done = task_result(ctx.job, django_task, status="SUCCESSFUL")
     object.__setattr__(done, "_return_value", value)
     fw.task_finished.send(framework_backend, task_result=done)
