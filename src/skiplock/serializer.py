@@ -4,7 +4,8 @@ A job's payload stays a plain JSON object whatever the serializer: a datetime is
 ISO 8601 text, a Decimal as its digits in a string, a dataclass or a pydantic model as an object
 of its fields.  The JSON carries no type names: the worker rebuilds each argument from the
 annotation of the task's parameter, so any producer that writes JSON can enqueue, and no payload
-can make a worker instantiate a class its task does not name (see docs/tasks.md).
+can make a worker instantiate a class its task does not name (see docs/tasks.md; the cost:
+docs/design.md, "Typed task arguments: the serializer's cost").
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ class JSONSerializer:
     fields of dataclasses.  Pydantic models are validated by pydantic (when installed)."""
 
     def encode(self, value: Any) -> Any:
+        exact = _BY_TYPE.get(type(value))
+        if exact is not None:  # the common types, found in one look-up
+            return exact(value)
         if isinstance(value, datetime | date | time):
             return value.isoformat()
         if isinstance(value, uuid.UUID | Decimal):
@@ -88,6 +92,21 @@ class JSONSerializer:
 
     def decoder(self, annotation: Any) -> Decoder | None:
         return _decoder(annotation, self)
+
+
+def _finite_decimal(value: Decimal) -> str:
+    if not value.is_finite():
+        raise TypeError(f"a Decimal must be finite, not {value}")
+    return str(value)
+
+
+_BY_TYPE: dict[type, Callable[[Any], Any]] = {
+    datetime: datetime.isoformat,
+    date: date.isoformat,
+    time: time.isoformat,
+    uuid.UUID: str,
+    Decimal: _finite_decimal,
+}
 
 
 def _pydantic_dump(value: Any) -> Callable[[], Any] | None:
@@ -173,12 +192,16 @@ def _from_text(cls: type, parse: Callable[[str], Any]) -> Decoder:
 
 
 def _decimal(value: Any) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise TypeError(f"expected Decimal as text or a number, got {_json_type(value)}")
-    try:
-        return Decimal(value if not isinstance(value, float) else repr(value))
-    except InvalidOperation:
-        raise ValueError(f"{value!r} is not a decimal number") from None
+    if type(value) is str:
+        try:
+            return Decimal(value)
+        except InvalidOperation:
+            raise ValueError(f"{value!r} is not a decimal number") from None
+    if type(value) is int:
+        return Decimal(value)
+    if type(value) is float:
+        return Decimal(repr(value))  # the number as written, not its binary expansion
+    raise TypeError(f"expected Decimal as text or a number, got {_json_type(value)}")
 
 
 def _sequence(kind: type, item: Decoder | None, value: Any) -> Any:
@@ -225,30 +248,34 @@ class _DataclassDecoder:
     def __init__(self, cls: type, serializer: Serializer) -> None:
         self.cls = cls
         self.serializer = serializer
+        self._fields: dict[str, Decoder | None] | None = None
 
-    @functools.cached_property
     def fields(self) -> dict[str, Decoder | None]:
-        hints = typing.get_type_hints(self.cls)
-        return {
-            f.name: self.serializer.decoder(hints.get(f.name, Any))
-            for f in dataclasses.fields(self.cls)
-            if f.init
-        }
+        """Each field's decoder, found on first use (the class's annotations resolve by then)."""
+        if self._fields is None:
+            hints = typing.get_type_hints(self.cls)
+            self._fields = {
+                f.name: self.serializer.decoder(hints.get(f.name, Any))
+                for f in dataclasses.fields(self.cls)
+                if f.init
+            }
+        return self._fields
 
     def __call__(self, value: Any) -> Any:
-        if not isinstance(value, dict):
+        if type(value) is not dict:
             raise TypeError(f"expected an object for {self.cls.__name__}, got {_json_type(value)}")
-        fields = self.fields
-        unknown = value.keys() - fields.keys()
-        if unknown:
-            raise TypeError(f"{self.cls.__name__} has no field {sorted(unknown)[0]!r}")
+        fields = self._fields or self.fields()
+        if not value.keys() <= fields.keys():
+            unknown = sorted(value.keys() - fields.keys())[0]
+            raise TypeError(f"{self.cls.__name__} has no field {unknown!r}")
         kwargs = {}
         for name, item in value.items():
             decoder = fields[name]
             try:
                 kwargs[name] = item if decoder is None else decoder(item)
             except (TypeError, ValueError) as exc:
-                raise type(exc)(f"{self.cls.__name__}.{name}: {exc}") from None
+                kind = TypeError if isinstance(exc, TypeError) else ValueError
+                raise kind(f"{self.cls.__name__}.{name}: {exc}") from None
         return self.cls(**kwargs)
 
 
@@ -267,9 +294,12 @@ class Arguments:
     """The decoders of one task's parameters and return value, made on first use (when the
     module that defines the task has been imported fully, so its annotations resolve)."""
 
-    def __init__(self, fn: Callable[..., Any], serializer: Serializer) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], serializer: Serializer, *, pass_context: bool = False
+    ) -> None:
         self.fn = fn
         self.serializer = serializer
+        self.pass_context = pass_context  # the first parameter takes the JobContext
 
     @functools.cached_property
     def _hints(self) -> dict[str, Any]:
@@ -284,7 +314,11 @@ class Arguments:
     def decoders(self) -> dict[str, Decoder]:
         """Per parameter that needs one, its decoder; empty for a task of plain JSON."""
         found = {}
-        for name, param in inspect.signature(self.fn).parameters.items():
+        params = list(inspect.signature(self.fn).parameters.values())
+        if self.pass_context and params and params[0].kind != params[0].VAR_POSITIONAL:
+            params = params[1:]
+        for param in params:
+            name = param.name
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 continue
             decoder = self.serializer.decoder(self._hints.get(name, Any))

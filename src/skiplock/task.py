@@ -315,7 +315,9 @@ class Task(Generic[P, R]):
             None if isinstance(self.serializer, PlainJSON) else self.serializer.encode
         )
         # The decoders of the task's parameters and result, made when first needed.
-        self.decoding: Arguments = Arguments(fn, self.serializer)
+        self.decoding: Arguments = Arguments(
+            fn, self.serializer, pass_context=settings.pass_context
+        )
         if self.arguments.impossible:
             raise ConfigurationError(
                 _uncallable(settings.name, self.arguments.signature, settings.pass_context)

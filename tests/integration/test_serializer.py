@@ -20,8 +20,9 @@ import pydantic
 import pytest
 from psycopg import sql
 
-from skiplock import App, InvalidPayload, JobStatus, Worker
+from skiplock import App, InvalidPayload, JobContext, JobStatus, Worker
 from skiplock.serializer import JSONSerializer, PlainJSON
+from skiplock.task import WorkerModel
 
 
 class Tier(enum.Enum):
@@ -78,8 +79,9 @@ STORED = {
 }
 
 
-def burst(app: App) -> None:
-    asyncio.run(asyncio.wait_for(Worker(app, burst=True, poll_interval=0.05).run(), 30))
+def burst(app: App, model: WorkerModel = "lease") -> None:
+    worker = Worker(app, burst=True, poll_interval=0.05, model=model)
+    asyncio.run(asyncio.wait_for(worker.run(), 30))
 
 
 def register_typed(app: App, received: dict[str, dict[str, Any]]) -> None:
@@ -286,3 +288,29 @@ def test_a_task_can_take_plain_json_or_a_serializer_of_its_own(app: App) -> None
     wave.enqueue(z=1 + 2j, when=WHEN)
     burst(app)
     assert sorted(got, key=str) == sorted(["2026-12-07", (1 + 2j, WHEN)], key=str)
+
+
+def test_held_lock_tasks_with_their_context_get_typed_arguments(app: App) -> None:
+    """The held-lock model (an async task with ``ctx.conn`` runs in a savepoint) and tasks that
+    take their context first: the context is not an argument to decode, the others are."""
+    got: list[Any] = []
+
+    @app.task(name="held_async", pass_context=True, store_result=True)
+    async def held_async(ctx: JobContext, user: User, amount: Decimal) -> Address:
+        assert ctx.conn is not None
+        got.append((user, amount))
+        return Address("Oslo", user.joined.date())
+
+    @app.task(name="held_sync", pass_context=True)
+    def held_sync(ctx: JobContext, tier: Tier, refs: set[uuid.UUID]) -> None:
+        got.append((tier, refs))
+
+    first = held_async.enqueue(user=USER, amount=Decimal("0.10"))
+    held_sync.enqueue(tier=Tier.SILVER, refs={uuid.UUID(int=1), uuid.UUID(int=2)})
+    burst(app, model="held")
+    assert sorted(got, key=repr) == sorted(
+        [(USER, Decimal("0.10")), (Tier.SILVER, {uuid.UUID(int=1), uuid.UUID(int=2)})], key=repr
+    )
+    job = app.get_job(first.id)
+    assert job is not None and job.status == JobStatus.DONE
+    assert held_async.decode_result(job.result) == Address("Oslo", WHEN.date())
