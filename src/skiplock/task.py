@@ -193,6 +193,10 @@ def checked_settings(
 
 def checked_serializer(serializer: Serializer | None) -> Serializer | None:
     """``serializer`` if it has what a :class:`~skiplock.serializer.Serializer` has."""
+    if isinstance(serializer, type):
+        raise ConfigurationError(
+            f"serializer takes an instance, not the class: {serializer.__name__}()"
+        )
     if serializer is not None and not isinstance(serializer, Serializer):
         raise ConfigurationError(
             f"serializer must have encode(value) and decoder(annotation) methods (see "

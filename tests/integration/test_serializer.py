@@ -20,7 +20,7 @@ import pydantic
 import pytest
 from psycopg import sql
 
-from skiplock import App, InvalidPayload, JobContext, JobStatus, Worker
+from skiplock import App, ConfigurationError, InvalidPayload, JobContext, JobStatus, Worker
 from skiplock.serializer import JSONSerializer, PlainJSON
 from skiplock.task import WorkerModel
 
@@ -282,6 +282,10 @@ def test_a_task_can_take_plain_json_or_a_serializer_of_its_own(app: App) -> None
     def wave(z: complex, when: datetime) -> None:
         got.append((z, when))
 
+    with pytest.raises(ConfigurationError, match="an instance, not the class"):
+        app.task(name="wrong", serializer=JSONSerializer)(print)  # type: ignore[call-overload]
+    with pytest.raises(ConfigurationError, match="encode"):
+        App(serializer=json)  # type: ignore[arg-type]
     with pytest.raises(InvalidPayload, match=r"argument 'when'.*convert dates"):
         raw.enqueue(when=WHEN)
     raw.enqueue(when="2026-12-07")  # type: ignore[arg-type]  # plain JSON: passed as it is
