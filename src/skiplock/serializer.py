@@ -253,7 +253,10 @@ class _DataclassDecoder:
     def fields(self) -> dict[str, Decoder | None]:
         """Each field's decoder, found on first use (the class's annotations resolve by then)."""
         if self._fields is None:
-            hints = typing.get_type_hints(self.cls)
+            try:
+                hints = typing.get_type_hints(self.cls)
+            except Exception:  # a field's annotation does not resolve: that field stays JSON
+                hints = _hints_one_by_one(self.cls)
             self._fields = {
                 f.name: self.serializer.decoder(hints.get(f.name, Any))
                 for f in dataclasses.fields(self.cls)
@@ -346,12 +349,13 @@ class Arguments:
         return kwargs
 
 
-def _hints_one_by_one(fn: Callable[..., Any]) -> dict[str, Any]:
-    """The annotations of ``fn`` that resolve in its module (they are its own source)."""
-    module = sys.modules.get(getattr(fn, "__module__", ""), None)
+def _hints_one_by_one(owner: Any) -> dict[str, Any]:
+    """The annotations of a function or a class that resolve in its module, one by one (they
+    are its own source, evaluated as ``typing.get_type_hints`` would)."""
+    module = sys.modules.get(getattr(owner, "__module__", ""), None)
     namespace = dict(vars(module)) if module is not None else {}
     hints = {}
-    for name, annotation in getattr(fn, "__annotations__", {}).items():
+    for name, annotation in getattr(owner, "__annotations__", {}).items():
         try:
             hints[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation
         except Exception:

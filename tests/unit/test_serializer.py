@@ -127,6 +127,21 @@ def test_an_annotation_that_does_not_resolve_leaves_the_others_decoded() -> None
     }
 
 
+@dataclass
+class Order:
+    items: OrderedDict[str, int]  # does not resolve at run time
+    placed: date
+
+
+def test_a_dataclass_field_that_does_not_resolve_stays_json() -> None:
+    decoder = S.decoder(Order)
+    assert decoder is not None
+    assert decoder({"items": {"a": 1}, "placed": "2026-01-01"}) == Order(
+        {"a": 1},  # type: ignore[arg-type]
+        date(2026, 1, 1),
+    )
+
+
 def test_a_decode_error_names_the_argument() -> None:
     def task(when: datetime, color: Color) -> None: ...
 
