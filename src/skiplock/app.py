@@ -36,6 +36,7 @@ from skiplock.errors import ConfigurationError, UnknownTask
 from skiplock.events import JobEvent
 from skiplock.job import Enqueued
 from skiplock.retry import RetryPolicy
+from skiplock.serializer import DEFAULT_SERIALIZER, Serializer
 from skiplock.task import (
     ContextTask,
     EnqueueHook,
@@ -44,6 +45,7 @@ from skiplock.task import (
     JobHook,
     Task,
     WorkerModel,
+    checked_serializer,
     checked_settings,
 )
 
@@ -86,6 +88,9 @@ class App(JobAdmin):
     ``prepared_statements=False`` (or ``SKIPLOCK_PREPARED_STATEMENTS=off``) is for a
     transaction-mode pooler that does not track prepared statements, such as PgBouncer before
     1.21 (see docs/operations.md); None takes the environment's setting, on by default.
+    ``serializer`` turns task arguments and results into JSON and back (a task may have its
+    own): by default a :class:`~skiplock.serializer.JSONSerializer`, which takes datetimes,
+    UUIDs, Decimals, enums, dataclasses and pydantic models (see docs/tasks.md).
     """
 
     def __init__(
@@ -98,7 +103,9 @@ class App(JobAdmin):
         default_queue: str = "default",
         retention: Mapping[str, float | None] | None = None,
         prepared_statements: bool | None = None,
+        serializer: Serializer | None = None,
     ) -> None:
+        self.serializer: Serializer = checked_serializer(serializer) or DEFAULT_SERIALIZER
         if completion not in COMPLETIONS:
             raise ConfigurationError(f"completion must be one of {COMPLETIONS}, got {completion!r}")
         if max_payload_bytes <= 0:
@@ -168,6 +175,7 @@ class App(JobAdmin):
         store_result: bool = False,
         retry_on: ExceptionTypes = Exception,
         no_retry_on: ExceptionTypes = (),
+        serializer: Serializer | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     @overload
@@ -186,6 +194,7 @@ class App(JobAdmin):
         store_result: bool = False,
         retry_on: ExceptionTypes = Exception,
         no_retry_on: ExceptionTypes = (),
+        serializer: Serializer | None = None,
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], ContextTask[P, R]]: ...
 
     def task(  # type: ignore[misc]  # mypy cannot match a ParamSpec bound only by the result
@@ -205,6 +214,7 @@ class App(JobAdmin):
         store_result: bool = False,
         retry_on: ExceptionTypes = Exception,
         no_retry_on: ExceptionTypes = (),
+        serializer: Serializer | None = None,
     ) -> Task[P, R] | Callable[[Callable[..., R]], Task[Any, R]]:
         """Register a function as a task; its keyword arguments are the job's JSON payload.
 
@@ -218,7 +228,8 @@ class App(JobAdmin):
         be stored fails the attempt.  It needs finished jobs kept (completion keep or archive).
         A failed attempt is retried (while attempts are left) when its exception is one of
         ``retry_on`` (default: any) and none of ``no_retry_on``; otherwise, or when the task
-        raises :class:`Fail`, the job is ``failed`` at once.
+        raises :class:`Fail`, the job is ``failed`` at once.  ``serializer`` encodes this
+        task's arguments and result instead of the app's serializer.
         """
 
         def register(func: Callable[..., R]) -> Task[Any, R]:
@@ -246,6 +257,7 @@ class App(JobAdmin):
                 store_result=store_result,
                 retry_on=retry_on,
                 no_retry_on=no_retry_on,
+                serializer=serializer,
             )
             kind = ContextTask if pass_context else Task
             registered: Task[Any, R] = kind(self, func, settings)
@@ -431,18 +443,32 @@ class App(JobAdmin):
         written if any one is invalid."""
         merged = self._options_for(task_name, options)
         listed = payloads if isinstance(payloads, list) else list(payloads)
-        check = self.tasks[task_name].arguments.check
+        task = self.tasks[task_name]
+        check = task.arguments.check
         for payload in listed:
             check(payload)
-        return build_jobs(task_name, listed, merged, max_payload_bytes=self.max_payload_bytes)
+        return build_jobs(
+            task_name,
+            listed,
+            merged,
+            max_payload_bytes=self.max_payload_bytes,
+            default=task.encode_default,
+        )
 
     def build_job(
         self, task_name: str, payload: Mapping[str, Any], options: EnqueueOptions
     ) -> NewJob:
         """Validate one job of a registered task, as a row of its own (for mixed batches)."""
         merged = self._options_for(task_name, options)
-        self.tasks[task_name].arguments.check(payload)
-        return build_job(task_name, payload, merged, max_payload_bytes=self.max_payload_bytes)
+        task = self.tasks[task_name]
+        task.arguments.check(payload)
+        return build_job(
+            task_name,
+            payload,
+            merged,
+            max_payload_bytes=self.max_payload_bytes,
+            default=task.encode_default,
+        )
 
     def _options_for(self, task_name: str, options: EnqueueOptions) -> EnqueueOptions:
         """The task's defaults under ``options``, with the meta providers' keys added."""

@@ -21,6 +21,7 @@ from skiplock._runtime.progress import ProgressSlot, checked_progress
 from skiplock.errors import ConfigurationError, InvalidArguments
 from skiplock.job import Enqueued, Job
 from skiplock.retry import ExponentialBackoff, RetryPolicy
+from skiplock.serializer import Arguments, PlainJSON, Serializer
 
 if TYPE_CHECKING:
     from skiplock._db.client_async import AsyncClient
@@ -48,6 +49,8 @@ class TaskApp(Protocol):
     def default_queue(self) -> str: ...
     @property
     def max_payload_bytes(self) -> int: ...
+    @property
+    def serializer(self) -> Serializer: ...
     @property
     def completion(self) -> str: ...
     @property
@@ -116,6 +119,7 @@ class TaskSettings:
     store_result: bool = False
     retry_on: tuple[type[BaseException], ...] = (Exception,)
     no_retry_on: tuple[type[BaseException], ...] = ()
+    serializer: Serializer | None = None  # None: the app's
 
 
 def exception_types(value: ExceptionTypes, option: str) -> tuple[type[BaseException], ...]:
@@ -151,10 +155,12 @@ def checked_settings(
     store_result: bool,
     retry_on: ExceptionTypes,
     no_retry_on: ExceptionTypes,
+    serializer: Serializer | None = None,
 ) -> TaskSettings:
     """The settings of a task registered with :meth:`App.task`, each option checked."""
     if model not in (None, "lease", "held"):
         raise ConfigurationError(f"model must be 'lease' or 'held', got {model!r}")
+    checked_serializer(serializer)
     options = EnqueueOptions(
         queue=check_queue_name(queue or app.default_queue),
         priority=priority,
@@ -181,7 +187,22 @@ def checked_settings(
         store_result,
         exception_types(retry_on, "retry_on"),
         exception_types(no_retry_on, "no_retry_on"),
+        serializer,
     )
+
+
+def checked_serializer(serializer: Serializer | None) -> Serializer | None:
+    """``serializer`` if it has what a :class:`~skiplock.serializer.Serializer` has."""
+    if isinstance(serializer, type):
+        raise ConfigurationError(
+            f"serializer takes an instance, not the class: {serializer.__name__}()"
+        )
+    if serializer is not None and not isinstance(serializer, Serializer):
+        raise ConfigurationError(
+            f"serializer must have encode(value) and decoder(annotation) methods (see "
+            f"skiplock.serializer.Serializer), got {serializer!r}"
+        )
+    return serializer
 
 
 class ArgumentCheck:
@@ -292,6 +313,15 @@ class Task(Generic[P, R]):
                 "enqueue() reserves for the caller's connection; rename it"
             )
         self.arguments: ArgumentCheck = ArgumentCheck(settings.name, fn, settings.pass_context)
+        self.serializer: Serializer = settings.serializer or app.serializer
+        # What the JSON encoder calls for a value it cannot write (None: plain JSON only).
+        self.encode_default: Callable[[Any], Any] | None = (
+            None if isinstance(self.serializer, PlainJSON) else self.serializer.encode
+        )
+        # The decoders of the task's parameters and result, made when first needed.
+        self.decoding: Arguments = Arguments(
+            fn, self.serializer, pass_context=settings.pass_context
+        )
         if self.arguments.impossible:
             raise ConfigurationError(
                 _uncallable(settings.name, self.arguments.signature, settings.pass_context)
@@ -317,6 +347,12 @@ class Task(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
+
+    def decode_result(self, value: Any) -> R:
+        """A stored result (``Job.result``, JSON) as the type the task's return annotation
+        names, decoded by the task's serializer: ``task.decode_result(job.result)``."""
+        decoder = self.decoding.result_decoder
+        return cast(R, value if decoder is None or value is None else decoder(value))
 
     def with_options(
         self,

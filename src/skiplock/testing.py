@@ -22,6 +22,7 @@ LOCKED, NOTIFY and transactions cannot be faked faithfully).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
@@ -45,8 +46,12 @@ def enqueued(
     queue: str | None = None,
     conn: CallerConnection | None = None,
 ) -> list[Job]:
-    """The waiting jobs of ``task`` whose payload contains ``payload``, oldest first."""
-    return task.app.sync_client.find_waiting(task.name, payload or {}, queue, conn)
+    """The waiting jobs of ``task`` whose payload contains ``payload``, oldest first (its
+    values as the task's serializer writes them: ``payload={"due": date(2026, 1, 5)}``)."""
+    wanted = payload or {}
+    if wanted and task.encode_default is not None:
+        wanted = json.loads(json.dumps(wanted, default=task.encode_default))
+    return task.app.sync_client.find_waiting(task.name, wanted, queue, conn)
 
 
 def assert_enqueued(

@@ -1,8 +1,9 @@
-"""The FastAPI application of docs/frameworks.md (its ``# webapp.py`` block, run as written)
-served by a real uvicorn process, its tasks run by a real ``skiplock worker``, on a database of
-the test's own: enqueue in the request's session commits or rolls back with the bill, the
-worker runs the task's SQLAlchemy code, and the mounted dashboard answers only behind the
-application's own check.
+"""The FastAPI applications of docs/frameworks.md (its ``# webapp.py`` block, with an
+AsyncSession, and its ``# webapp_sync.py`` block, with a sync Session in ``def`` endpoints, run
+as written) served by a real uvicorn process, its tasks run by a real ``skiplock worker``, on a
+database of the test's own: enqueue in the request's session commits or rolls back with the
+bill, the worker runs the task's SQLAlchemy code, and the mounted dashboard answers only behind
+the application's own check.
 """
 
 from __future__ import annotations
@@ -35,17 +36,18 @@ ROOT = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "key-of-this-test"
 
 
-def webapp_source() -> str:
-    """The ``# webapp.py`` block of docs/frameworks.md."""
+def webapp_source(module: str) -> str:
+    """The ``# <module>.py`` block of docs/frameworks.md."""
     tokens = MarkdownIt("commonmark").parse((ROOT / "docs" / "frameworks.md").read_text())
     (source,) = [
-        t.content for t in tokens if t.type == "fence" and t.content.startswith("# webapp.py\n")
+        t.content for t in tokens if t.type == "fence" and t.content.startswith(f"# {module}.py\n")
     ]
     return source
 
 
 class Served:
-    def __init__(self, base: str, dsn: str, folder: Path, env: dict[str, str]) -> None:
+    def __init__(self, base: str, dsn: str, folder: Path, env: dict[str, str], module: str) -> None:
+        self.module = module
         self.base = base
         self.dsn = dsn
         self.folder = folder
@@ -67,12 +69,13 @@ class Served:
 
 
 @pytest.fixture
-def served(pg_dsn: str, tmp_path: Path) -> Iterator[Served]:
+def served(pg_dsn: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Served]:
+    module: str = getattr(request, "param", "webapp")  # the application's module
     name = f"fastapi_{secrets.token_hex(5)}"
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = database_url(pg_dsn, name)
-    (tmp_path / "webapp.py").write_text(webapp_source())
+    (tmp_path / f"{module}.py").write_text(webapp_source(module))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
     env.update(
         DATABASE_URL=dsn, ADMIN_KEY=ADMIN_KEY, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), "."])
@@ -86,7 +89,7 @@ def served(pg_dsn: str, tmp_path: Path) -> Iterator[Served]:
         migrator.close()
         with log.open("wb") as out:
             server = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "webapp:web", "--port", str(port)],
+                [sys.executable, "-m", "uvicorn", f"{module}:web", "--port", str(port)],
                 cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         deadline = time.monotonic() + 30
@@ -94,7 +97,7 @@ def served(pg_dsn: str, tmp_path: Path) -> Iterator[Served]:
             assert server.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
-        yield Served(f"http://127.0.0.1:{port}", dsn, tmp_path, env)
+        yield Served(f"http://127.0.0.1:{port}", dsn, tmp_path, env, module)
     finally:
         if server is not None:
             server.terminate()
@@ -116,6 +119,7 @@ def database_url(pg_dsn: str, dbname: str) -> str:
     return f"postgresql://{auth}@{host}:{port}/{dbname}"
 
 
+@pytest.mark.parametrize("served", ["webapp", "webapp_sync"], indirect=True)
 def test_the_bill_and_its_job_commit_together_and_the_worker_sends_it(served: Served) -> None:
     status, body = served.request("POST", "/bills?total_cents=1999")
     assert status == 200, body
@@ -126,7 +130,7 @@ def test_the_bill_and_its_job_commit_together_and_the_worker_sends_it(served: Se
     wait_for(lambda: served.query(jobs) == [(bill_id, "pending")], 10, "the committed job")
     assert served.query("SELECT id, sent FROM bills") == [(bill_id, False)]
     worker = subprocess.run(
-        [sys.executable, "-m", "skiplock", "worker", "webapp:jobs", "--burst"],
+        [sys.executable, "-m", "skiplock", "worker", f"{served.module}:jobs", "--burst"],
         cwd=served.folder, env={**served.env, "SKIPLOCK_DATABASE_URL": served.dsn},
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

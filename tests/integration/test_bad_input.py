@@ -9,7 +9,7 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,8 @@ def test_unknown_task_names_it_and_how_to_register(app: App, db: Any) -> None:
 
 @pytest.mark.parametrize(
     ("payload", "what"),
-    [({"when": datetime.now(UTC)}, "datetime"), ({"tags": {"a", "b"}}, "set")],
+    # Types the default serializer does not encode (datetimes and sets it does: docs/tasks.md)
+    [({"when": 1j}, "complex"), ({"tags": b"ab"}, "bytes")],
 )
 def test_payload_not_json_serialisable(
     app: App, db: Any, payload: dict[str, Any], what: str
@@ -145,8 +146,8 @@ def test_payload_over_the_configured_limit(pg_dsn: str, schema: str, db: Any) ->
 
 @pytest.mark.parametrize(
     "bad",
-    [{"n": datetime.now(UTC)}, {"n": "x" * 2000}, {"n": float("nan")}, {"n": "nul\x00"}],
-    ids=["datetime", "too-big", "nan", "nul"],
+    [{"n": object()}, {"n": "x" * 2000}, {"n": float("nan")}, {"n": "nul\x00"}],
+    ids=["object", "too-big", "nan", "nul"],
 )
 def test_one_bad_payload_in_enqueue_many_writes_nothing(
     pg_dsn: str, schema: str, db: Any, bad: dict[str, Any]
@@ -347,7 +348,7 @@ def test_bad_payload_in_callers_transaction_sends_nothing(app: App, db: Any, can
     with psycopg.connect(app.dsn) as conn:
         conn.execute(sql.SQL("INSERT INTO {} VALUES (42)").format(table))
         with pytest.raises(InvalidPayload):
-            order_placed.enqueue(order_id=1, at=datetime.now(UTC), conn=conn)
+            order_placed.enqueue(order_id=1, at=object(), conn=conn)
         with pytest.raises(InvalidName):
             order_placed.with_options(queue="no good").enqueue(order_id=1, conn=conn)
         with pytest.raises(UnknownTask):

@@ -66,7 +66,7 @@ def test_done_jobs_keep_what_their_tasks_returned(app: App, db: Any) -> None:
 def test_a_result_that_cannot_be_stored_fails_the_attempt(app: App) -> None:
     @app.task(name="odd", store_result=True, max_attempts=1)
     async def odd() -> object:
-        return {1, 2}
+        return 1j  # no serializer's JSON (a set is an array now)
 
     @app.task(name="huge", store_result=True, max_attempts=1)
     def huge() -> str:

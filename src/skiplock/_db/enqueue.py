@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from skiplock._db.payload import (
+    Default,
     check_delay,
     check_key,
     check_max_attempts,
@@ -188,10 +189,12 @@ def build_job(
     options: EnqueueOptions,
     *,
     max_payload_bytes: int,
+    default: Default | None = None,
 ) -> NewJob:
-    """Validate one job; options must be complete (queue, priority and max_attempts set)."""
+    """Validate one job; options must be complete (queue, priority and max_attempts set).
+    ``default`` encodes what JSON cannot hold (the task's serializer)."""
     columns = check_options(task, options)
-    text = encode_payload(payload, max_bytes=max_payload_bytes, task=task)
+    text = encode_payload(payload, max_bytes=max_payload_bytes, task=task, default=default)
     return NewJob(payload=text, **columns)
 
 
@@ -253,17 +256,22 @@ def build_jobs(
     options: EnqueueOptions,
     *,
     max_payload_bytes: int,
+    default: Default | None = None,
 ) -> NewJobs:
-    """Validate the jobs of one call: the options once, then every payload."""
+    """Validate the jobs of one call: the options once, then every payload (``default``
+    encodes what JSON cannot hold: the task's serializer)."""
     columns = check_options(task, options)
     listed = payloads if isinstance(payloads, list) else list(payloads)
+    limit = max_payload_bytes
     if len(listed) == 1:
-        first = encode_payload(listed[0], max_bytes=max_payload_bytes, task=task)
+        first = encode_payload(listed[0], max_bytes=limit, task=task, default=default)
         text = f"[{first}]"
     else:
-        text = encode_payloads(listed, max_bytes=max_payload_bytes, task=task)
+        text = encode_payloads(listed, max_bytes=limit, task=task, default=default)
         # Encoded once more on its own: a batch sharing an idempotency key inserts only it.
-        first = encode_payload(listed[0], max_bytes=max_payload_bytes, task=task) if listed else ""
+        first = (
+            encode_payload(listed[0], max_bytes=limit, task=task, default=default) if listed else ""
+        )
     return NewJobs(payloads=text, count=len(listed), first_payload=first, **columns)
 
 

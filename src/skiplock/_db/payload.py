@@ -3,6 +3,7 @@ the decoding of the JSON the server sends back.  Pure, no I/O."""
 
 from __future__ import annotations
 
+import functools
 import json
 import json.scanner
 import math
@@ -66,6 +67,20 @@ _LONG_INT = re.compile(rf"\d{{{MAX_JSON_INT_DIGITS + 1}}}")
 # What json.dumps(..., allow_nan=False, separators=(",", ":"), ensure_ascii=False) would build
 # on every call; made once.
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+# What a serializer gives for a value JSON cannot hold (skiplock.serializer.Serializer.encode).
+Default = Callable[[Any], Any]
+
+
+@functools.lru_cache(maxsize=64)
+def _encoder(default: Default | None) -> json.JSONEncoder:
+    """The encoder that calls ``default`` for what JSON cannot hold (made once per serializer)."""
+    if default is None:
+        return _ENCODER
+    return json.JSONEncoder(
+        allow_nan=False, separators=(",", ":"), ensure_ascii=False, default=default
+    )
+
+
 # Payloads encoded per call of the encoder by encode_payloads.
 _CHUNK = 256
 # The C scanner json.loads ends up in, without the encoding detection and whitespace checks
@@ -102,8 +117,11 @@ def check_schema_name(name: str) -> str:
     return name
 
 
-def encode_payload(payload: Mapping[str, Any], *, max_bytes: int, task: str) -> str:
-    """The payload as JSON text, or :class:`InvalidPayload` naming what is wrong."""
+def encode_payload(
+    payload: Mapping[str, Any], *, max_bytes: int, task: str, default: Default | None = None
+) -> str:
+    """The payload as JSON text, or :class:`InvalidPayload` naming what is wrong (and the
+    argument, for a value that ``default``, the task's serializer, cannot encode)."""
     if not isinstance(payload, Mapping):
         raise InvalidPayload(f"payload of task {task!r} must be a mapping of keyword arguments")
     return _encode_checked(
@@ -111,6 +129,8 @@ def encode_payload(payload: Mapping[str, Any], *, max_bytes: int, task: str) -> 
         f"payload of task {task!r}",
         max_bytes,
         "store large data elsewhere and pass a reference (or raise App(max_payload_bytes=...))",
+        default,
+        arguments=True,
     )
 
 
@@ -128,7 +148,7 @@ def encode_meta(meta: Mapping[str, Any] | None, *, task: str) -> str | None:
     )
 
 
-def encode_result(value: Any, *, max_bytes: int, task: str) -> str:
+def encode_result(value: Any, *, max_bytes: int, task: str, default: Default | None = None) -> str:
     """What a task returned, as JSON text, or :class:`InvalidPayload` naming what is wrong."""
     return _encode_checked(
         value,
@@ -136,21 +156,36 @@ def encode_result(value: Any, *, max_bytes: int, task: str) -> str:
         max_bytes,
         "store large results elsewhere and return a reference "
         "(or raise App(max_payload_bytes=...))",
+        default,
     )
 
 
-def _encode_checked(value: Any, what: str, max_bytes: int, too_large_hint: str) -> str:
+def _encode_checked(
+    value: Any,
+    what: str,
+    max_bytes: int,
+    too_large_hint: str,
+    default: Default | None = None,
+    *,
+    arguments: bool = False,
+) -> str:
+    encoder = _encoder(default)
     try:
-        text = _ENCODER.encode(value)
+        text = encoder.encode(value)
     except RecursionError:
         raise InvalidPayload(f"{what} {_TOO_DEEP}") from None
     except (TypeError, ValueError) as exc:
         if _INT_DIGITS_ERROR in str(exc):
             raise InvalidPayload(f"{what} {_TOO_LONG_INT}") from None
-        raise InvalidPayload(
-            f"{what} is not JSON-serialisable ({exc}); use only str, int, float, bool, None, "
-            "lists and dicts (convert dates, UUIDs and objects first)"
-        ) from None
+        how = (
+            "use only str, int, float, bool, None, lists and dicts (convert dates, UUIDs and "
+            "objects first)"
+            if default is None
+            else "convert it to a type the task's serializer encodes (see docs/tasks.md)"
+        )
+        if arguments:
+            _name_the_argument(value, what, encoder, how)
+        raise InvalidPayload(f"{what} is not JSON-serialisable ({exc}); {how}") from None
     if "\\u0000" in text and _contains_nul(value):
         raise InvalidPayload(f"{what} contains a NUL character, which jsonb rejects")
     try:
@@ -167,6 +202,24 @@ def _encode_checked(value: Any, what: str, max_bytes: int, too_large_hint: str) 
     if shape is not None:
         raise InvalidPayload(f"{what} {shape}")
     return text
+
+
+def _name_the_argument(
+    payload: Mapping[str, Any], what: str, encoder: json.JSONEncoder, how: str
+) -> None:
+    """Raise :class:`InvalidPayload` naming the first argument of ``payload`` (a payload that
+    did not encode) that does not encode on its own, saying why."""
+    for name, value in payload.items():
+        try:
+            encoder.encode(value)
+        except (TypeError, ValueError) as exc:
+            if _INT_DIGITS_ERROR in str(exc):
+                continue
+            raise InvalidPayload(
+                f"argument {name!r} of the {what} is not JSON-serialisable ({exc}); {how}"
+            ) from None
+        except RecursionError:
+            continue
 
 
 _TOO_DEEP = (
@@ -213,7 +266,13 @@ def _outside_strings(text: str) -> str:
     return '""'.join(text.split('"')[::2])
 
 
-def encode_payloads(payloads: Sequence[Mapping[str, Any]], *, max_bytes: int, task: str) -> str:
+def encode_payloads(
+    payloads: Sequence[Mapping[str, Any]],
+    *,
+    max_bytes: int,
+    task: str,
+    default: Default | None = None,
+) -> str:
     """The payloads as one JSON array, element i being what :func:`encode_payload` gives for
     payload i; :class:`InvalidPayload` names the first one that is wrong.
 
@@ -225,26 +284,31 @@ def encode_payloads(payloads: Sequence[Mapping[str, Any]], *, max_bytes: int, ta
     if len(payloads) > _CHUNK:
         # In chunks: one that fails its checks is encoded again, not the whole batch.
         parts = [
-            encode_payloads(payloads[i : i + _CHUNK], max_bytes=max_bytes, task=task)[1:-1]
+            encode_payloads(
+                payloads[i : i + _CHUNK], max_bytes=max_bytes, task=task, default=default
+            )[1:-1]
             for i in range(0, len(payloads), _CHUNK)
         ]
         return "[" + ",".join(parts) + "]"
     if len(payloads) > 1 and all(type(payload) is dict for payload in payloads):
-        text = _encode_if_clean(payloads, max_bytes)
+        text = _encode_if_clean(payloads, max_bytes, default)
         if text is not None:
             return text
         middle = len(payloads) // 2
-        left = encode_payloads(payloads[:middle], max_bytes=max_bytes, task=task)
-        right = encode_payloads(payloads[middle:], max_bytes=max_bytes, task=task)
+        left = encode_payloads(payloads[:middle], max_bytes=max_bytes, task=task, default=default)
+        right = encode_payloads(payloads[middle:], max_bytes=max_bytes, task=task, default=default)
         return f"[{left[1:-1]},{right[1:-1]}]"
-    texts = [encode_payload(payload, max_bytes=max_bytes, task=task) for payload in payloads]
+    texts = [
+        encode_payload(payload, max_bytes=max_bytes, task=task, default=default)
+        for payload in payloads
+    ]
     return "[" + ",".join(texts) + "]"
 
 
-def _encode_if_clean(value: Any, max_bytes: int) -> str | None:
+def _encode_if_clean(value: Any, max_bytes: int, default: Default | None = None) -> str | None:
     """``value`` as JSON if it encodes, has no NUL escape, is valid Unicode and fits."""
     try:
-        text = _ENCODER.encode(value)
+        text = _encoder(default).encode(value)
     except (TypeError, ValueError, RecursionError):
         return None
     if "\\u0000" in text:

@@ -21,6 +21,7 @@ from skiplock._runtime.task_threads import TaskThreads
 from skiplock.errors import Fail, JobTimeout, Retry, UnknownTask
 from skiplock.job import Job, UnrunnableJob
 from skiplock.retry import ExponentialBackoff, RetryPolicy
+from skiplock.serializer import ArgumentDecodeError
 from skiplock.task import JobContext, JobHook, Task
 
 MAX_ERROR_CHARS = 16_000
@@ -205,6 +206,9 @@ async def _call(
     try:
         if not isinstance(job.payload, dict):
             raise TypeError(f"payload of job {job.id} is not a JSON object")
+        # The payload's JSON values as the parameters' types (the payload itself when the task
+        # takes plain JSON).
+        kwargs = task.decoding.decode(job.payload)
         if task.is_async:
             if conn is not None and cancel_flag is not None:
                 # The task has the held-lock transaction (ctx.conn): a savepoint, so its writes
@@ -212,20 +216,25 @@ async def _call(
                 # context cannot write there, and skips the savepoint's two round trips.
                 async with conn.transaction():
                     with hooked(job, task):
-                        value = await task.fn(*args, **job.payload)
+                        value = await task.fn(*args, **kwargs)
                     # In the savepoint: a result that cannot be stored undoes the writes too.
                     result = stored_result(value, task)
             else:
                 with hooked(job, task):
-                    value = await task.fn(*args, **job.payload)
+                    value = await task.fn(*args, **kwargs)
                 result = stored_result(value, task)
         else:
-            call = functools.partial(task.fn, *args, **job.payload)
+            call = functools.partial(task.fn, *args, **kwargs)
             if task.app.job_hooks:
                 call = functools.partial(_call_hooked, job, task, call)
             result = stored_result(await in_thread(executor, call, job.id), task)
     except Retry as request:
         return Outcome("snooze", delay=request.delay)
+    except ArgumentDecodeError as exc:
+        # The same row would fail the same way: failed at once, this job alone.
+        settings = task.settings
+        give_up = f"its payload does not decode into the parameters of task {task.name!r}"
+        return failure(job, exc, settings.retry, settings.secret, give_up)
     except Exception as exc:
         if isinstance(exc, TypeError):  # perhaps the call itself: arguments that do not bind
             mismatch = arguments_mismatch(task, args, job.payload)
@@ -305,4 +314,6 @@ def stored_result(value: Any, task: Task[Any, Any]) -> str | None:
     :class:`InvalidPayload` when it cannot be stored."""
     if value is None or not task.settings.store_result:
         return None
-    return encode_result(value, max_bytes=task.app.max_payload_bytes, task=task.name)
+    return encode_result(
+        value, max_bytes=task.app.max_payload_bytes, task=task.name, default=task.encode_default
+    )
