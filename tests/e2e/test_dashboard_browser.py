@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import socket
 import threading
@@ -1153,3 +1154,33 @@ def test_a_running_job_page_shows_its_progress_and_updates_it_without_a_reload(
 def progress_of(app: App, job_id: int) -> dict[str, Any] | None:
     job = app.sync_client.get_job(job_id)
     return app.sync_client.progress(job) if job is not None else None
+
+
+# -- charts of the last hour, bulk delete of finished jobs, queue settings -------------------
+
+
+def test_the_queues_page_charts_the_last_hour_with_tooltips_and_a_table_of_the_numbers(
+    shop: App, page: Any
+) -> None:
+    seed(shop)  # a worker ran report.build twice: one done, one failed, in this minute
+    with serving(shop) as base:
+        log_in(page, base, "/")
+        charts = page.locator("section.charts")
+        assert charts.count() == 1 and charts.locator("h3").inner_text() == "reports"
+        throughput = page.get_by_role("img", name="Jobs of queue reports finished per minute")
+        assert throughput.is_visible()
+        assert "1 done, 1 failed" in throughput.locator("desc").text_content()
+        assert page.get_by_role("img", name="Jobs of queue reports failed per minute").is_visible()
+        wait = page.get_by_role("img", name=re.compile("Wait of queue reports"))
+        assert wait.bounding_box()["width"] > 100
+        # The bar of this minute: its tooltip says what it stands for.
+        tooltip = throughput.locator("g > title").last.text_content() or ""
+        assert tooltip.endswith(": done 1, failed 1"), tooltip
+        page.get_by_text("The numbers of the charts").click()
+        header, *rows = page.locator("#chart-numbers table").evaluate(
+            "t => [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()))"
+        )
+        (row,) = [dict(zip(header, r, strict=True)) for r in rows]
+        assert (row["queue"], row["done"], row["failed"]) == ("reports", "1", "1")
+        assert float(row["wait max"]) >= 0
+        screenshot(page, "dashboard-charts")

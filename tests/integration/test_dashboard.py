@@ -370,3 +370,68 @@ def test_the_token_redirect_stays_on_the_dashboard(shop: App, path: str) -> None
 def test_a_blank_short_or_spaced_token_is_refused(shop: App, token: str) -> None:
     with pytest.raises(ConfigurationError, match="token"):
         create_dashboard(shop, token=token)
+
+
+# -- charts of the last hour, bulk delete of finished jobs, queue settings -------------------
+
+
+def finish(db: Any, app: App, ids: list[int], status: str, minutes_ago: int, wait: float) -> Any:
+    """Mark jobs finished ``minutes_ago`` whole minutes back (10 s into that minute), each
+    started ``wait`` seconds after it was due; the start of that minute, as the server says."""
+    db.execute(
+        f'UPDATE "{app.schema}".jobs SET status = %s, attempts = 1, '
+        "finished_at = date_trunc('minute', now()) - make_interval(mins => %s) + interval '10 s', "
+        "run_at = date_trunc('minute', now()) - make_interval(mins => %s), "
+        "locked_at = date_trunc('minute', now()) - make_interval(mins => %s) "
+        "+ make_interval(secs => %s) WHERE id = ANY(%s)",
+        (status, minutes_ago, minutes_ago, minutes_ago, wait, ids),
+    )
+    row = db.execute("SELECT date_trunc('minute', now()) - make_interval(mins => %s)",
+                     (minutes_ago,)).fetchone()  # fmt: skip
+    return row[0]
+
+
+def test_the_queues_page_charts_the_last_hour_per_minute_with_its_numbers(
+    shop: App, db: Any
+) -> None:
+    mails = [e.id for e in shop.enqueue_many("mail.send", [
+        {"to": f"u{i}@example.com", "password": "x"} for i in range(6)])]  # fmt: skip
+    reports = [e.id for e in shop.enqueue_many("report.build", [{"n": 1}, {"n": 2}])]
+    minute = finish(db, shop, mails[:2], "done", 2, 2.0)
+    finish(db, shop, mails[2:3], "done", 2, 4.0)
+    finish(db, shop, mails[3:4], "failed", 2, 1.0)
+    finish(db, shop, mails[4:5], "cancelled", 2, 1.0)  # not a throughput
+    finish(db, shop, reports[:1], "done", 70, 1.0)  # before the window
+
+    with serving(shop) as base:
+        browser = Browser(base)
+        browser.log_in()
+        answer = json.loads(browser.get("/api/charts").text)
+        assert len(answer["minutes"]) == 60 and answer["whole_from"] is None
+        assert answer["scanned"] == 4 and list(answer["queues"]) == ["emails"]
+        at = [m[:16] for m in answer["minutes"]].index(minute.isoformat()[:16])
+        series = answer["queues"]["emails"]
+        assert series[at]["done"] == 3 and series[at]["failed"] == 1
+        assert series[at]["wait_max"] == 4.0 and series[at]["wait_mean"] == 2.25
+        assert sum(m["done"] + m["failed"] for m in series) == 4
+
+        page = browser.get("/")
+        svgs = re.findall(r'<svg class="chart" id="(chart-0-\w+)" role="img"', page.text)
+        assert svgs == ["chart-0-throughput", "chart-0-failures", "chart-0-wait"]
+        assert '<title id="chart-0-throughput-t">Jobs of queue emails finished per minute' in (
+            page.text
+        )
+        assert "3 done, 1 failed" in page.text  # the chart's description
+        hhmm = minute.strftime("%H:%M")
+        assert f"<title>{hhmm}: done 3, failed 1</title>" in page.text  # a bar's tooltip
+        numbers = re.search(r'<details id="chart-numbers">(.*?)</details>', page.text, re.S)
+        assert numbers is not None
+        cells = re.findall(r"<td[^>]*>([^<]*)</td>", numbers.group(1))
+        assert cells == ["emails", hhmm, "3", "1", "2.25", "3.70", "4.00"], cells
+
+        assert browser.get("/api/charts?minutes=1441").status == 400
+        assert len(json.loads(browser.get("/api/charts?minutes=5").text)["minutes"]) == 5
+
+    # The read is bounded: past its bound, the page says from which minute on it is whole.
+    bounded = shop.sync_client.finished_per_minute(scan=2)
+    assert bounded.scanned == 2 and bounded.whole_from is not None

@@ -20,11 +20,13 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from skiplock._cli.admin import job_dict
+from skiplock._db.job_charts import CHART_MINUTES, MAX_CHART_MINUTES
 from skiplock._db.job_search import SEARCH_SCAN, payload_filter
 from skiplock._db.payload import check_queue_name, check_task_name
 from skiplock.app import App
 from skiplock.bulk import JobFilter
 from skiplock.dashboard._access import checked_form
+from skiplock.dashboard._charts import queue_charts
 from skiplock.dashboard._static import live_js
 from skiplock.errors import IdempotencyConflict, InvalidName, InvalidPayload
 from skiplock.job import Job, JobStatus
@@ -70,6 +72,7 @@ class Views:
             Route("/static/live.js", live_js),
             Route("/api/queues", self.api_queues),
             Route("/api/workers", self.api_workers),
+            Route("/api/charts", self.api_charts),
             Route("/api/jobs", self.api_jobs),
             Route("/api/jobs/{job_id:int}", self.api_job),
         ]
@@ -150,12 +153,19 @@ class Views:
     async def queues(self, request: Request) -> Response:
         rows = await self.client.queue_status()
         refresh = _int_param(request, "refresh")
+        history = await self.client.finished_per_minute(CHART_MINUTES)
+        charts = {
+            queue: queue_charts(queue, n, history.minutes, series)
+            for n, (queue, series) in enumerate(history.queues.items())
+        }
         return self._page(
             request,
             "queues.html",
             queues=rows,
             workers=await self._workers(),
             refresh=refresh and max(refresh, 2),
+            history=history,
+            charts=charts,
         )
 
     async def _workers(self) -> list[dict[str, Any]]:
@@ -199,6 +209,12 @@ class Views:
 
     async def api_queues(self, request: Request) -> Response:
         return JSONResponse(await self.client.queue_status())
+
+    async def api_charts(self, request: Request) -> Response:
+        minutes = _int_param(request, "minutes") or CHART_MINUTES
+        if minutes > MAX_CHART_MINUTES:
+            raise HTTPException(400, f"minutes must be from 1 to {MAX_CHART_MINUTES}")
+        return JSONResponse((await self.client.finished_per_minute(minutes)).to_json())
 
     async def api_workers(self, request: Request) -> Response:
         return JSONResponse(await self._workers())
