@@ -14,6 +14,7 @@ import pytest
 
 from helpers.dashboard_client import TOKEN, Browser, serving, serving_asgi
 from skiplock import App, ConfigurationError
+from skiplock.bulk import DeletedJobs, JobFilter
 from skiplock.dashboard import create_dashboard
 
 SECRET = "canary-hunter22"
@@ -435,3 +436,119 @@ def test_the_queues_page_charts_the_last_hour_per_minute_with_its_numbers(
     # The read is bounded: past its bound, the page says from which minute on it is whole.
     bounded = shop.sync_client.finished_per_minute(scan=2)
     assert bounded.scanned == 2 and bounded.whole_from is not None
+
+
+def test_bulk_delete_counts_first_and_deletes_only_finished_jobs_of_the_filter(
+    shop: App, db: Any
+) -> None:
+    mails = [e.id for e in shop.enqueue_many("mail.send", [
+        {"to": f"u{i}@example.com", "password": "x"} for i in range(7)])]  # fmt: skip
+    report = shop.enqueue("report.build", {"n": 1}).id
+    finish(db, shop, mails[:2], "done", 1, 0.0)
+    finish(db, shop, [mails[2], report], "failed", 1, 0.0)
+    finish(db, shop, mails[3:4], "cancelled", 1, 0.0)
+    db.execute(
+        f"UPDATE \"{shop.schema}\".jobs SET status = 'running', attempts = 1, locked_by = 'w', "
+        "locked_at = now(), locked_until = now() + interval '1 minute' WHERE id = %s",
+        (mails[4],),
+    )
+    # A failed job a waiting job depends on stays: gone, it would count as done.
+    failed_dependency = mails[5]
+    finish(db, shop, [failed_dependency], "failed", 1, 0.0)
+    waiting = shop.enqueue("mail.send", {"to": "w", "password": "x"},
+                           depends_on=[failed_dependency]).id  # fmt: skip
+    with serving(shop) as base:
+        browser = Browser(base)
+        browser.log_in()
+        listed = browser.get("/jobs?queue=emails")
+        assert "/jobs/bulk?action=delete&amp;queue=emails" in listed.text
+        confirm = browser.get("/jobs/bulk?action=delete&queue=emails")
+        assert confirm.status == 200
+        count = re.search(r'<p id="bulk-count"><strong>(\d+) jobs</strong> will be\s+deleted',
+                          confirm.text)  # fmt: skip
+        assert count is not None and count.group(1) == "5", confirm.text
+        assert statuses(db, shop)[mails[0]] == "done"  # counting changes nothing
+        for status in ("running", "pending", "scheduled", "waiting"):
+            refused = browser.get(f"/jobs/bulk?action=delete&queue=emails&status={status}")
+            assert refused.status == 400, status
+            posted = browser.post("/jobs/bulk/delete", {"csrf": confirm.csrf(), "queue": "emails",
+                                                        "status": status})  # fmt: skip
+            assert posted.status == 400, status
+        done = browser.post(
+            "/jobs/bulk/delete", {"csrf": confirm.csrf(), "queue": "emails", "status": ""}
+        )
+        assert done.notice() == (
+            "4 jobs deleted; 1 kept (a session held their row, or a waiting job depends on them)."
+        )
+    left = statuses(db, shop)
+    assert left == {mails[4]: "running", mails[5]: "failed", mails[6]: "pending",
+                    report: "failed", waiting: "waiting"}  # fmt: skip
+
+    # The client, in batches of 2, by status; never an unfinished status.
+    finish(db, shop, [mails[6]], "done", 1, 0.0)
+    assert shop.sync_client.delete_jobs(JobFilter(), ["failed", "done"], batch=2) == DeletedJobs(
+        2, 1
+    )
+    with pytest.raises(ValueError, match="only finished jobs can be deleted"):
+        shop.sync_client.delete_jobs(JobFilter(), ["running"])
+    assert statuses(db, shop) == {mails[4]: "running", mails[5]: "failed", waiting: "waiting"}
+
+
+def test_a_queue_page_sets_its_limits_as_the_cli_does_and_says_what_is_wrong(
+    shop: App, db: Any
+) -> None:
+    with serving(shop) as base:
+        browser = Browser(base)
+        browser.log_in()
+        queues = browser.get("/")
+        assert 'href="/queues/emails">Limits…</a>' not in queues.text  # no jobs, no settings yet
+        shop.enqueue("mail.send", {"to": "a", "password": "x"})
+        assert 'href="/queues/emails">Limits…</a>' in browser.get("/").text
+        page = browser.get("/queues/emails")
+        assert page.status == 200 and 'name="concurrency" value="none"' in page.text
+        saved = browser.post("/queues/emails/limit", {"csrf": page.csrf(), "concurrency": "3"})
+        assert saved.url.endswith("/queues/emails?notice=settings-saved&queue=emails")
+        assert saved.notice() is not None and saved.notice().startswith(
+            "The settings of queue emails are saved"
+        )
+        assert "at most 3 running, across all workers" in saved.text
+        saved = browser.post("/queues/emails/rate", {"csrf": page.csrf(), "rate": "100/m"})
+        assert 'name="rate" value="100/m"' in saved.text
+        assert shop.sync_client.queue_settings("emails") == {
+            "paused": False, "concurrency_limit": 3, "rate_limit": 100, "rate_period": 60.0,
+        }  # fmt: skip
+        for field, value, said in (
+            (
+                "limit",
+                "0",
+                "Concurrency limit &#39;0&#39;: must be an integer from 1 to 2147483647",
+            ),
+            ("limit", "2147483648", "must be an integer from 1 to 2147483647 or &#39;none&#39;"),
+            ("limit", "three", "Concurrency limit &#39;three&#39;"),
+            ("rate", "0/s", "Rate limit: a rate limit is a whole number of starts &gt;= 1"),
+            ("rate", "10 per minute", "Rate limit: rate &#39;10 per minute&#39;: write N/s"),
+        ):
+            name = "concurrency" if field == "limit" else "rate"
+            bad = browser.post(f"/queues/emails/{field}", {"csrf": page.csrf(), name: value})
+            assert bad.status == 400 and said in bad.text, (value, bad.text)
+            assert f'name="{name}" value="{value}"' in bad.text  # kept for correcting
+        assert shop.sync_client.queue_settings("emails")["concurrency_limit"] == 3
+        browser.post("/queues/emails/limit", {"csrf": page.csrf(), "concurrency": ""})
+        browser.post("/queues/emails/rate", {"csrf": page.csrf(), "rate": "none"})
+        assert shop.sync_client.queue_settings("emails") == {
+            "paused": False, "concurrency_limit": None, "rate_limit": None, "rate_period": None,
+        }  # fmt: skip
+        assert browser.get("/queues/bad%20name").status == 400
+        foreign = browser.post("/queues/emails/limit", {"csrf": page.csrf(), "concurrency": "1"},
+                               headers={"Origin": "http://evil.example"})  # fmt: skip
+        assert foreign.status == 403
+        assert browser.post("/queues/emails/limit", {"concurrency": "1"}).status == 403  # no CSRF
+    assert shop.sync_client.queue_settings("emails")["concurrency_limit"] is None
+    with serving(shop, read_only=True) as base:
+        browser = Browser(base)
+        browser.log_in()
+        page = browser.get("/queues/emails")
+        assert page.status == 200 and 'method="post"' not in page.text
+        refused = browser.post("/queues/emails/limit", {"csrf": "x" * 43, "concurrency": "1"})
+        assert refused.status == 403 and "read-only" in refused.text
+    assert shop.sync_client.queue_settings("emails")["concurrency_limit"] is None

@@ -452,6 +452,17 @@ class AsyncClient:
         async with self.connection(conn) as c:
             await self.store.queue_set_paused(c, queue, paused)
 
+    async def queue_settings(
+        self, queue: str, conn: AsyncConnection[Any] | None = None
+    ) -> dict[str, Any]:
+        """``queue``'s settings: paused, concurrency_limit, rate_limit, rate_period (a queue
+        without settings: not paused, no limits)."""
+        async with self.connection(conn) as c:
+            found = await self.store.queue_settings_shown(c, queue)
+        return found or {
+            "paused": False, "concurrency_limit": None, "rate_limit": None, "rate_period": None
+        }  # fmt: skip
+
     async def set_concurrency_limit(
         self, queue: str, limit: int | None, conn: AsyncConnection[Any] | None = None
     ) -> None:

@@ -441,6 +441,15 @@ class SyncClient:
         with self.connection(conn) as c:
             self.store.queue_set_paused(c, queue, paused)
 
+    def queue_settings(self, queue: str, conn: Connection[Any] | None = None) -> dict[str, Any]:
+        """``queue``'s settings: paused, concurrency_limit, rate_limit, rate_period (a queue
+        without settings: not paused, no limits)."""
+        with self.connection(conn) as c:
+            found = self.store.queue_settings_shown(c, queue)
+        return found or {
+            "paused": False, "concurrency_limit": None, "rate_limit": None, "rate_period": None
+        }  # fmt: skip
+
     def set_concurrency_limit(
         self, queue: str, limit: int | None, conn: Connection[Any] | None = None
     ) -> None:
