@@ -491,7 +491,13 @@ def test_bulk_delete_counts_first_and_deletes_only_finished_jobs_of_the_filter(
     )
     with pytest.raises(ValueError, match="only finished jobs can be deleted"):
         shop.sync_client.delete_jobs(JobFilter(), ["running"])
+    with pytest.raises(ValueError, match="only finished jobs can be deleted"):
+        shop.delete_jobs(statuses=["pending"])
+    # The App's method: finished within the last 10 s is none of them (they finished a minute
+    # or more ago).
+    assert shop.delete_jobs(finished_within=10) == DeletedJobs(0, 0)
     assert statuses(db, shop) == {mails[4]: "running", mails[5]: "failed", waiting: "waiting"}
+    assert shop.delete_jobs(queue="emails") == DeletedJobs(0, 1)  # the dependency stays
 
 
 def test_a_queue_page_sets_its_limits_as_the_cli_does_and_says_what_is_wrong(

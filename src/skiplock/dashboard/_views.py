@@ -10,6 +10,7 @@ a payload field reads at most :data:`~skiplock._db.job_search.SEARCH_SCAN` jobs 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -161,9 +162,12 @@ class Views:
         )
 
     async def queues(self, request: Request) -> Response:
-        rows = await self.client.queue_status()
         refresh = _int_param(request, "refresh")
-        history = await self.client.finished_per_minute(CHART_MINUTES)
+        # Two reads on two of the pool's connections at once: on a big table each takes a
+        # while (bench/README.md, "Dashboard page times").
+        rows, history = await asyncio.gather(
+            self.client.queue_status(), self.client.finished_per_minute(CHART_MINUTES)
+        )
         charts = {
             queue: queue_charts(queue, n, history.minutes, series)
             for n, (queue, series) in enumerate(history.queues.items())

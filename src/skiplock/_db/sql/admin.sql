@@ -287,7 +287,8 @@ ORDER BY p.queue, p.minute;
 
 -- name: job_delete_finished_many
 -- Admin: delete the finished jobs (in %(statuses)s: done, failed, cancelled, nothing else)
--- matching the filters; one batch.  Returns the jobs looked at, the last id looked at and the
+-- matching the filters (with %(finished_within)s, those finished in the last that many
+-- seconds); one batch.  Returns the jobs looked at, the last id looked at and the
 -- jobs deleted.  A row another session locks is left alone (it is being retried), and so is a
 -- failed or cancelled job that a waiting job depends on: a job no longer in the table counts
 -- as done (dependencies.sql), and deleting it would let the waiting job run.
@@ -298,6 +299,8 @@ WITH candidates AS (
       AND status IN ('done', 'failed', 'cancelled')
       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
       AND (%(task)s::text IS NULL OR task = %(task)s)
+      AND (%(finished_within)s::float8 IS NULL
+           OR finished_at > now() - make_interval(secs => %(finished_within)s))
     ORDER BY id
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
