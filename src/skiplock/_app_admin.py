@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from skiplock._db.client_async import AsyncClient
 from skiplock._db.client_sync import SyncClient
 from skiplock.bulk import (
-    FINISHED,
     CancelledJobs,
     DeletedJobs,
     JobFilter,
@@ -102,7 +101,7 @@ class JobAdmin:
         *,
         queue: str | None = None,
         task: str | None = None,
-        statuses: Iterable[str] = tuple(s.value for s in FINISHED),
+        statuses: Iterable[str] = ("done", "failed", "cancelled"),
         finished_within: float | None = None,
     ) -> DeletedJobs:
         """Delete every finished (done, failed and/or cancelled) job of ``queue`` and ``task``
