@@ -10,7 +10,6 @@ a payload field reads at most :data:`~skiplock._db.job_search.SEARCH_SCAN` jobs 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -163,11 +162,8 @@ class Views:
 
     async def queues(self, request: Request) -> Response:
         refresh = _int_param(request, "refresh")
-        # Two reads on two of the pool's connections at once: on a big table each takes a
-        # while (bench/README.md, "Dashboard page times").
-        rows, history = await asyncio.gather(
-            self.client.queue_status(), self.client.finished_per_minute(CHART_MINUTES)
-        )
+        rows = await self.client.queue_status()
+        history = await self.client.finished_per_minute(CHART_MINUTES)
         charts = {
             queue: queue_charts(queue, n, history.minutes, series)
             for n, (queue, series) in enumerate(history.queues.items())
