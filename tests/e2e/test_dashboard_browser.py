@@ -593,7 +593,7 @@ def test_every_button_changes_what_it_says_and_the_page_says_so(
         )
         assert paused(shop, "emails") and not paused(shop, "reports")
         emails = {r["queue"]: r for r in table(page)}["emails"]
-        assert "paused" in emails["settings"] and emails[""] == "Resume"
+        assert "paused" in emails["settings"] and emails[""] == "Resume Limits…"
         click(page, "Resume", "**/?notice=resumed&queue=emails")
         assert notice(page) == "Queue emails runs again."
         assert not paused(shop, "emails")
