@@ -1,7 +1,7 @@
 """The application's job and schema administration: migrate, read, wait for, retry and cancel
-jobs (one, or every match of a filter).  A mixin of :class:`~skiplock.app.App`, whose clients
-run the statements; the sync methods are for scripts, Django and Flask, the ``_async`` ones for
-asyncio code.
+jobs (one, or every match of a filter), delete finished ones.  A mixin of
+:class:`~skiplock.app.App`, whose clients run the statements; the sync methods are for scripts,
+Django and Flask, the ``_async`` ones for asyncio code.
 """
 
 from __future__ import annotations
@@ -12,7 +12,14 @@ from collections.abc import Iterable
 
 from skiplock._db.client_async import AsyncClient
 from skiplock._db.client_sync import SyncClient
-from skiplock.bulk import CancelledJobs, JobFilter, RetriedJobs, retry_statuses
+from skiplock.bulk import (
+    CancelledJobs,
+    DeletedJobs,
+    JobFilter,
+    RetriedJobs,
+    delete_statuses,
+    retry_statuses,
+)
 from skiplock.job import Job
 
 
@@ -88,6 +95,21 @@ class JobAdmin:
         of short transactions; with ``running``, also ask the workers running the matching leased
         jobs to cancel them (held-lock jobs cannot be interrupted and are left to finish)."""
         return self.sync_client.cancel_jobs(JobFilter(queue, task), running=running)
+
+    def delete_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        statuses: Iterable[str] = ("done", "failed", "cancelled"),
+        finished_within: float | None = None,
+    ) -> DeletedJobs:
+        """Delete every finished (done, failed and/or cancelled) job of ``queue`` and ``task``
+        (None: any), finished in the last ``finished_within`` seconds (None: whenever), in
+        batches of short transactions.  Never an unfinished job; a failed or cancelled job that
+        a waiting job depends on is kept and counted as skipped."""
+        jobs = JobFilter(queue, task, finished_within)
+        return self.sync_client.delete_jobs(jobs, delete_statuses(statuses))
 
 
 def finished(job_id: int, job: Job | None, deadline: float, timeout: float) -> bool:

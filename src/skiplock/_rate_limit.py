@@ -9,7 +9,9 @@ and the limit applies to both worker models.  A worker finds the budget refilled
 claim of the queue: when a slot frees, or within one poll interval.
 
 Written ``N/UNIT`` as for Celery's ``rate_limit`` (``10/s``, ``100/m``, ``1000/h``) or
-``N/SECONDS`` (``100/60``); ``none`` removes the limit.  Pure: no I/O.
+``N/SECONDS`` (``100/60``); ``none`` removes the limit.  A concurrency limit is written as a
+whole number, or ``none`` (:func:`parse_concurrency_limit`).  The CLI (``skiplock limit``,
+``skiplock rate``) and the dashboard read both with these.  Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -39,6 +41,19 @@ def parse_rate(text: str) -> tuple[int, float] | None:
     return limit, period
 
 
+def parse_concurrency_limit(text: str) -> int | None:
+    """``"5"`` -> 5; ``"none"`` -> None (no limit); else :class:`ConfigurationError`."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if not 1 <= value <= INT_MAX:
+        raise ConfigurationError(f"must be an integer from 1 to {INT_MAX} or 'none'")
+    return value
+
+
 def check_rate_limit(limit: int | None, period: float) -> None:
     """A limit of at least one start per a finite, positive period (None: no limit)."""
     if limit is None:
@@ -59,3 +74,11 @@ def check_rate_limit(limit: int | None, period: float) -> None:
 def describe(limit: int, period: float) -> str:
     """``at most 100 starts per 60s``."""
     return f"at most {limit} starts per {period:g}s"
+
+
+def written(limit: int, period: float) -> str:
+    """A rate limit as :func:`parse_rate` reads it: ``100/m``, or ``5/30``."""
+    for unit, seconds in UNITS.items():
+        if period == seconds:
+            return f"{limit}/{unit}"
+    return f"{limit}/{period:g}"

@@ -22,6 +22,7 @@ from skiplock.job import JobStatus
 BULK_BATCH = 1000
 
 RETRYABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
+FINISHED = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,21 @@ def retry_statuses(statuses: Iterable[JobStatus | str]) -> list[str]:
     return chosen
 
 
+def delete_statuses(statuses: Iterable[JobStatus | str]) -> list[str]:
+    """The statuses a bulk delete takes jobs from: done, failed and/or cancelled (finished),
+    never one of an unfinished job."""
+    chosen = []
+    for status in statuses:
+        value = JobStatus(status)
+        if value not in FINISHED:
+            raise ValueError(f"only finished jobs can be deleted, not {value.value!r} ones")
+        if value.value not in chosen:
+            chosen.append(value.value)
+    if not chosen:
+        raise ValueError("name at least one status to delete jobs of (done, failed, cancelled)")
+    return chosen
+
+
 @dataclass(frozen=True)
 class RetriedJobs:
     """What a bulk retry did: ``retried`` jobs are pending again; ``skipped`` ones stay as they
@@ -93,3 +109,13 @@ class CancelledJobs:
 
     cancelled: int = 0
     requested: int = 0
+
+
+@dataclass(frozen=True)
+class DeletedJobs:
+    """What a bulk delete did: ``deleted`` finished jobs are gone; ``skipped`` ones matched but
+    stay: a session had locked their row, or a waiting job depends on them (failed or
+    cancelled: gone, they would count as done and let it run)."""
+
+    deleted: int = 0
+    skipped: int = 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import socket
 import threading
@@ -365,7 +366,7 @@ def test_every_page_shows_the_tables_and_every_link_leads_where_it_says(
         assert queues["emails"]["oldest due"].endswith("s")
         assert queues["reports"]["oldest due"] == "-"
         assert queues["reports"]["settings"] == "at most 2 running"
-        assert {row[""] for row in queues.values()} == {"Pause"}
+        assert {row[""] for row in queues.values()} == {"Pause Limits…"}
         (worker,) = table(page, 1)
         assert worker["queues"] == "media" and worker["running"] == "1"
         assert worker["last seen"].endswith("s ago") and "(silent)" not in worker["last seen"]
@@ -592,7 +593,7 @@ def test_every_button_changes_what_it_says_and_the_page_says_so(
         )
         assert paused(shop, "emails") and not paused(shop, "reports")
         emails = {r["queue"]: r for r in table(page)}["emails"]
-        assert "paused" in emails["settings"] and emails[""] == "Resume"
+        assert "paused" in emails["settings"] and emails[""] == "Resume Limits…"
         click(page, "Resume", "**/?notice=resumed&queue=emails")
         assert notice(page) == "Queue emails runs again."
         assert not paused(shop, "emails")
@@ -718,7 +719,10 @@ def test_a_read_only_dashboard_shows_no_button_and_refuses_a_form_posted_from_it
             "/jobs/retry-failed",
             "/jobs/bulk/retry",
             "/jobs/bulk/cancel",
+            "/jobs/bulk/delete",
             "/queues/emails/pause",
+            "/queues/emails/limit",
+            "/queues/emails/rate",
         ):
             page.goto(f"{base}/jobs/{jobs.failed}")
             page.evaluate(
@@ -801,7 +805,9 @@ def test_a_post_from_another_origin_is_refused_for_every_action(
             f"{base}/jobs/retry-failed",
             f"{base}/jobs/bulk/retry",
             f"{base}/jobs/bulk/cancel",
+            f"{base}/jobs/bulk/delete",
             f"{base}/queues/emails/pause",
+            f"{base}/queues/emails/limit",
         ]
         evil = foreign_site(actions, csrf, referrer_policy=referrer_policy)
         with serving_asgi(evil) as other:
@@ -842,7 +848,9 @@ def test_a_csrf_cookie_set_by_another_origin_of_the_site_opens_no_action(
             f"{base}/jobs/{jobs.pending}/cancel",
             f"{base}/jobs/retry-failed",
             f"{base}/jobs/bulk/cancel",
+            f"{base}/jobs/bulk/delete",
             f"{base}/queues/emails/pause",
+            f"{base}/queues/emails/rate",
         ]
         evil = foreign_site(
             actions, chosen, referrer_policy="no-referrer", cookie_domain=cookie_domain
@@ -1153,3 +1161,99 @@ def test_a_running_job_page_shows_its_progress_and_updates_it_without_a_reload(
 def progress_of(app: App, job_id: int) -> dict[str, Any] | None:
     job = app.sync_client.get_job(job_id)
     return app.sync_client.progress(job) if job is not None else None
+
+
+# -- charts of the last hour, bulk delete of finished jobs, queue settings -------------------
+
+
+def test_the_queues_page_charts_the_last_hour_with_tooltips_and_a_table_of_the_numbers(
+    shop: App, page: Any
+) -> None:
+    seed(shop)  # a worker ran report.build twice: one done, one failed, in this minute
+    with serving(shop) as base:
+        log_in(page, base, "/")
+        charts = page.locator("section.charts")
+        assert charts.count() == 1 and charts.locator("h3").inner_text() == "reports"
+        throughput = page.get_by_role("img", name="Jobs of queue reports finished per minute")
+        assert throughput.is_visible()
+        assert "1 done, 1 failed" in throughput.locator("desc").text_content()
+        assert page.get_by_role("img", name="Jobs of queue reports failed per minute").is_visible()
+        wait = page.get_by_role("img", name=re.compile("Wait of queue reports"))
+        assert wait.bounding_box()["width"] > 100
+        # The bar of this minute: its tooltip says what it stands for.
+        tooltip = throughput.locator("g > title").last.text_content() or ""
+        assert tooltip.endswith(": done 1, failed 1"), tooltip
+        page.get_by_text("The numbers of the charts").click()
+        header, *rows = page.locator("#chart-numbers table").evaluate(
+            "t => [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()))"
+        )
+        (row,) = [dict(zip(header, r, strict=True)) for r in rows]
+        assert (row["queue"], row["done"], row["failed"]) == ("reports", "1", "1")
+        assert float(row["wait max"]) >= 0
+        screenshot(page, "dashboard-charts")
+
+
+def test_bulk_delete_of_finished_jobs_counts_first_and_leaves_a_running_job_alone(
+    shop: App, db: Any, page: Any
+) -> None:
+    jobs = seed(shop)
+    with serving(shop) as base, working(shop, ["media"]):
+        running = shop.enqueue("video.encode", {"seconds": 60}).id
+        wait_for(lambda: statuses(db, shop)[running] == "running", 20, "the video job runs")
+        log_in(page, base, "/jobs")  # every queue and status: the running job is in the filter
+        assert running in listed_ids(page)
+        follow(
+            page,
+            page.get_by_role("link", name="Delete every finished job of this filter…"),
+            "**/jobs/bulk?action=delete*",
+        )
+        assert "3 jobs will be deleted" in page.inner_text("#bulk-count")
+        assert statuses(db, shop)[jobs.done] == "done"  # counting changes nothing
+        screenshot(page, "dashboard-bulk-delete")
+        click(page, "Delete 3 jobs", "**/jobs?notice=bulk-deleted*")
+        assert notice(page).startswith("3 jobs deleted; 0 kept")
+        left = statuses(db, shop)
+        assert {jobs.done, jobs.failed, jobs.cancelled} & set(left) == set()
+        assert left[running] == "running"
+        assert [left[i] for i in (jobs.pending, jobs.scheduled, jobs.waiting)] == [
+            "pending", "scheduled", "waiting"]  # fmt: skip
+        assert listed_ids(page) == sorted(left, reverse=True)
+        # Nothing finished is left: the page says so and has no button.
+        page.goto(f"{base}/jobs/bulk?action=delete")
+        assert "0 jobs will be deleted" in page.inner_text("#bulk-count")
+        assert buttons(page) == []
+        shop.sync_client.cancel_or_request(running)  # let the worker stop at once
+
+
+def test_a_queue_limits_page_saves_the_limits_and_shows_what_is_wrong_with_a_value(
+    shop: App, db: Any, page: Any
+) -> None:
+    seed(shop)
+    with serving(shop) as base:
+        log_in(page, base, "/")
+        row = page.locator("tr", has=page.get_by_role("link", name="reports", exact=True))
+        follow(page, row.get_by_role("link", name="Limits…"), "**/queues/reports")
+        page.get_by_label("Running jobs at most").fill("0")
+        click_refused = page.get_by_role("button", name="Save the concurrency limit")
+        with page.expect_navigation() as navigation:
+            click_refused.click()
+        assert navigation.value.status == 400
+        assert page.get_by_role("alert").inner_text() == (
+            "Concurrency limit '0': must be an integer from 1 to 2147483647 or 'none'."
+        )
+        assert page.get_by_label("Running jobs at most").input_value() == "0"
+        page.get_by_label("Running jobs at most").fill("4")
+        click(page, "Save the concurrency limit", "**/queues/reports?notice=settings-saved*")
+        page.get_by_label("Job starts at most").fill("10/m")
+        click(page, "Save the rate limit", "**/queues/reports?notice=settings-saved*")
+        assert notice(page).startswith("The settings of queue reports are saved")
+        screenshot(page, "dashboard-queue-limits")
+        settings = shop.sync_client.queue_settings("reports")
+        assert (settings["concurrency_limit"], settings["rate_limit"]) == (4, 10)
+        page.goto(f"{base}/")
+        (reports,) = [r for r in table(page, 0) if r["queue"] == "reports"]
+        assert reports["settings"] == "at most 4 running, at most 10 starts per 60s"
+    with serving(shop, read_only=True) as base:
+        log_in(page, base, "/queues/reports")
+        assert buttons(page) == [] and "read-only" in page.inner_text("main")
+        assert "at most 4 running" in page.inner_text("#queue-settings")

@@ -14,6 +14,7 @@ import pytest
 
 from helpers.dashboard_client import TOKEN, Browser, serving, serving_asgi
 from skiplock import App, ConfigurationError
+from skiplock.bulk import DeletedJobs, JobFilter
 from skiplock.dashboard import create_dashboard
 
 SECRET = "canary-hunter22"
@@ -370,3 +371,190 @@ def test_the_token_redirect_stays_on_the_dashboard(shop: App, path: str) -> None
 def test_a_blank_short_or_spaced_token_is_refused(shop: App, token: str) -> None:
     with pytest.raises(ConfigurationError, match="token"):
         create_dashboard(shop, token=token)
+
+
+# -- charts of the last hour, bulk delete of finished jobs, queue settings -------------------
+
+
+def finish(db: Any, app: App, ids: list[int], status: str, minutes_ago: int, wait: float) -> Any:
+    """Mark jobs finished ``minutes_ago`` whole minutes back (10 s into that minute), each
+    started ``wait`` seconds after it was due; the start of that minute, as the server says."""
+    db.execute(
+        f'UPDATE "{app.schema}".jobs SET status = %s, attempts = 1, '
+        "finished_at = date_trunc('minute', now()) - make_interval(mins => %s) + interval '10 s', "
+        "run_at = date_trunc('minute', now()) - make_interval(mins => %s), "
+        "locked_at = date_trunc('minute', now()) - make_interval(mins => %s) "
+        "+ make_interval(secs => %s) WHERE id = ANY(%s)",
+        (status, minutes_ago, minutes_ago, minutes_ago, wait, ids),
+    )
+    row = db.execute("SELECT date_trunc('minute', now()) - make_interval(mins => %s)",
+                     (minutes_ago,)).fetchone()  # fmt: skip
+    return row[0]
+
+
+def test_the_queues_page_charts_the_last_hour_per_minute_with_its_numbers(
+    shop: App, db: Any
+) -> None:
+    mails = [e.id for e in shop.enqueue_many("mail.send", [
+        {"to": f"u{i}@example.com", "password": "x"} for i in range(6)])]  # fmt: skip
+    reports = [e.id for e in shop.enqueue_many("report.build", [{"n": 1}, {"n": 2}])]
+    minute = finish(db, shop, mails[:2], "done", 2, 2.0)
+    finish(db, shop, mails[2:3], "done", 2, 4.0)
+    finish(db, shop, mails[3:4], "failed", 2, 1.0)
+    finish(db, shop, mails[4:5], "cancelled", 2, 1.0)  # not a throughput
+    finish(db, shop, reports[:1], "done", 70, 1.0)  # before the window
+
+    with serving(shop) as base:
+        browser = Browser(base)
+        browser.log_in()
+        answer = json.loads(browser.get("/api/charts").text)
+        assert len(answer["minutes"]) == 60 and answer["whole_from"] is None
+        assert answer["scanned"] == 4 and list(answer["queues"]) == ["emails"]
+        at = [m[:16] for m in answer["minutes"]].index(minute.isoformat()[:16])
+        series = answer["queues"]["emails"]
+        assert series[at]["done"] == 3 and series[at]["failed"] == 1
+        assert series[at]["wait_max"] == 4.0 and series[at]["wait_mean"] == 2.25
+        assert sum(m["done"] + m["failed"] for m in series) == 4
+
+        page = browser.get("/")
+        svgs = re.findall(r'<svg class="chart" id="(chart-0-\w+)" role="img"', page.text)
+        assert svgs == ["chart-0-throughput", "chart-0-failures", "chart-0-wait"]
+        assert '<title id="chart-0-throughput-t">Jobs of queue emails finished per minute' in (
+            page.text
+        )
+        assert "3 done, 1 failed" in page.text  # the chart's description
+        hhmm = minute.strftime("%H:%M")
+        assert f"<title>{hhmm}: done 3, failed 1</title>" in page.text  # a bar's tooltip
+        numbers = re.search(r'<details id="chart-numbers">(.*?)</details>', page.text, re.S)
+        assert numbers is not None
+        cells = re.findall(r"<td[^>]*>([^<]*)</td>", numbers.group(1))
+        assert cells == ["emails", hhmm, "3", "1", "2.25", "3.70", "4.00"], cells
+
+        assert browser.get("/api/charts?minutes=1441").status == 400
+        assert len(json.loads(browser.get("/api/charts?minutes=5").text)["minutes"]) == 5
+
+    # The read is bounded: past its bound, the page says from which minute on it is whole.
+    bounded = shop.sync_client.finished_per_minute(scan=2)
+    assert bounded.scanned == 2 and bounded.whole_from is not None
+
+
+def test_bulk_delete_counts_first_and_deletes_only_finished_jobs_of_the_filter(
+    shop: App, db: Any
+) -> None:
+    mails = [e.id for e in shop.enqueue_many("mail.send", [
+        {"to": f"u{i}@example.com", "password": "x"} for i in range(7)])]  # fmt: skip
+    report = shop.enqueue("report.build", {"n": 1}).id
+    finish(db, shop, mails[:2], "done", 1, 0.0)
+    finish(db, shop, [mails[2], report], "failed", 1, 0.0)
+    finish(db, shop, mails[3:4], "cancelled", 1, 0.0)
+    db.execute(
+        f"UPDATE \"{shop.schema}\".jobs SET status = 'running', attempts = 1, locked_by = 'w', "
+        "locked_at = now(), locked_until = now() + interval '1 minute' WHERE id = %s",
+        (mails[4],),
+    )
+    # A failed job a waiting job depends on stays: gone, it would count as done.
+    failed_dependency = mails[5]
+    finish(db, shop, [failed_dependency], "failed", 1, 0.0)
+    waiting = shop.enqueue("mail.send", {"to": "w", "password": "x"},
+                           depends_on=[failed_dependency]).id  # fmt: skip
+    with serving(shop) as base:
+        browser = Browser(base)
+        browser.log_in()
+        listed = browser.get("/jobs?queue=emails")
+        assert "/jobs/bulk?action=delete&amp;queue=emails" in listed.text
+        confirm = browser.get("/jobs/bulk?action=delete&queue=emails")
+        assert confirm.status == 200
+        count = re.search(r'<p id="bulk-count"><strong>(\d+) jobs</strong> will be\s+deleted',
+                          confirm.text)  # fmt: skip
+        assert count is not None and count.group(1) == "5", confirm.text
+        assert statuses(db, shop)[mails[0]] == "done"  # counting changes nothing
+        for status in ("running", "pending", "scheduled", "waiting"):
+            refused = browser.get(f"/jobs/bulk?action=delete&queue=emails&status={status}")
+            assert refused.status == 400, status
+            posted = browser.post("/jobs/bulk/delete", {"csrf": confirm.csrf(), "queue": "emails",
+                                                        "status": status})  # fmt: skip
+            assert posted.status == 400, status
+        done = browser.post(
+            "/jobs/bulk/delete", {"csrf": confirm.csrf(), "queue": "emails", "status": ""}
+        )
+        assert done.notice() == (
+            "4 jobs deleted; 1 kept (a session held their row, or a waiting job depends on them)."
+        )
+    left = statuses(db, shop)
+    assert left == {mails[4]: "running", mails[5]: "failed", mails[6]: "pending",
+                    report: "failed", waiting: "waiting"}  # fmt: skip
+
+    # The client, in batches of 2, by status; never an unfinished status.
+    finish(db, shop, [mails[6]], "done", 1, 0.0)
+    assert shop.sync_client.delete_jobs(JobFilter(), ["failed", "done"], batch=2) == DeletedJobs(
+        2, 1
+    )
+    with pytest.raises(ValueError, match="only finished jobs can be deleted"):
+        shop.sync_client.delete_jobs(JobFilter(), ["running"])
+    with pytest.raises(ValueError, match="only finished jobs can be deleted"):
+        shop.delete_jobs(statuses=["pending"])
+    # The App's method: finished within the last 10 s is none of them (they finished a minute
+    # or more ago).
+    assert shop.delete_jobs(finished_within=10) == DeletedJobs(0, 0)
+    assert statuses(db, shop) == {mails[4]: "running", mails[5]: "failed", waiting: "waiting"}
+    assert shop.delete_jobs(queue="emails") == DeletedJobs(0, 1)  # the dependency stays
+
+
+def test_a_queue_page_sets_its_limits_as_the_cli_does_and_says_what_is_wrong(
+    shop: App, db: Any
+) -> None:
+    with serving(shop) as base:
+        browser = Browser(base)
+        browser.log_in()
+        queues = browser.get("/")
+        assert 'href="/queues/emails">Limits…</a>' not in queues.text  # no jobs, no settings yet
+        shop.enqueue("mail.send", {"to": "a", "password": "x"})
+        assert 'href="/queues/emails">Limits…</a>' in browser.get("/").text
+        page = browser.get("/queues/emails")
+        assert page.status == 200 and 'name="concurrency" value="none"' in page.text
+        saved = browser.post("/queues/emails/limit", {"csrf": page.csrf(), "concurrency": "3"})
+        assert saved.url.endswith("/queues/emails?notice=settings-saved&queue=emails")
+        assert saved.notice() is not None and saved.notice().startswith(
+            "The settings of queue emails are saved"
+        )
+        assert "at most 3 running, across all workers" in saved.text
+        saved = browser.post("/queues/emails/rate", {"csrf": page.csrf(), "rate": "100/m"})
+        assert 'name="rate" value="100/m"' in saved.text
+        assert shop.sync_client.queue_settings("emails") == {
+            "paused": False, "concurrency_limit": 3, "rate_limit": 100, "rate_period": 60.0,
+        }  # fmt: skip
+        for field, value, said in (
+            (
+                "limit",
+                "0",
+                "Concurrency limit &#39;0&#39;: must be an integer from 1 to 2147483647",
+            ),
+            ("limit", "2147483648", "must be an integer from 1 to 2147483647 or &#39;none&#39;"),
+            ("limit", "three", "Concurrency limit &#39;three&#39;"),
+            ("rate", "0/s", "Rate limit: a rate limit is a whole number of starts &gt;= 1"),
+            ("rate", "10 per minute", "Rate limit: rate &#39;10 per minute&#39;: write N/s"),
+        ):
+            name = "concurrency" if field == "limit" else "rate"
+            bad = browser.post(f"/queues/emails/{field}", {"csrf": page.csrf(), name: value})
+            assert bad.status == 400 and said in bad.text, (value, bad.text)
+            assert f'name="{name}" value="{value}"' in bad.text  # kept for correcting
+        assert shop.sync_client.queue_settings("emails")["concurrency_limit"] == 3
+        browser.post("/queues/emails/limit", {"csrf": page.csrf(), "concurrency": ""})
+        browser.post("/queues/emails/rate", {"csrf": page.csrf(), "rate": "none"})
+        assert shop.sync_client.queue_settings("emails") == {
+            "paused": False, "concurrency_limit": None, "rate_limit": None, "rate_period": None,
+        }  # fmt: skip
+        assert browser.get("/queues/bad%20name").status == 400
+        foreign = browser.post("/queues/emails/limit", {"csrf": page.csrf(), "concurrency": "1"},
+                               headers={"Origin": "http://evil.example"})  # fmt: skip
+        assert foreign.status == 403
+        assert browser.post("/queues/emails/limit", {"concurrency": "1"}).status == 403  # no CSRF
+    assert shop.sync_client.queue_settings("emails")["concurrency_limit"] is None
+    with serving(shop, read_only=True) as base:
+        browser = Browser(base)
+        browser.log_in()
+        page = browser.get("/queues/emails")
+        assert page.status == 200 and 'method="post"' not in page.text
+        refused = browser.post("/queues/emails/limit", {"csrf": "x" * 43, "concurrency": "1"})
+        assert refused.status == 403 and "read-only" in refused.text
+    assert shop.sync_client.queue_settings("emails")["concurrency_limit"] is None

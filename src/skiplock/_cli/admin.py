@@ -23,11 +23,10 @@ from rich.table import Table
 from skiplock._db.enqueue import EnqueueOptions, NewJob, NewJobs, build_job
 from skiplock._db.payload import (
     BIGINT_MAX,
-    INT_MAX,
     check_queue_name,
     check_schema_name,
 )
-from skiplock._rate_limit import describe, parse_rate
+from skiplock._rate_limit import describe, parse_concurrency_limit, parse_rate
 from skiplock.app import DEFAULT_RETENTION, App
 from skiplock.errors import ConfigurationError, InvalidArguments, InvalidName, InvalidPayload
 from skiplock.job import Enqueued, Job, JobStatus
@@ -371,13 +370,9 @@ def limit(queue: str, max_running: str, dsn: str | None, schema: str) -> None:
     """Cap QUEUE's running jobs across all workers at MAX_RUNNING ('none' removes the cap)."""
     check_queue_name(queue)
     try:
-        value = None if max_running.lower() == "none" else int(max_running)
-    except ValueError:
-        value = 0
-    if value is not None and not 1 <= value <= INT_MAX:
-        raise click.BadParameter(
-            f"must be an integer from 1 to {INT_MAX} or 'none'", param_hint="MAX_RUNNING"
-        )
+        value = parse_concurrency_limit(max_running)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="MAX_RUNNING") from None
     with open_app(dsn, schema) as app:
         app.sync_client.set_concurrency_limit(queue, value)
     if value is None:

@@ -85,6 +85,27 @@ class AsyncAdminStatements(AsyncSeam):
         params = {**jobs.params(), "statuses": list(statuses)}
         return dict(await self._rows(conn, "job_count_matching", params))
 
+    async def job_delete_finished_many(
+        self,
+        conn: AsyncConnection[Any],
+        jobs: JobFilter,
+        statuses: Sequence[str],
+        after_id: int,
+        batch: int,
+    ) -> tuple[int, int, int]:
+        """One batch of a bulk delete of finished jobs: (jobs looked at, last id looked at,
+        jobs deleted)."""
+        params = {**jobs.params(), "statuses": list(statuses), "after_id": after_id, "batch": batch}
+        ((seen, last_id, deleted),) = await self._rows(conn, "job_delete_finished_many", params)
+        return seen, last_id or after_id, deleted
+
+    async def job_finished_per_minute(
+        self, conn: AsyncConnection[Any], minutes: int, scan: int
+    ) -> list[dict[str, Any]]:
+        """The dashboard charts' rows (see ``job_finished_per_minute`` in admin.sql)."""
+        params = {"minutes": minutes, "scan": scan}
+        return await self._fetch(conn, "job_finished_per_minute", params, dict_row)
+
     async def job_cancel(self, conn: AsyncConnection[Any], job_id: int) -> bool:
         return bool(await self._rows(conn, "job_cancel", {"id": job_id}))
 

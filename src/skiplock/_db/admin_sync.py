@@ -84,6 +84,27 @@ class SyncAdminStatements(SyncSeam):
         params = {**jobs.params(), "statuses": list(statuses)}
         return dict(self._rows(conn, "job_count_matching", params))
 
+    def job_delete_finished_many(
+        self,
+        conn: Connection[Any],
+        jobs: JobFilter,
+        statuses: Sequence[str],
+        after_id: int,
+        batch: int,
+    ) -> tuple[int, int, int]:
+        """One batch of a bulk delete of finished jobs: (jobs looked at, last id looked at,
+        jobs deleted)."""
+        params = {**jobs.params(), "statuses": list(statuses), "after_id": after_id, "batch": batch}
+        ((seen, last_id, deleted),) = self._rows(conn, "job_delete_finished_many", params)
+        return seen, last_id or after_id, deleted
+
+    def job_finished_per_minute(
+        self, conn: Connection[Any], minutes: int, scan: int
+    ) -> list[dict[str, Any]]:
+        """The dashboard charts' rows (see ``job_finished_per_minute`` in admin.sql)."""
+        params = {"minutes": minutes, "scan": scan}
+        return self._fetch(conn, "job_finished_per_minute", params, dict_row)
+
     def job_cancel(self, conn: Connection[Any], job_id: int) -> bool:
         return bool(self._rows(conn, "job_cancel", {"id": job_id}))
 

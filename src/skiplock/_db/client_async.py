@@ -24,6 +24,12 @@ from skiplock._db.attempt_log import attempt_history
 from skiplock._db.caller_connection import AsyncCallerConnection, caller_connection_async
 from skiplock._db.connections import connect_kwargs, server_watch_settings, unavailable
 from skiplock._db.enqueue import NewJob, NewJobs
+from skiplock._db.job_charts import (
+    CHART_MINUTES,
+    CHART_SCAN,
+    MAX_CHART_MINUTES,
+    FinishedPerMinute,
+)
 from skiplock._db.job_search import SEARCH_SCAN, FoundJobs
 from skiplock._db.migrations import all_migrations
 from skiplock._db.payload import BIGINT_MAX, INT_MAX, load_json
@@ -31,7 +37,14 @@ from skiplock._db.presence import is_silent
 from skiplock._db.store_async import AsyncStore
 from skiplock._db.wakeups import cancel_payload
 from skiplock._rate_limit import check_rate_limit
-from skiplock.bulk import BULK_BATCH, CancelledJobs, JobFilter, RetriedJobs
+from skiplock.bulk import (
+    BULK_BATCH,
+    CancelledJobs,
+    DeletedJobs,
+    JobFilter,
+    RetriedJobs,
+    delete_statuses,
+)
 from skiplock.job import Enqueued, Job
 
 POOL_MAX_SIZE = 4
@@ -204,6 +217,45 @@ class AsyncClient:
             if held:
                 await self.store.channel_notify_many(c, [cancel_payload(i) for i in held])
         return CancelledJobs(cancelled, requested + len(held))
+
+    async def delete_jobs(
+        self,
+        jobs: JobFilter,
+        statuses: Sequence[str],
+        *,
+        batch: int = BULK_BATCH,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> DeletedJobs:
+        """Delete every matching finished job in ``statuses`` (done, failed, cancelled: see
+        :func:`skiplock.bulk.delete_statuses`), a batch per statement; never an unfinished one."""
+        statuses = delete_statuses(statuses)
+        deleted = skipped = after_id = 0
+        async with self.connection(conn) as c:
+            while True:
+                seen, after_id, n = await self.store.job_delete_finished_many(
+                    c, jobs, statuses, after_id, batch
+                )
+                deleted, skipped = deleted + n, skipped + seen - n
+                if seen < batch:
+                    return DeletedJobs(deleted, skipped)
+
+    async def finished_per_minute(
+        self,
+        minutes: int = CHART_MINUTES,
+        *,
+        scan: int = CHART_SCAN,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> FinishedPerMinute:
+        """Per queue and minute of the last ``minutes``, the jobs that finished done and
+        failed and their wait, reading at most ``scan`` finished jobs (see
+        :mod:`skiplock._db.job_charts`)."""
+        for name, value in (("minutes", minutes), ("scan", scan)):
+            limit = MAX_CHART_MINUTES if name == "minutes" else INT_MAX
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+                raise ValueError(f"{name} must be a whole number from 1 to {limit}, got {value!r}")
+        async with self.connection(conn) as c:
+            rows = await self.store.job_finished_per_minute(c, minutes, scan)
+        return FinishedPerMinute.from_rows(rows, minutes=minutes, scan=scan)
 
     async def count_matching(
         self, jobs: JobFilter, statuses: Sequence[str], conn: AsyncConnection[Any] | None = None
@@ -399,6 +451,17 @@ class AsyncClient:
     ) -> None:
         async with self.connection(conn) as c:
             await self.store.queue_set_paused(c, queue, paused)
+
+    async def queue_settings(
+        self, queue: str, conn: AsyncConnection[Any] | None = None
+    ) -> dict[str, Any]:
+        """``queue``'s settings: paused, concurrency_limit, rate_limit, rate_period (a queue
+        without settings: not paused, no limits)."""
+        async with self.connection(conn) as c:
+            found = await self.store.queue_settings_shown(c, queue)
+        return found or {
+            "paused": False, "concurrency_limit": None, "rate_limit": None, "rate_period": None
+        }  # fmt: skip
 
     async def set_concurrency_limit(
         self, queue: str, limit: int | None, conn: AsyncConnection[Any] | None = None

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 from psycopg import Connection
+from psycopg.rows import dict_row
 
 from skiplock._db.queue_locks import lock_timeout_setting
 from skiplock._db.records import ClaimRoom, LimitedClaim, QueueLimits, QueueSetting
@@ -32,6 +33,12 @@ class SyncQueueStatements(SyncSeam):
             name: QueueSetting(paused, QueueLimits(limit, rated))
             for name, paused, limit, rated in rows
         }
+
+    def queue_settings_shown(self, conn: Connection[Any], name: str) -> dict[str, Any] | None:
+        """One queue's settings as the dashboard shows them: paused, concurrency_limit,
+        rate_limit, rate_period (None: the queue has no row of settings)."""
+        rows = self._fetch(conn, "queue_settings_shown", {"name": name}, dict_row)
+        return dict(rows[0]) if rows else None
 
     def queue_set_paused(self, conn: Connection[Any], name: str, paused: bool) -> None:
         self._rows(conn, "queue_set_paused", {"name": name, "paused": paused})

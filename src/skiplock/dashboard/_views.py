@@ -1,6 +1,7 @@
-"""The dashboard's pages and JSON (queues, jobs, one job with its attempts, workers) and its
-actions (retry, cancel, pause, resume, and retry or cancel every job a filter selects, after a
-page that says how many that is).
+"""The dashboard's pages and JSON (queues with charts of their last hour, jobs, one job with
+its attempts, workers) and its actions (retry, cancel, pause, resume, a queue's concurrency
+and rate limits, and retry, cancel or delete every job a filter selects, after a page that
+says how many that is).
 
 It reads and changes jobs only through the App's client, with the CLI's own statements: no SQL
 of its own.  Lists are pages of :data:`PAGE_SIZE` jobs, newest first, paged by id; a search by
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -20,13 +21,16 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from skiplock._cli.admin import job_dict
+from skiplock._db.job_charts import CHART_MINUTES, MAX_CHART_MINUTES
 from skiplock._db.job_search import SEARCH_SCAN, payload_filter
 from skiplock._db.payload import check_queue_name, check_task_name
+from skiplock._rate_limit import parse_concurrency_limit, parse_rate, written
 from skiplock.app import App
 from skiplock.bulk import JobFilter
 from skiplock.dashboard._access import checked_form
+from skiplock.dashboard._charts import queue_charts
 from skiplock.dashboard._static import live_js
-from skiplock.errors import IdempotencyConflict, InvalidName, InvalidPayload
+from skiplock.errors import ConfigurationError, IdempotencyConflict, InvalidName, InvalidPayload
 from skiplock.job import Job, JobStatus
 
 PAGE_SIZE = 50
@@ -42,9 +46,13 @@ NOTICES = {
     "unchanged": "Job {job} has finished: nothing changed.",
     "paused": "Queue {queue} is paused: no worker claims its jobs until it is resumed.",
     "resumed": "Queue {queue} runs again.",
+    "settings-saved": "The settings of queue {queue} are saved: every worker follows them "
+    "within its poll interval.",
     "bulk-retried": "{jobs} will run again; {skipped} skipped (an unfinished job holds their "
     "idempotency key, or they break a bound of the jobs table).",
     "bulk-cancelled": "{jobs} cancelled (the jobs of the filter that had not started).",
+    "bulk-deleted": "{jobs} deleted; {skipped} kept (a session held their row, or a waiting "
+    "job depends on them).",
     "refused": "Job {job} was not retried: it breaks a bound of the jobs table (see its last "
     "error and docs/security.md).",
 }
@@ -67,9 +75,11 @@ class Views:
             Route("/jobs/{job_id:int}", self.job, name="job"),
             Route("/jobs/bulk", self.bulk_confirm, name="bulk"),
             Route("/workers", self.workers, name="workers"),
+            Route("/queues/{queue}", self.queue, name="queue"),
             Route("/static/live.js", live_js),
             Route("/api/queues", self.api_queues),
             Route("/api/workers", self.api_workers),
+            Route("/api/charts", self.api_charts),
             Route("/api/jobs", self.api_jobs),
             Route("/api/jobs/{job_id:int}", self.api_job),
         ]
@@ -79,8 +89,11 @@ class Views:
             ("/jobs/retry-failed", self.retry_failed),
             ("/jobs/bulk/retry", self.bulk_retry),
             ("/jobs/bulk/cancel", self.bulk_cancel),
+            ("/jobs/bulk/delete", self.bulk_delete),
             ("/queues/{queue}/pause", self.pause_queue),
             ("/queues/{queue}/resume", self.resume_queue),
+            ("/queues/{queue}/limit", self.set_concurrency_limit),
+            ("/queues/{queue}/rate", self.set_rate_limit),
         ]
         return reading + [
             Route(path, _refuse_read_only if self.read_only else fn, methods=["POST"])
@@ -148,14 +161,21 @@ class Views:
         )
 
     async def queues(self, request: Request) -> Response:
-        rows = await self.client.queue_status()
         refresh = _int_param(request, "refresh")
+        rows = await self.client.queue_status()
+        history = await self.client.finished_per_minute(CHART_MINUTES)
+        charts = {
+            queue: queue_charts(queue, n, history.minutes, series)
+            for n, (queue, series) in enumerate(history.queues.items())
+        }
         return self._page(
             request,
             "queues.html",
             queues=rows,
             workers=await self._workers(),
             refresh=refresh and max(refresh, 2),
+            history=history,
+            charts=charts,
         )
 
     async def _workers(self) -> list[dict[str, Any]]:
@@ -194,11 +214,68 @@ class Views:
             raise HTTPException(404, f"no job {request.path_params['job_id']}")
         return self._page(request, "job.html", job=await self._shown_in_full(found))
 
+    async def queue(self, request: Request, error: str | None = None,
+                    entered: dict[str, str] | None = None) -> Response:  # fmt: skip
+        """A queue's settings, with the forms that change its limits (``error``: what was
+        wrong with the value ``entered``, answered with status 400)."""
+        queue = _path_queue(request)
+        settings = await self.client.queue_settings(queue)
+        values = {
+            "concurrency": str(settings["concurrency_limit"] or "none"),
+            "rate": written(settings["rate_limit"], settings["rate_period"])
+            if settings["rate_limit"] is not None
+            else "none",
+            **(entered or {}),
+        }
+        response = self._page(request, "queue.html", queue=queue, settings=settings,
+                              values=values, error=error)  # fmt: skip
+        if error is not None:
+            response.status_code = 400
+        return response
+
+    async def set_concurrency_limit(self, request: Request) -> Response:
+        """Cap a queue's running jobs, as ``skiplock limit`` does (the same check and
+        statement)."""
+        form = await checked_form(request)
+        queue = _path_queue(request)
+        text = str(form.get("concurrency") or "").strip() or "none"
+        try:
+            limit = parse_concurrency_limit(text)
+        except ConfigurationError as exc:
+            return await self.queue(request, f"Concurrency limit {text!r}: {exc}.",
+                                    {"concurrency": text})  # fmt: skip
+        await self.client.set_concurrency_limit(queue, limit)
+        return _back(request, f"/queues/{quote(queue, safe='')}", notice="settings-saved",
+                     queue=queue)  # fmt: skip
+
+    async def set_rate_limit(self, request: Request) -> Response:
+        """Limit a queue's job starts, as ``skiplock rate`` does (the same check and
+        statement)."""
+        form = await checked_form(request)
+        queue = _path_queue(request)
+        text = str(form.get("rate") or "").strip() or "none"
+        try:
+            parsed = parse_rate(text)
+        except ConfigurationError as exc:
+            return await self.queue(request, f"Rate limit: {exc}.", {"rate": text})
+        if parsed is None:
+            await self.client.set_rate_limit(queue, None)
+        else:
+            await self.client.set_rate_limit(queue, *parsed)
+        return _back(request, f"/queues/{quote(queue, safe='')}", notice="settings-saved",
+                     queue=queue)  # fmt: skip
+
     async def workers(self, request: Request) -> Response:
         return self._page(request, "workers.html", workers=await self._workers())
 
     async def api_queues(self, request: Request) -> Response:
         return JSONResponse(await self.client.queue_status())
+
+    async def api_charts(self, request: Request) -> Response:
+        minutes = _int_param(request, "minutes") or CHART_MINUTES
+        if minutes > MAX_CHART_MINUTES:
+            raise HTTPException(400, f"minutes must be from 1 to {MAX_CHART_MINUTES}")
+        return JSONResponse((await self.client.finished_per_minute(minutes)).to_json())
 
     async def api_workers(self, request: Request) -> Response:
         return JSONResponse(await self._workers())
@@ -282,6 +359,14 @@ class Views:
         return _back(request, "/jobs", notice="bulk-cancelled", n=done.cancelled,
                      queue=jobs.queue, task=jobs.task)  # fmt: skip
 
+    async def bulk_delete(self, request: Request) -> Response:
+        form = await checked_form(request)
+        jobs, status = _bulk_form(form)
+        done = await self.client.delete_jobs(jobs, _bulk_statuses("delete", status))
+        return _back(request, "/jobs", notice="bulk-deleted", n=done.deleted,
+                     skipped=done.skipped, status=status, queue=jobs.queue,
+                     task=jobs.task)  # fmt: skip
+
     async def pause_queue(self, request: Request) -> Response:
         return await self._set_paused(request, True)
 
@@ -290,9 +375,7 @@ class Views:
 
     async def _set_paused(self, request: Request, paused: bool) -> Response:
         await checked_form(request)
-        queue = _queue_param(request.path_params["queue"])
-        if queue is None:
-            raise HTTPException(400, "invalid queue name")
+        queue = _path_queue(request)
         await self.client.set_paused(queue, paused)
         return _back(request, "/", notice="paused" if paused else "resumed", queue=queue)
 
@@ -330,6 +413,14 @@ def _job_id(request: Request) -> int:
     return job_id
 
 
+def _path_queue(request: Request) -> str:
+    """The queue named in the route; 400 for a name no queue can have."""
+    queue = _queue_param(request.path_params["queue"])
+    if queue is None:
+        raise HTTPException(400, "invalid queue name")
+    return queue
+
+
 def _queue_param(value: str | None) -> str | None:
     try:
         return check_queue_name(value) if value else None
@@ -338,16 +429,20 @@ def _queue_param(value: str | None) -> str | None:
 
 
 UNSTARTED = ("waiting", "scheduled", "pending")
+FINISHED = ("done", "failed", "cancelled")
 
 
 def _bulk_statuses(action: str | None, status: str | None) -> list[str]:
     """The statuses a bulk action takes jobs from: a retry, failed jobs (or the cancelled ones,
     when the list shows those); a cancel, every job not started, and only from a list not
-    filtered by status (it cancels waiting, scheduled and pending jobs alike).  400 else."""
+    filtered by status (it cancels waiting, scheduled and pending jobs alike); a delete, the
+    finished jobs of the list's status, or all three finished statuses.  400 else."""
     if action == "retry" and status in (None, "failed", "cancelled"):
         return [status or "failed"]
     if action == "cancel" and status is None:
         return list(UNSTARTED)
+    if action == "delete" and status in (None, *FINISHED):
+        return [status] if status else list(FINISHED)
     raise HTTPException(400, f"no bulk {action or 'action'} of the jobs of status {status}")
 
 

@@ -251,3 +251,68 @@ LEFT JOIN LATERAL (
     SELECT * FROM scanned WHERE payload @> %(payload)s::jsonb ORDER BY id DESC LIMIT %(limit)s
 ) AS m ON true
 ORDER BY m.id DESC;
+
+-- name: job_finished_per_minute
+-- Dashboard charts: per queue and minute of the last %(minutes)s minutes, the jobs that
+-- finished done and failed, and their wait (start of the last attempt minus its due time,
+-- run_at): mean, 95th percentile and max seconds, by the minute they finished.  Read newest
+-- first from jobs_finished_idx, at most %(scan)s jobs, so the read is bounded at any
+-- throughput; every row carries how many were read, the oldest finish time read (the minutes
+-- before it are incomplete when the bound was reached) and the server's now; with nothing
+-- read, one row of NULLs and those.  Jobs deleted or archived on completion are no longer in
+-- jobs and are not counted (docs/design.md, "Dashboard charts from the finished jobs").
+WITH recent AS MATERIALIZED (
+    SELECT queue, status, finished_at,
+           greatest(extract(epoch FROM locked_at - run_at), 0)::float8 AS wait
+    FROM {jobs}
+    WHERE status IN ('done', 'failed')
+      AND finished_at > now() - make_interval(mins => %(minutes)s)
+    ORDER BY finished_at DESC
+    LIMIT %(scan)s
+), per_minute AS (
+    SELECT queue, date_trunc('minute', finished_at) AS minute,
+           count(*) FILTER (WHERE status = 'done') AS done,
+           count(*) FILTER (WHERE status = 'failed') AS failed,
+           avg(wait) AS wait_mean,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY wait) AS wait_p95,
+           max(wait) AS wait_max
+    FROM recent
+    GROUP BY 1, 2
+)
+SELECT p.queue, p.minute, p.done, p.failed, p.wait_mean, p.wait_p95, p.wait_max,
+       r.scanned, r.oldest, now() AS now
+FROM (SELECT count(*) AS scanned, min(finished_at) AS oldest FROM recent) AS r
+LEFT JOIN per_minute AS p ON true
+ORDER BY p.queue, p.minute;
+
+-- name: job_delete_finished_many
+-- Admin: delete the finished jobs (in %(statuses)s: done, failed, cancelled, nothing else)
+-- matching the filters (with %(finished_within)s, those finished in the last that many
+-- seconds); one batch.  Returns the jobs looked at, the last id looked at and the
+-- jobs deleted.  A row another session locks is left alone (it is being retried), and so is a
+-- failed or cancelled job that a waiting job depends on: a job no longer in the table counts
+-- as done (dependencies.sql), and deleting it would let the waiting job run.
+WITH candidates AS (
+    SELECT id, status FROM {jobs}
+    WHERE id > %(after_id)s
+      AND status = ANY(%(statuses)s::text[])
+      AND status IN ('done', 'failed', 'cancelled')
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+      AND (%(task)s::text IS NULL OR task = %(task)s)
+      AND (%(finished_within)s::float8 IS NULL
+           OR finished_at > now() - make_interval(secs => %(finished_within)s))
+    ORDER BY id
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM {jobs} AS j
+    USING candidates AS c
+    WHERE j.id = c.id
+      AND (c.status = 'done' OR NOT EXISTS (
+          SELECT 1 FROM {dependencies} AS d
+          JOIN {jobs} AS w ON w.id = d.job_id AND w.status = 'waiting'
+          WHERE d.depends_on = c.id))
+    RETURNING j.id
+)
+SELECT (SELECT count(*) FROM candidates), (SELECT max(id) FROM candidates),
+       (SELECT count(*) FROM deleted);

@@ -21,6 +21,11 @@ SELECT set_config('TimeZone', 'UTC', false);
 SELECT name, paused, concurrency_limit, rate_limit IS NOT NULL
 FROM {queues} WHERE name = ANY(%(names)s::text[]);
 
+-- name: queue_settings_shown
+-- One queue's settings as an admin page shows them (no row: it has none).
+SELECT paused, concurrency_limit, rate_limit, rate_period
+FROM {queues} WHERE name = %(name)s;
+
 -- name: queue_set_paused
 -- Pause or resume a queue.
 INSERT INTO {queues} AS q (name, paused) VALUES (%(name)s, %(paused)s)
