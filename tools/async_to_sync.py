@@ -63,6 +63,7 @@ REWRITES = [
     (re.compile(r"\bawait\s+"), ""),
     (re.compile(r"^import asyncio$", re.MULTILINE), "import time"),  # only for asyncio.sleep
     (re.compile(r"\basyncio\.sleep\b"), "time.sleep"),
+    (re.compile(r"^from asyncio import Lock as", re.MULTILINE), "from threading import Lock as"),
     (re.compile(r"\basync\s+(def|with|for)\b"), r"\1"),
     *((re.compile(rf"\b{old}\b"), new) for old, new in NAMES.items()),
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from asyncio import Lock as PoolLock
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -99,12 +100,19 @@ class AsyncClient:
         self.store = store
         self.prepare = prepare
         self._pool: AsyncConnectionPool | None = None
+        self._opening = PoolLock()  # first uses at once open one pool, not one each
 
     async def _open_pool(self) -> AsyncConnectionPool:
         if self._pool is None:
-            self._pool = await open_pool(
-                self._dsn(), self.store, min_size=1, max_size=POOL_MAX_SIZE, prepare=self.prepare
-            )
+            async with self._opening:
+                if self._pool is None:
+                    self._pool = await open_pool(
+                        self._dsn(),
+                        self.store,
+                        min_size=1,
+                        max_size=POOL_MAX_SIZE,
+                        prepare=self.prepare,
+                    )
         return self._pool
 
     @asynccontextmanager

@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from threading import Lock as PoolLock
 from typing import Any
 
 import psycopg
@@ -100,12 +101,19 @@ class SyncClient:
         self.store = store
         self.prepare = prepare
         self._pool: ConnectionPool | None = None
+        self._opening = PoolLock()  # first uses at once open one pool, not one each
 
     def _open_pool(self) -> ConnectionPool:
         if self._pool is None:
-            self._pool = open_pool(
-                self._dsn(), self.store, min_size=1, max_size=POOL_MAX_SIZE, prepare=self.prepare
-            )
+            with self._opening:
+                if self._pool is None:
+                    self._pool = open_pool(
+                        self._dsn(),
+                        self.store,
+                        min_size=1,
+                        max_size=POOL_MAX_SIZE,
+                        prepare=self.prepare,
+                    )
         return self._pool
 
     @contextmanager
