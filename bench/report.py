@@ -170,6 +170,8 @@ def ceiling_alongside(results: list[dict[str, Any]], size: int, batch: int) -> b
 
 
 CEILING_WITHIN = 1.5  # a drain is to take at most this many times as long as the SQL ceiling
+SYNC_WITHIN = 0.8  # a sync task's drain against the same task's as an async def
+SYNC_TWINS = (("sync", "default"), ("x2-sync", "x2"))
 
 
 def verdict(ok: bool | None) -> str:
@@ -223,7 +225,30 @@ def targets(results: list[dict[str, Any]], plan: Plan, cpus: int | None = None) 
                     verdict(r >= 1.3 and exp_sk <= exp_pq),
                 ]
             )
-        for setting in (s for s in plan.drain_settings if s.system == "skiplock"):
+        for sync_label, async_label in SYNC_TWINS:
+            sync_rate = med(
+                select(results, workload="drain", system="skiplock", setting=sync_label, size=size),
+                "jobs_per_s",
+            )
+            async_rate = med(
+                select(
+                    results, workload="drain", system="skiplock", setting=async_label, size=size
+                ),
+                "jobs_per_s",
+            )
+            if not (math.isnan(sync_rate) or math.isnan(async_rate)):
+                r = sync_rate / async_rate
+                out.append(
+                    [
+                        f"Drain {size:,}: skiplock {sync_label} (the task a plain def) ≥ "
+                        f"{SYNC_WITHIN}× {async_label} (async def)",
+                        f"{fmt(sync_rate)} vs {fmt(async_rate)} jobs/s = {r:.2f}×",
+                        verdict(r >= SYNC_WITHIN),
+                    ]
+                )
+        for setting in (
+            s for s in plan.drain_settings if s.system == "skiplock" and s.handler == "async"
+        ):
             label = setting.label
             # A setting that deletes finished jobs is held to the ceiling that deletes them.
             mode = "delete" if setting.completion == "delete" else "done"
