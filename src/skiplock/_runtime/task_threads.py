@@ -44,7 +44,7 @@ QUEUED, RUNNING, RETURNED, DROPPED = range(4)
 
 # Calls that take less than this (on a moving average) are quick: a thread running one will
 # soon take the next queued call, so no sleeping thread is woken for it; the watch (see
-# TaskThreads._watch) wakes one if a call stays queued longer than WATCH_INTERVAL all the same.
+# TaskThreads._look) wakes one if a call stays queued longer than WATCH_INTERVAL all the same.
 QUICK_CALL = 0.0001
 WATCH_INTERVAL = 0.001
 WATCH_IDLE_ROUNDS = 200  # the watch sleeps after this many looks that found nothing queued
@@ -96,9 +96,11 @@ class TaskThreads:
         self._searching = 0  # threads woken or started that have not taken a call yet
         self._running = 0  # threads in a call that was not kept
         self._call_time = 0.0  # moving average of how long calls take, in seconds
-        self._watched = False  # the watch looks at the queue every WATCH_INTERVAL
-        self._watch_wake = threading.Condition(self._lock)
-        self._watch_thread: threading.Thread | None = None
+        self._watched = False  # the loop looks at the queue every WATCH_INTERVAL (_look)
+        self._watch_timer: asyncio.TimerHandle | None = None
+        self._head_seen: ThreadCall | None = None  # the first queued call at the last look
+        self._empty_looks = 0
+        self._loop_thread = 0  # the event loop's thread
         self._shutdown = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._returned: deque[ThreadCall] = deque()  # outcomes the loop has not been given yet
@@ -113,9 +115,10 @@ class TaskThreads:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self._loop = loop
+            self._loop_thread = threading.get_ident()
         call = ThreadCall(_in_request(fn) if django_is_set_up() else fn)
         call.waiter = loop.create_future()
-        self._put(call)
+        self._put(call, force=False)
         return call
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> CallFuture[R]:
@@ -125,21 +128,23 @@ class TaskThreads:
         future: CallFuture[R] = CallFuture(call)
         call.future = future
         future.set_running_or_notify_cancel()
-        self._put(call)
+        self._put(call, force=True)  # from any thread: no loop watches for it
         return future
 
-    def _put(self, call: ThreadCall) -> None:
+    def _put(self, call: ThreadCall, force: bool) -> None:
         if self._shutdown:
             raise RuntimeError("the task threads are shut down")
         # The queue's append and the reads below are atomic: no lock unless a thread is to be
         # woken.  A thread about to sleep counts itself idle before it looks at the queue a
         # last time, so either it sees this call or this sees it idle.
         self._queue.append(call)
-        if self._searching or (self._running and self._call_time < QUICK_CALL and self._watched):
+        if self._searching or (
+            not force and self._running and self._call_time < QUICK_CALL and self._watched
+        ):
             return
         with self._lock:
             if self._queue:
-                self._hand_on()
+                self._hand_on(force)
 
     def _hand_on(self, force: bool = False) -> None:
         """With the lock held and calls queued: get a thread on its way to them, unless one
@@ -147,9 +152,13 @@ class TaskThreads:
         will take the next when it returns (the watch makes sure it does not take too long)."""
         if self._searching:
             return
-        if self._running and self._call_time < QUICK_CALL and not force:
+        if self._running and self._call_time < QUICK_CALL and not force and self._loop:
             if not self._watched:
-                self._start_watch()
+                self._watched = True
+                if threading.get_ident() == self._loop_thread:
+                    self._look()
+                else:
+                    self._in_loop(self._look)
             return
         if self._idle:
             self._searching += 1
@@ -162,37 +171,44 @@ class TaskThreads:
             self._threads.append(thread)
             thread.start()
 
-    def _start_watch(self) -> None:
-        self._watched = True
-        if self._watch_thread is None:
-            self._watch_thread = threading.Thread(
-                target=self._watch, name="skiplock-task-watch", daemon=True
-            )
-            self._watch_thread.start()
-        else:
-            self._watch_wake.notify()
-
-    def _watch(self) -> None:
-        """While calls are quick, look at the queue every WATCH_INTERVAL: one still queued
-        gets a thread on its way (a call that was not quick after all holds up the thread
-        that was to take it).  Sleeps when nothing has been queued for a while."""
-        with self._lock:
-            empty = 0
-            while not self._shutdown:
-                if not self._watched:
-                    self._watch_wake.wait()
-                    continue
-                self._watch_wake.wait(WATCH_INTERVAL)
-                if self._returned and not self._delivery_due:
-                    self._wake_loop()
-                if self._queue:
-                    empty = 0
+    def _look(self) -> None:
+        """In the event loop, every WATCH_INTERVAL while calls are quick: a call queued since
+        the last look gets a thread on its way (the thread that was to take it is in a call
+        that is not quick after all), and outcomes a thread held back are delivered.  Stops
+        after WATCH_IDLE_ROUNDS looks that found nothing to do."""
+        self._watch_timer = None
+        if self._shutdown or self._loop is None:
+            self._watched = False
+            return
+        queue = self._queue
+        head = queue[0] if queue else None
+        if head is not None and head is self._head_seen:
+            with self._lock:
+                if queue and queue[0] is head:
                     self._hand_on(force=True)
-                else:
-                    empty += 1
-                    if empty >= WATCH_IDLE_ROUNDS:
-                        self._watched = False
-                        empty = 0
+        self._head_seen = head
+        if self._returned:
+            self._deliver()
+        if head is None:
+            self._empty_looks += 1
+            if self._empty_looks >= WATCH_IDLE_ROUNDS:
+                # Cleared before the last look at the held-back outcomes: a thread that holds
+                # one back after this sees the flag clear and wakes the loop (see _serve).
+                self._watched = False
+                self._empty_looks = 0
+                if self._returned:
+                    self._deliver()
+                return
+        else:
+            self._empty_looks = 0
+        self._watch_timer = self._loop.call_later(WATCH_INTERVAL, self._look)
+
+    def _in_loop(self, callback: Callable[[], None]) -> None:
+        loop = self._loop
+        if loop is not None:
+            # A closed loop raises RuntimeError: nobody waits for outcomes any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(callback)
 
     def _limit(self) -> int:
         return self.concurrency + min(self.kept, self.concurrency)
@@ -250,8 +266,11 @@ class TaskThreads:
             call.returned = True
             if queue and call.future is None and self._call_time < QUICK_CALL and self._watched:
                 # Quick calls with more queued: this thread takes the next at once, and hands
-                # this outcome back with that one's (or the watch does, if that one is slow).
+                # this outcome back with that one's (or the loop's look takes it, if that one
+                # is slow).  Appended before the flag is read again: see _look.
                 self._returned.append(call)
+                if not self._watched and not self._delivery_due:
+                    self._wake_loop()
             else:
                 self._hand_back(call)
             done = call
@@ -275,11 +294,7 @@ class TaskThreads:
 
     def _wake_loop(self) -> None:
         self._delivery_due = True
-        loop = self._loop
-        if loop is not None:
-            # A closed loop raises RuntimeError: nobody waits for these outcomes any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._deliver)
+        self._in_loop(self._deliver)
 
     def _deliver(self) -> None:
         """In the event loop: hand it every outcome returned since the last delivery."""
@@ -340,7 +355,6 @@ class TaskThreads:
                     if call.future is not None:
                         call.future.cancel()
             self._wake.notify_all()
-            self._watch_wake.notify_all()
             threads = list(self._threads)
         if wait:
             for thread in threads:
