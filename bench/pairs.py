@@ -9,7 +9,7 @@ variant alike. The workers import skiplock from the tree's directory (``PYTHONPA
 itself and the producer are this checkout's. Prints each drain as it ends, then per tree and
 setting the median jobs/s (min-max) and worker CPU per job, and the ratios the sync settings are
 held to: each ``<name>-sync`` (or ``sync``) against its async twin (``<name>``, or ``default``),
-in the same tree.
+in the same tree, as the ratio of the medians and round by round.
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ import argparse
 import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from .db import BenchDatabase, default_dsn
 from .plan import make_plan
@@ -63,7 +66,17 @@ def main(argv: list[str] | None = None) -> int:
                     os.environ["PYTHONPATH"] = os.pathsep.join(
                         filter(None, [trees[name], base_path])
                     )
-                    out = drain(ctx, SYSTEMS["skiplock"], setting, args.jobs)
+                    out = None
+                    for _ in range(3):  # a shared server may refuse a connection for a while
+                        try:
+                            out = drain(ctx, SYSTEMS["skiplock"], setting, args.jobs)
+                            break
+                        except psycopg.OperationalError as exc:
+                            print(f"round {round_no + 1} {name} {setting.label}: {exc}; again")
+                            time.sleep(10)
+                    if out is None:
+                        continue
+                    out["round"] = round_no
                     rows.setdefault((name, setting.label), []).append(out)
                     print(
                         f"round {round_no + 1} {name:>8} {setting.label:>8}: "
@@ -91,7 +104,14 @@ def main(argv: list[str] | None = None) -> int:
             other = twin(setting.label)
             if other and (name, other) in medians:
                 ratio = medians[(name, setting.label)] / medians[(name, other)]
-                print(f"  {name:>8} {setting.label} / {other}: {ratio:.2f}x")
+                mine = {o["round"]: o["jobs_per_s"] for o in rows[(name, setting.label)]}
+                theirs = {o["round"]: o["jobs_per_s"] for o in rows[(name, other)]}
+                each = [mine[r] / theirs[r] for r in sorted(mine) if r in theirs]
+                print(
+                    f"  {name:>8} {setting.label} / {other}: {ratio:.2f}x (medians); per round "
+                    + ", ".join(f"{r:.2f}" for r in each)
+                    + (f", median {statistics.median(each):.2f}x" if each else "")
+                )
     return 0 if all(o["verified"] for outs in rows.values() for o in outs) else 1
 
 
