@@ -156,7 +156,7 @@ class TaskThreads:
             if not self._watched:
                 self._watched = True
                 if threading.get_ident() == self._loop_thread:
-                    self._look()
+                    self._loop.call_soon(self._look)  # not here: the lock is held
                 else:
                     self._in_loop(self._look)
             return
