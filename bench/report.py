@@ -849,7 +849,8 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "- Workers are each system's own worker, started as subprocesses: `python -m skiplock "
         "worker`, PGQueuer's `pgqueuer.run(...)` (what `pgq run` calls; `pgq run` itself fails "
         "with typer 0.29, see `bench/apps/pgqueuer_worker.py`) on asyncpg + uvloop, `procrastinate "
-        "worker`. Handlers are async no-ops that record the job's number and start time (skiplock's `sync` settings: the same no-op as a plain `def`, run in its task threads).",
+        "worker`. Handlers are async no-ops that record the job's number and start time "
+        "(skiplock's `sync` settings: the same no-op as a plain `def`, run in its task threads).",
         "- **Verified** = the handlers ran every job exactly once (their records, merged across "
         "processes) *and* the system's tables agree (skiplock: all `done`, attempts = 1; PGQueuer: "
         "queue empty, one `picked` and one `successful` log row per job; Procrastinate: all "
