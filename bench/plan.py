@@ -10,6 +10,17 @@ from .systems import Setting
 SK_DEFAULT = Setting(
     "skiplock", "default", notes="CLI defaults: concurrency 10, prefetch 500, INFO log"
 )
+# The same no-op as a plain def, beside the async one: 1 process and 2 (docs/design.md,
+# "Sync tasks in batches").
+SK_SYNC = Setting("skiplock", "sync", handler="sync", notes="CLI defaults, the task a plain def")
+SK_X2 = Setting("skiplock", "x2", processes=2, notes="CLI defaults, --processes 2")
+SK_X2_SYNC = Setting(
+    "skiplock",
+    "x2-sync",
+    processes=2,
+    handler="sync",
+    notes="CLI defaults, --processes 2, the task a plain def",
+)
 SK_C100 = Setting(
     "skiplock", "c100", concurrency=100, log_level="WARNING", notes="concurrency 100, log WARNING"
 )
@@ -120,6 +131,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             drain_sizes=[1000],
             drain_settings=[
                 SK_DEFAULT,
+                SK_SYNC,
                 SK_C100X2_DELETE,
                 SK_C100X2_DELETE_F1000,
                 SK_C100X2_DELETE_F150,
@@ -150,6 +162,9 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
     pgq_all = [pgq(b, p) for b in (10, 100, 500) for p in (1, 2)]
     skiplock_all = [
         SK_DEFAULT,
+        SK_SYNC,
+        SK_X2,
+        SK_X2_SYNC,
         SK_C100,
         SK_C100X2,
         SK_C100X2_DELETE,

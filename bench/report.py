@@ -170,6 +170,8 @@ def ceiling_alongside(results: list[dict[str, Any]], size: int, batch: int) -> b
 
 
 CEILING_WITHIN = 1.5  # a drain is to take at most this many times as long as the SQL ceiling
+SYNC_WITHIN = 0.8  # a sync task's drain against the same task's as an async def
+SYNC_TWINS = (("sync", "default"), ("x2-sync", "x2"))
 
 
 def verdict(ok: bool | None) -> str:
@@ -223,7 +225,30 @@ def targets(results: list[dict[str, Any]], plan: Plan, cpus: int | None = None) 
                     verdict(r >= 1.3 and exp_sk <= exp_pq),
                 ]
             )
-        for setting in (s for s in plan.drain_settings if s.system == "skiplock"):
+        for sync_label, async_label in SYNC_TWINS:
+            sync_rate = med(
+                select(results, workload="drain", system="skiplock", setting=sync_label, size=size),
+                "jobs_per_s",
+            )
+            async_rate = med(
+                select(
+                    results, workload="drain", system="skiplock", setting=async_label, size=size
+                ),
+                "jobs_per_s",
+            )
+            if not (math.isnan(sync_rate) or math.isnan(async_rate)):
+                r = sync_rate / async_rate
+                out.append(
+                    [
+                        f"Drain {size:,}: skiplock {sync_label} (the task a plain def) ≥ "
+                        f"{SYNC_WITHIN}× {async_label} (async def)",
+                        f"{fmt(sync_rate)} vs {fmt(async_rate)} jobs/s = {r:.2f}×",
+                        verdict(r >= SYNC_WITHIN),
+                    ]
+                )
+        for setting in (
+            s for s in plan.drain_settings if s.system == "skiplock" and s.handler == "async"
+        ):
             label = setting.label
             # A setting that deletes finished jobs is held to the ceiling that deletes them.
             mode = "delete" if setting.completion == "delete" else "done"
@@ -824,7 +849,8 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "- Workers are each system's own worker, started as subprocesses: `python -m skiplock "
         "worker`, PGQueuer's `pgqueuer.run(...)` (what `pgq run` calls; `pgq run` itself fails "
         "with typer 0.29, see `bench/apps/pgqueuer_worker.py`) on asyncpg + uvloop, `procrastinate "
-        "worker`. Handlers are async no-ops that record the job's number and start time.",
+        "worker`. Handlers are async no-ops that record the job's number and start time "
+        "(skiplock's `sync` settings: the same no-op as a plain `def`, run in its task threads).",
         "- **Verified** = the handlers ran every job exactly once (their records, merged across "
         "processes) *and* the system's tables agree (skiplock: all `done`, attempts = 1; PGQueuer: "
         "queue empty, one `picked` and one `successful` log row per job; Procrastinate: all "

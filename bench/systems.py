@@ -46,6 +46,7 @@ class Setting:
     concurrency: int | None = None  # skiplock, Procrastinate
     batch: int | None = None  # PGQueuer --batch-size
     completion: str = "keep"  # skiplock App(completion=...)
+    handler: str = "async"  # skiplock: the no-op task as an ``async def`` or a plain ``def``
     log_level: str | None = None
     extra: tuple[str, ...] = ()
     notes: str = ""
@@ -157,7 +158,7 @@ class Skiplock(System):
         return [cmd + list(setting.extra)]
 
     def worker_env(self, setting: Setting) -> dict[str, str]:
-        return {"BENCH_COMPLETION": setting.completion}
+        return {"BENCH_COMPLETION": setting.completion, "BENCH_HANDLER": setting.handler}
 
     def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
         problems: list[str] = []

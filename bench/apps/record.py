@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import mmap
 import os
+import threading
 import time
 from array import array
 from pathlib import Path
@@ -22,13 +23,16 @@ _numbers = array("q")
 _starts = array("d")
 _count: mmap.mmap | None = None
 _count_pid = 0
+_open_lock = threading.Lock()
 
 
 def record(n: int) -> None:
     _starts.append(time.time())
     _numbers.append(n)
     if not _count_pid:
-        _open_count()
+        with _open_lock:  # sync handlers record from several threads: one opens the page
+            if not _count_pid:
+                _open_count()
     if _count is not None:
         _count[:8] = len(_numbers).to_bytes(8, "little")
 

@@ -18,6 +18,14 @@ app = App(
 )
 
 
-@app.task(name="noop", queue=QUEUE)
-async def noop(n: int) -> None:
-    record(n)
+if os.environ.get("BENCH_HANDLER", "async") == "sync":
+    # The same no-op as a plain def: run in the worker's task threads.
+    @app.task(name="noop", queue=QUEUE)
+    def noop(n: int) -> None:
+        record(n)
+
+else:
+
+    @app.task(name="noop", queue=QUEUE)
+    async def noop(n: int) -> None:
+        record(n)

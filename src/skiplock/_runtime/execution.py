@@ -159,7 +159,7 @@ async def run_job(
     task: Task[Any, Any] | None,
     *,
     worker_id: str,
-    executor: Executor,
+    executor: Executor | TaskThreads,
     conn: AsyncConnection[Any] | None = None,
     unknown: UnknownTask | None = None,
     cancel_flag: Callable[[], threading.Event] | None = None,
@@ -193,7 +193,7 @@ async def _call(
     job: Job,
     task: Task[Any, Any],
     worker_id: str,
-    executor: Executor,
+    executor: Executor | TaskThreads,
     conn: AsyncConnection[Any] | None,
     cancel_flag: threading.Event | None,
     progress_slot: ProgressSlot | None = None,
@@ -270,18 +270,20 @@ def unrunnable(job: UnrunnableJob) -> Outcome:
     return Outcome("failed", error=f"{job.reason}\n\n{note}")
 
 
-async def in_thread(executor: Executor, call: Callable[[], Any], job_id: int) -> Any:
-    """Run a sync task's call in the executor and wait for it.  If the wait is cancelled (the
+async def in_thread(executor: Executor | TaskThreads, call: Callable[[], Any], job_id: int) -> Any:
+    """Run a sync task's call in a task thread and wait for it.  If the wait is cancelled (the
     job timed out, or was stopped) while the call runs, the call keeps its thread, and the
-    worker's executor puts another in its place (:meth:`TaskThreads.keep`)."""
-    running = executor.submit(call)
-    try:
-        return await asyncio.wrap_future(running)
-    except asyncio.CancelledError:
-        # The wait's cancellation cancelled the call if it had not started; else it runs on.
-        if isinstance(executor, TaskThreads):
-            executor.keep(running, job_id)
-        raise
+    worker's threads put another in its place (:meth:`TaskThreads.keep`); a call not yet
+    started never runs."""
+    if isinstance(executor, TaskThreads):
+        started = executor.start(call)
+        assert started.waiter is not None
+        try:
+            return await started.waiter
+        except asyncio.CancelledError:
+            executor.keep(started, job_id)
+            raise
+    return await asyncio.wrap_future(executor.submit(call))
 
 
 def hooked(job: Job, task: Task[Any, Any]) -> AbstractContextManager[object]:
