@@ -1,0 +1,61 @@
+-- Entity keys of running held-lock jobs, marked by a row lock only a worker can take (issue
+-- 41).  Migration 0016 marked them with an advisory lock, which any login that may connect can
+-- take too: a stranger holding a key's lock kept that key's held-lock jobs waiting.  Taking a
+-- row lock needs UPDATE on the table, which only the worker role has here (and its owner).
+-- The key is hashed into one of 65536 slots, rows written once here and never updated: a
+-- held-lock claim locks its key's slot (FOR NO KEY UPDATE) until its transaction ends, and a
+-- claim passes over a key whose slot a transaction in progress has locked.  The probe reads
+-- the slot's xmax, the last locker, and asks whether it is still in progress: it takes no lock
+-- and leaves nothing behind.  Two keys of one slot delay each other, as two keys of one hash
+-- did (docs/design.md, "Entity keys of held-lock jobs: row locks in slots").  The functions
+-- keep their names and arguments (the schema's name is no longer used), so every claim
+-- statement, of this version and of the last, reads the new mark.
+CREATE TABLE {schema}.held_key_slots (slot int PRIMARY KEY);
+INSERT INTO {schema}.held_key_slots (slot) SELECT generate_series(0, 65535);
+
+-- Whether a transaction in progress holds the slot of an entity key.  The slot's xmax is a
+-- 32-bit transaction id: it is widened to the 64-bit one pg_xact_status reads, the one
+-- nearest to the snapshot's horizon (a locker is never 2^31 transactions old: vacuum freezes
+-- the row first).  Only claims lock these rows, one locker at a time, so xmax is never a
+-- multixact.
+CREATE OR REPLACE FUNCTION {schema}.entity_key_held(schema_name text, key text) RETURNS boolean
+    LANGUAGE sql VOLATILE
+AS $$
+    SELECT coalesce((
+        SELECT pg_xact_status((h.horizon + CASE WHEN h.d >= 2147483648 THEN h.d - 4294967296
+                                               WHEN h.d < -2147483648 THEN h.d + 4294967296
+                                               ELSE h.d END)::text::xid8) = 'in progress'
+        FROM (SELECT x.horizon, s.xmax::text::bigint - (x.horizon & 4294967295) AS d
+              FROM {schema}.held_key_slots AS s,
+                   (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint) AS x(horizon)
+              WHERE s.slot = hashtext(key) & 65535 AND s.xmax <> '0'::xid) AS h), false)
+$$;
+
+-- The slot lock is a worker's by construction (no other role may lock the table's rows): a
+-- leased claim asks the same question as a held-lock one.
+CREATE OR REPLACE FUNCTION {schema}.entity_key_locked_by_worker(schema_name text, key text)
+    RETURNS boolean
+    LANGUAGE sql VOLATILE
+AS $$
+    SELECT {schema}.entity_key_held(schema_name, key)
+$$;
+
+-- Lock the slot of an entity key until the transaction ends (a held-lock claim, for its job's
+-- key), or refuse as the unique index of running keys would, at once: another claim took the
+-- slot since this one's check, and the caller claims again.
+CREATE OR REPLACE FUNCTION {schema}.entity_key_hold(schema_name text, key text) RETURNS boolean
+    LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF key IS NULL THEN
+        RETURN true;
+    END IF;
+    PERFORM FROM {schema}.held_key_slots WHERE slot = hashtext(key) & 65535
+        FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    RAISE unique_violation
+        USING MESSAGE = format('entity key %L: another transaction holds its slot', key);
+END
+$$;
