@@ -22,6 +22,7 @@ import pytest
 from psycopg import conninfo, sql
 
 from helpers.polling import comes_true_async
+from helpers.role_logins import role_logins
 from helpers.stores import AsyncStore, SyncStore
 from skiplock import App, Worker
 from skiplock._db.records import LimitedClaim, QueueLimits
@@ -495,11 +496,11 @@ def outsider(
     if request.param == "stranger":
         yield request.getfixturevalue("stranger")
         return
-    from helpers.role_logins import role_logins
-
-    with role_logins(db, pg_dsn, schema) as roles:
-        with psycopg.connect(roles.dsn["enqueuer"], autocommit=True) as conn:
-            yield conn
+    with (
+        role_logins(db, pg_dsn, schema) as roles,
+        psycopg.connect(roles.dsn["enqueuer"], autocommit=True) as conn,
+    ):
+        yield conn
 
 
 def take_every_key_lock(outsider: psycopg.Connection[Any], schema: str, key: str) -> None:
