@@ -17,18 +17,29 @@ INSERT INTO {schema}.held_key_slots (slot) SELECT generate_series(0, 65535);
 -- 32-bit transaction id: it is widened to the 64-bit one pg_xact_status reads, the one
 -- nearest to the snapshot's horizon (a locker is never 2^31 transactions old: vacuum freezes
 -- the row first).  Only claims lock these rows, one locker at a time, so xmax is never a
--- multixact.
+-- multixact.  PL/pgSQL, as entity_key_running (migration 0004): its query is planned once a
+-- session (as SQL, the function could not be inlined and cost more per call).
 CREATE OR REPLACE FUNCTION {schema}.entity_key_held(schema_name text, key text) RETURNS boolean
-    LANGUAGE sql VOLATILE
+    LANGUAGE plpgsql VOLATILE
 AS $$
-    SELECT coalesce((
-        SELECT pg_xact_status((h.horizon + CASE WHEN h.d >= 2147483648 THEN h.d - 4294967296
-                                               WHEN h.d < -2147483648 THEN h.d + 4294967296
-                                               ELSE h.d END)::text::xid8) = 'in progress'
-        FROM (SELECT x.horizon, s.xmax::text::bigint - (x.horizon & 4294967295) AS d
-              FROM {schema}.held_key_slots AS s,
-                   (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint) AS x(horizon)
-              WHERE s.slot = hashtext(key) & 65535 AND s.xmax <> '0'::xid) AS h), false)
+DECLARE
+    locker bigint;
+    horizon bigint;
+BEGIN
+    SELECT s.xmax::text::bigint INTO locker FROM {schema}.held_key_slots AS s
+    WHERE s.slot = hashtext(key) & 65535;
+    IF locker IS NULL OR locker = 0 THEN
+        RETURN false;
+    END IF;
+    horizon := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+    locker := locker - (horizon & 4294967295);
+    IF locker >= 2147483648 THEN
+        locker := locker - 4294967296;
+    ELSIF locker < -2147483648 THEN
+        locker := locker + 4294967296;
+    END IF;
+    RETURN coalesce(pg_xact_status((horizon + locker)::text::xid8) = 'in progress', false);
+END
 $$;
 
 -- The slot lock is a worker's by construction (no other role may lock the table's rows): a
