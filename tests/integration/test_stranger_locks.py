@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,8 +24,9 @@ from psycopg import conninfo, sql
 
 from helpers.polling import comes_true_async
 from helpers.role_logins import role_logins
-from helpers.stores import AsyncStore, SyncStore
+from helpers.stores import AsyncStore, SyncStore, sync_store
 from skiplock import App, Worker
+from skiplock._db.migrations import all_migrations
 from skiplock._db.records import LimitedClaim, QueueLimits
 from skiplock._doctor.command import Doctor, Thresholds
 from skiplock.errors import QueueLockBusy
@@ -568,3 +570,68 @@ def test_held_lock_workers_run_a_keys_jobs_while_an_outsider_holds_its_lock(
     asyncio.run(asyncio.wait_for(worker.run(), 30))
     assert sorted(ran) == [0, 1, 2]
     assert time.monotonic() - started < 10
+
+
+def test_a_schema_migrated_after_its_roles_were_made_gives_the_worker_role_the_slots(
+    pg_dsn: str, db: Any
+) -> None:
+    """Upgrading: the roles were made (as `skiplock roles` of the last version made the worker
+    role: it may update jobs) before the migration that added the slots.  Every role that may
+    update jobs gets the slots with the migration, so held-lock claims of keyed jobs keep
+    working before `skiplock roles` is run again; a role that may not gets nothing."""
+    schema = f"t_{secrets.token_hex(5)}"
+    role, login = f"w_{secrets.token_hex(4)}", f"wl_{secrets.token_hex(4)}"
+    app = App(pg_dsn, schema)
+    ident = sql.Identifier
+    try:
+        app.sync_client.migrate(up_to=all_migrations()[-2].version)
+        db.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(ident(role)))
+        db.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(ident(login), ident(role)))
+        db.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(ident(schema), ident(role)))
+        db.execute(
+            sql.SQL("GRANT ALL ON ALL TABLES IN SCHEMA {} TO {}").format(ident(schema), ident(role))
+        )
+        app.sync_client.migrate()
+        (keyed,) = enqueue(app, "q", 1, entity_key="k")
+        with psycopg.connect(conninfo.make_conninfo(pg_dsn, user=login), autocommit=True) as w:
+            job = sync_store(app).job_claim_held(w, ["q"], "w", 30.0)
+            assert job is not None and job.id == keyed
+            w.rollback()
+        granted = db.execute(
+            "SELECT grantee, privilege_type FROM information_schema.role_table_grants"
+            " WHERE table_schema = %s AND table_name = 'held_key_slots' ORDER BY 1, 2",
+            [schema],
+        ).fetchall()
+        assert [g for g in granted if g[0] != "postgres"] == [(role, "SELECT"), (role, "UPDATE")]
+    finally:
+        app.sync_client.drop_schema()
+        app.close()
+        for name in (login, role):
+            db.execute(sql.SQL("DROP OWNED BY {}").format(ident(name)))
+            db.execute(sql.SQL("DROP ROLE {}").format(ident(name)))
+
+
+def test_a_held_claim_of_a_keyed_job_waits_only_for_a_leased_claim_in_flight(
+    app: App, store: SyncStore
+) -> None:
+    """A leased claim that meets a keyed job while no held-lock job with a key runs keeps row
+    -1 of the slots until it commits, and reads no slot: a held-lock claim of a keyed job waits
+    for that, a few milliseconds in a worker; the row is the workers' alone (see
+    take_every_key_lock), so no one else can make it wait."""
+    (keyed,) = enqueue(app, "q", 1, entity_key="k")
+    slots = sql.Identifier(app.schema, "held_key_slots")
+    with psycopg.connect(app.dsn) as leased, connect(app) as held:
+        leased.execute(sql.SQL("SELECT FROM {} WHERE slot = -1 FOR UPDATE").format(slots))
+        claimed: list[Any] = []
+        started = time.monotonic()
+        claim = threading.Thread(
+            target=lambda: claimed.append(store.job_claim_held(held, ["q"], "w", 30.0))
+        )
+        claim.start()
+        time.sleep(0.5)
+        assert claimed == []  # waiting for the leased claim's transaction
+        leased.commit()
+        claim.join(5)
+        assert len(claimed) == 1 and claimed[0] is not None and claimed[0].id == keyed
+        assert 0.5 <= time.monotonic() - started < 5
+        held.rollback()

@@ -7,11 +7,14 @@
 -- claim passes over a key whose slot a transaction in progress has locked.  The probe reads
 -- the slot's xmax, the last locker, and asks whether it is still in progress: it takes no lock
 -- and leaves nothing behind.  Two keys of one slot delay each other, as two keys of one hash
--- did (docs/design.md, "Entity keys of held-lock jobs: row locks in slots").  The functions
+-- did (docs/design.md, "Entity keys of held-lock jobs: row locks in slots").  Row -1 says
+-- whether any does: each held-lock claim of a keyed job shares it (FOR KEY SHARE), and a leased
+-- claim reads the slots only while one does (keys_idle in job_claim).
+-- The functions
 -- keep their names and arguments (the schema's name is no longer used), so every claim
 -- statement, of this version and of the last, reads the new mark.
 CREATE TABLE {schema}.held_key_slots (slot int PRIMARY KEY);
-INSERT INTO {schema}.held_key_slots (slot) SELECT generate_series(0, 65535);
+INSERT INTO {schema}.held_key_slots (slot) SELECT generate_series(-1, 65535);
 
 -- Whether a transaction in progress holds the slot of an entity key.  The slot's xmax is a
 -- 32-bit transaction id: it is widened to the 64-bit one pg_xact_status reads, the one
@@ -61,6 +64,9 @@ BEGIN
     IF key IS NULL THEN
         RETURN true;
     END IF;
+    -- Row -1 first (see keys_idle in job_claim): a leased claim holds it for its own short
+    -- transaction at most, and no login but a worker's may lock it.
+    PERFORM FROM {schema}.held_key_slots WHERE slot = -1 FOR KEY SHARE;
     PERFORM FROM {schema}.held_key_slots WHERE slot = hashtext(key) & 65535
         FOR NO KEY UPDATE SKIP LOCKED;
     IF FOUND THEN
@@ -68,5 +74,23 @@ BEGIN
     END IF;
     RAISE unique_violation
         USING MESSAGE = format('entity key %L: another transaction holds its slot', key);
+END
+$$;
+
+-- The roles that may update jobs (the worker role of `skiplock roles`, made before this
+-- migration) get the slots now: without them, every claim of a keyed job would fail until the
+-- roles were made again.  A role that may not update jobs gets nothing.
+DO $$
+DECLARE
+    grantee text;
+BEGIN
+    FOR grantee IN
+        SELECT DISTINCT a.grantee::regrole::text
+        FROM pg_class AS c, aclexplode(c.relacl) AS a
+        WHERE c.oid = '{schema}.jobs'::regclass AND a.privilege_type = 'UPDATE'
+          AND a.grantee <> 0 AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE format('GRANT SELECT, UPDATE ON TABLE {schema}.held_key_slots TO %s', grantee);
+    END LOOP;
 END
 $$;
