@@ -27,7 +27,7 @@ from helpers.role_logins import role_logins
 from helpers.stores import AsyncStore, SyncStore, sync_store
 from skiplock import App, Worker
 from skiplock._db.migrations import all_migrations
-from skiplock._db.records import LimitedClaim, QueueLimits
+from skiplock._db.records import LimitedClaim, ProgressReport, QueueLimits
 from skiplock._doctor.command import Doctor, Thresholds
 from skiplock.errors import QueueLockBusy
 
@@ -635,3 +635,20 @@ def test_a_held_claim_of_a_keyed_job_waits_only_for_a_leased_claim_in_flight(
         assert len(claimed) == 1 and claimed[0] is not None and claimed[0].id == keyed
         assert 0.5 <= time.monotonic() - started < 5
         held.rollback()
+
+
+def test_a_strangers_lock_on_a_jobs_held_marker_does_not_keep_its_progress(
+    app: App, store: SyncStore, stranger: psycopg.Connection[Any]
+) -> None:
+    """The leader kept the progress row of a job while any session held the job's held-lock
+    marker key: a stranger's lock on it kept a finished job's progress for as long."""
+    (job_id,) = enqueue(app, "q", 1)
+    with connect(app) as conn:
+        [leased] = store.job_claim(conn, ["q"], 1, "w", 30.0)
+        assert store.job_progress_write(conn, [ProgressReport(leased.claim, 0.5, None)])
+        assert store.job_complete_many(conn, [leased.claim]) == {job_id}
+        stranger.execute(
+            "SELECT pg_advisory_lock_shared(hashtext(%s), %s::bigint::bit(32)::int)",
+            [f"skiplock_held_job_id/{app.schema}", job_id],
+        )
+        assert store.job_progress_prune(conn, keep_seconds=0) == 1

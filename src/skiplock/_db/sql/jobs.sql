@@ -676,16 +676,19 @@ SELECT progress, status, attempt, worker, updated_at FROM {progress} WHERE job_i
 -- name: job_progress_prune
 -- Forget the progress of jobs that no longer run the attempt that reported it (finished,
 -- retried, gone): a leased job's row says so; a held-lock job's row looks pending while it
--- runs, so its row is kept while a session holds the job's marker (see job_claim).  Rows
--- younger than %(keep_seconds)s are kept (a claim being written).  Run by the maintenance leader.
+-- runs, so its row is kept while a session that may write the jobs table holds the job's
+-- marker (see job_claim; a stranger's lock on the key keeps nothing).  Rows younger than
+-- %(keep_seconds)s are kept (a claim being written).  Run by the maintenance leader.
 DELETE FROM {progress} AS p
 WHERE p.updated_at < now() - make_interval(secs => %(keep_seconds)s)
   AND NOT EXISTS (SELECT FROM {jobs} AS j
                   WHERE j.id = p.job_id AND j.status = 'running' AND j.attempts = p.attempt)
   AND NOT EXISTS (
       SELECT FROM pg_locks AS l
+      JOIN pg_stat_activity AS a ON a.pid = l.pid
       WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
         AND l.objid::int8 = (p.job_id & 4294967295)
         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-        AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
+        AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+        AND {may_write_jobs}(a.usesysid))
 RETURNING p.job_id;
