@@ -9,18 +9,17 @@
 -- and leaves nothing behind.  Two keys of one slot delay each other, as two keys of one hash
 -- did (docs/design.md, "Entity keys of held-lock jobs: row locks in slots").  Row -1 says
 -- whether any does: each held-lock claim of a keyed job shares it (FOR KEY SHARE), and a leased
--- claim reads the slots only while one does (keys_idle in job_claim).
--- The functions
--- keep their names and arguments (the schema's name is no longer used), so every claim
--- statement, of this version and of the last, reads the new mark.
+-- claim reads the slots only while one does (keys_idle in job_claim).  The functions keep
+-- their names and arguments (the schema's name is no longer used), so every claim statement,
+-- of this version and of the last, reads the new mark.
 CREATE TABLE {schema}.held_key_slots (slot int PRIMARY KEY);
 INSERT INTO {schema}.held_key_slots (slot) SELECT generate_series(-1, 65535);
 
 -- Whether a transaction in progress holds the slot of an entity key.  The slot's xmax is a
 -- 32-bit transaction id: it is widened to the 64-bit one pg_xact_status reads, the one
 -- nearest to the snapshot's horizon (a locker is never 2^31 transactions old: vacuum freezes
--- the row first).  Only claims lock these rows, one locker at a time, so xmax is never a
--- multixact.  PL/pgSQL, as entity_key_running (migration 0004): its query is planned once a
+-- the row first).  Only held-lock claims lock a key's slot, one at a time, so its xmax is
+-- never a multixact (row -1, which many share, is never read here).  PL/pgSQL, as entity_key_running (migration 0004): its query is planned once a
 -- session (as SQL, the function could not be inlined and cost more per call).
 CREATE OR REPLACE FUNCTION {schema}.entity_key_held(schema_name text, key text) RETURNS boolean
     LANGUAGE plpgsql VOLATILE
