@@ -19,8 +19,9 @@ INSERT INTO {schema}.held_key_slots (slot) SELECT generate_series(-1, 65535);
 -- 32-bit transaction id: it is widened to the 64-bit one pg_xact_status reads, the one
 -- nearest to the snapshot's horizon (a locker is never 2^31 transactions old: vacuum freezes
 -- the row first).  Only held-lock claims lock a key's slot, one at a time, so its xmax is
--- never a multixact (row -1, which many share, is never read here).  PL/pgSQL, as entity_key_running (migration 0004): its query is planned once a
--- session (as SQL, the function could not be inlined and cost more per call).
+-- never a multixact (row -1, which many share, is never read here).  PL/pgSQL, as
+-- entity_key_running (migration 0004): its query is planned once a session (as SQL, the
+-- function could not be inlined and cost more per call).
 CREATE OR REPLACE FUNCTION {schema}.entity_key_held(schema_name text, key text) RETURNS boolean
     LANGUAGE plpgsql VOLATILE
 AS $$
