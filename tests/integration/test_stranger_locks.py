@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,9 +23,11 @@ import pytest
 from psycopg import conninfo, sql
 
 from helpers.polling import comes_true_async
-from helpers.stores import AsyncStore, SyncStore
+from helpers.role_logins import role_logins
+from helpers.stores import AsyncStore, SyncStore, sync_store
 from skiplock import App, Worker
-from skiplock._db.records import LimitedClaim, QueueLimits
+from skiplock._db.migrations import all_migrations
+from skiplock._db.records import LimitedClaim, ProgressReport, QueueLimits
 from skiplock._doctor.command import Doctor, Thresholds
 from skiplock.errors import QueueLockBusy
 
@@ -295,7 +298,8 @@ def test_doctor_names_the_sessions_that_hold_such_locks(
         assert locks().status == "ok"
         held.rollback()
     stranger.execute(
-        "SELECT pg_advisory_lock(hashtext(%s), hashtext('k'))", [f"skiplock_held_key/{app.schema}"]
+        "SELECT pg_advisory_lock(hashtext('skiplock_held_job'), hashtext(%s))",
+        [f"{app.schema}/lim"],
     )
     with psycopg.connect(app.dsn) as admin:
         admin.execute(
@@ -307,15 +311,14 @@ def test_doctor_names_the_sessions_that_hold_such_locks(
         assert finding.status == "warn"
         pids = {h["pid"] for h in finding.details["holders"]}
         assert pids == {stranger.info.backend_pid, admin.info.backend_pid}
-        assert "entity key" in finding.message and "queues table" in finding.message
-    # The stranger's lock on the key holds up that key's held-lock claims only (a leased claim
-    # takes the job), and never the queue.
-    (free,) = enqueue(app, "q", 1)
-    with connect(app) as conn:
-        claimed = store.job_claim_held(conn, ["q"], "w", 30.0)
-        assert claimed is not None and claimed.id == free
-        conn.rollback()
+        assert "queue marker" in finding.message and "queues table" in finding.message
     stranger.execute("SELECT pg_advisory_unlock_all()")
+    assert locks().status == "ok"
+    # The advisory lock held-lock claims took on an entity key (migration 0016) delays nothing
+    # now (the key's mark is a row lock only workers may take), so it is not reported.
+    stranger.execute(
+        "SELECT pg_advisory_lock(hashtext(%s), hashtext('k'))", [f"skiplock_held_key/{app.schema}"]
+    )
     assert locks().status == "ok"
     with connect(app) as conn:
         claimed = store.job_claim_held(conn, ["q"], "w", 30.0)
@@ -386,17 +389,17 @@ def test_concurrent_held_claims_take_one_job_of_a_key_and_wait_for_none(
         assert len(free.intersection(ids)) >= 8, ids  # a slot may lose the race five times
 
 
-def test_the_maintenance_leader_logs_a_stranger_holding_a_key_once(
+def test_the_maintenance_leader_logs_a_stranger_holding_a_marker_once(
     app: App, stranger: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A stranger holding a key's lock is logged once per session and key, as doctor shows it;
-    a leased worker runs the key's jobs all the same (only held-lock claims pass over it)."""
+    """A stranger holding a held-lock marker is logged once per session and key, as doctor
+    shows it; a worker runs the queue's jobs all the same."""
 
     @app.task(name="t", queue="q")
     def t(n: int) -> None: ...
 
     stranger.execute(
-        "SELECT pg_advisory_lock(hashtext(%s), hashtext('k'))", [f"skiplock_held_key/{app.schema}"]
+        "SELECT pg_advisory_lock(hashtext('skiplock_held_job'), hashtext(%s))", [f"{app.schema}/q"]
     )
     job = t.with_options(entity_key="k").enqueue(n=1)
     other = t.enqueue(n=2)
@@ -407,18 +410,17 @@ def test_the_maintenance_leader_logs_a_stranger_holding_a_key_once(
         r.getMessage() for r in caplog.records if "may not write the jobs table" in r.getMessage()
     ]
     assert len(said) == 1, said
-    assert str(stranger.info.backend_pid) in said[0] and "entity key" in said[0]
+    assert str(stranger.info.backend_pid) in said[0] and "queue marker" in said[0]
     statuses = {j: app.sync_client.get_job(j) for j in (job.id, other.id)}
     assert {j: s.status for j, s in statuses.items() if s} == {job.id: "done", other.id: "done"}
 
 
-def test_a_strangers_lock_on_an_entity_key_does_not_stop_leased_claims_of_it(
+def test_a_strangers_lock_on_an_entity_key_does_not_stop_claims_of_it(
     app: App, store: SyncStore, stranger: psycopg.Connection[Any]
 ) -> None:
-    """Any login can take the advisory lock a held-lock claim takes on its job's entity key.
-    Leased claims passed over such a key for as long as the stranger kept the lock; now only a
-    worker's lock counts for them.  Held-lock claims, which must take the key themselves, still
-    pass over it (and run the queue's other jobs)."""
+    """Any login can take the advisory lock a held-lock claim took on its job's entity key
+    (migration 0016): leased claims passed over such a key for as long as the stranger kept the
+    lock, and then held-lock claims.  Both models take the key now."""
     keyed = enqueue(app, "q", 1, entity_key="k")
     stranger.execute(
         "SELECT pg_advisory_lock(hashtext('skiplock_held_key/' || %s), hashtext('k'))",
@@ -427,7 +429,7 @@ def test_a_strangers_lock_on_an_entity_key_does_not_stop_leased_claims_of_it(
     with connect(app) as held, connect(app) as leased:
         (free,) = enqueue(app, "q", 1)
         job = store.job_claim_held(held, ["q"], "w1", 30.0)
-        assert job is not None and job.id == free  # the keyed job is passed over, not waited on
+        assert job is not None and job.id == keyed[0]
         held.rollback()
         jobs = store.job_claim(leased, ["q"], 10, "w2", 30.0)  # commits: they run now
         assert sorted(j.id for j in jobs) == sorted([*keyed, free])
@@ -482,3 +484,171 @@ def test_a_noinherit_worker_login_counts_as_a_worker(app: App, store: SyncStore,
         for name in (login, role):
             db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
             db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+# -- held-lock entity keys: a mark only a worker can set ---------------------------------
+
+
+@pytest.fixture(params=["stranger", "enqueuer"])
+def outsider(
+    request: pytest.FixtureRequest, pg_dsn: str, schema: str, db: Any
+) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit session of a login that is not a worker: one with nothing but CONNECT, or
+    a member of the enqueuer role of `skiplock roles` (a producer's login)."""
+    if request.param == "stranger":
+        yield request.getfixturevalue("stranger")
+        return
+    with (
+        role_logins(db, pg_dsn, schema) as roles,
+        psycopg.connect(roles.dsn["enqueuer"], autocommit=True) as conn,
+    ):
+        yield conn
+
+
+def take_every_key_lock(outsider: psycopg.Connection[Any], schema: str, key: str) -> None:
+    """Every lock an outsider could take to mark ``key`` held: the advisory lock held-lock
+    claims took on it (migration 0016), and the row lock of its slot, which it may not take."""
+    outsider.execute(
+        "SELECT pg_advisory_lock(hashtext('skiplock_held_key/' || %s), hashtext(%s))",
+        [schema, key],
+    )
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        outsider.execute(
+            sql.SQL("SELECT FROM {} WHERE slot = hashtext(%s) & 65535 FOR UPDATE").format(
+                sql.Identifier(schema, "held_key_slots")
+            ),
+            [key],
+        )
+
+
+def test_an_outsiders_lock_on_an_entity_key_does_not_hold_up_its_held_lock_jobs(
+    app: App, store: SyncStore, outsider: psycopg.Connection[Any]
+) -> None:
+    """A login that is not a worker held the advisory lock a held-lock claim took on its job's
+    entity key: held-lock workers passed the key's jobs over for as long as it kept it.  Now
+    the key's mark is a row lock only the worker role may take: held-lock claims take the key
+    at once, and a second claim still passes it over while its job runs."""
+    keyed = enqueue(app, "q", 2, entity_key="k")
+    take_every_key_lock(outsider, app.schema, "k")
+    (free,) = enqueue(app, "q", 1)
+    with connect(app) as first, connect(app) as second, connect(app) as leased:
+        started = time.monotonic()
+        job = store.job_claim_held(first, ["q"], "w1", 30.0)
+        assert job is not None and job.id == keyed[0]
+        assert time.monotonic() - started < 1.0
+        # While it runs, the key is passed over by the other claims, which nobody can fake.
+        other = store.job_claim_held(second, ["q"], "w2", 30.0)
+        assert other is not None and other.id == free
+        second.rollback()
+        other = store.job_claim_held(second, ["q", "elsewhere"], "w2", 30.0)
+        assert other is not None and other.id == free
+        second.rollback()
+        assert [j.id for j in store.job_claim(leased, ["q", "elsewhere"], 10, "w3", 30.0)] == [free]
+        first.rollback()
+    # Across several queues (the candidates first, then the claim by id), with the key free.
+    with connect(app) as conn:
+        job = store.job_claim_held(conn, ["q", "elsewhere"], "w1", 30.0)
+        assert job is not None and job.id == keyed[0]
+        conn.rollback()
+
+
+def test_held_lock_workers_run_a_keys_jobs_while_an_outsider_holds_its_lock(
+    app: App, outsider: psycopg.Connection[Any]
+) -> None:
+    """End to end: a held-lock worker runs every job of the key, one at a time, while the
+    outsider keeps its locks."""
+    ran: list[int] = []
+
+    @app.task(name="t", queue="q")
+    def t(n: int) -> None:
+        ran.append(n)
+
+    take_every_key_lock(outsider, app.schema, "k")
+    t.with_options(entity_key="k").enqueue_many([{"n": i} for i in range(3)])
+    worker = Worker(app, model="held", concurrency=2, burst=True, poll_interval=0.05)
+    started = time.monotonic()
+    asyncio.run(asyncio.wait_for(worker.run(), 30))
+    assert sorted(ran) == [0, 1, 2]
+    assert time.monotonic() - started < 10
+
+
+def test_a_schema_migrated_after_its_roles_were_made_gives_the_worker_role_the_slots(
+    pg_dsn: str, db: Any
+) -> None:
+    """Upgrading: the roles were made (as `skiplock roles` of the last version made the worker
+    role: it may update jobs) before the migration that added the slots.  Every role that may
+    update jobs gets the slots with the migration, so held-lock claims of keyed jobs keep
+    working before `skiplock roles` is run again; a role that may not gets nothing."""
+    schema = f"t_{secrets.token_hex(5)}"
+    role, login = f"w_{secrets.token_hex(4)}", f"wl_{secrets.token_hex(4)}"
+    app = App(pg_dsn, schema)
+    ident = sql.Identifier
+    try:
+        app.sync_client.migrate(up_to=all_migrations()[-2].version)
+        db.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(ident(role)))
+        db.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(ident(login), ident(role)))
+        db.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(ident(schema), ident(role)))
+        db.execute(
+            sql.SQL("GRANT ALL ON ALL TABLES IN SCHEMA {} TO {}").format(ident(schema), ident(role))
+        )
+        app.sync_client.migrate()
+        (keyed,) = enqueue(app, "q", 1, entity_key="k")
+        with psycopg.connect(conninfo.make_conninfo(pg_dsn, user=login), autocommit=True) as w:
+            job = sync_store(app).job_claim_held(w, ["q"], "w", 30.0)
+            assert job is not None and job.id == keyed
+            w.rollback()
+        granted = db.execute(
+            "SELECT grantee, privilege_type FROM information_schema.role_table_grants"
+            " WHERE table_schema = %s AND table_name = 'held_key_slots' ORDER BY 1, 2",
+            [schema],
+        ).fetchall()
+        assert [g for g in granted if g[0] != "postgres"] == [(role, "SELECT"), (role, "UPDATE")]
+    finally:
+        app.sync_client.drop_schema()
+        app.close()
+        for name in (login, role):
+            db.execute(sql.SQL("DROP OWNED BY {}").format(ident(name)))
+            db.execute(sql.SQL("DROP ROLE {}").format(ident(name)))
+
+
+def test_a_held_claim_of_a_keyed_job_waits_only_for_a_leased_claim_in_flight(
+    app: App, store: SyncStore
+) -> None:
+    """A leased claim that meets a keyed job while no held-lock job with a key runs keeps row
+    -1 of the slots until it commits, and reads no slot: a held-lock claim of a keyed job waits
+    for that, a few milliseconds in a worker; the row is the workers' alone (see
+    take_every_key_lock), so no one else can make it wait."""
+    (keyed,) = enqueue(app, "q", 1, entity_key="k")
+    slots = sql.Identifier(app.schema, "held_key_slots")
+    with psycopg.connect(app.dsn) as leased, connect(app) as held:
+        leased.execute(sql.SQL("SELECT FROM {} WHERE slot = -1 FOR UPDATE").format(slots))
+        claimed: list[Any] = []
+        started = time.monotonic()
+        claim = threading.Thread(
+            target=lambda: claimed.append(store.job_claim_held(held, ["q"], "w", 30.0))
+        )
+        claim.start()
+        time.sleep(0.5)
+        assert claimed == []  # waiting for the leased claim's transaction
+        leased.commit()
+        claim.join(5)
+        assert len(claimed) == 1 and claimed[0] is not None and claimed[0].id == keyed
+        assert 0.5 <= time.monotonic() - started < 5
+        held.rollback()
+
+
+def test_a_strangers_lock_on_a_jobs_held_marker_does_not_keep_its_progress(
+    app: App, store: SyncStore, stranger: psycopg.Connection[Any]
+) -> None:
+    """The leader kept the progress row of a job while any session held the job's held-lock
+    marker key: a stranger's lock on it kept a finished job's progress for as long."""
+    (job_id,) = enqueue(app, "q", 1)
+    with connect(app) as conn:
+        [leased] = store.job_claim(conn, ["q"], 1, "w", 30.0)
+        assert store.job_progress_write(conn, [ProgressReport(leased.claim, 0.5, None)])
+        assert store.job_complete_many(conn, [leased.claim]) == {job_id}
+        stranger.execute(
+            "SELECT pg_advisory_lock_shared(hashtext(%s), %s::bigint::bit(32)::int)",
+            [f"skiplock_held_job_id/{app.schema}", job_id],
+        )
+        assert store.job_progress_prune(conn, keep_seconds=0) == 1

@@ -20,7 +20,7 @@ from skiplock.errors import InvalidName
 
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 GRANTS = ("role_grant_enqueuer", "role_grant_worker", "role_grant_admin", "role_grant_viewer")
-TABLE_COUNT = 10  # the tables role_check_owner looks for (grants.sql)
+TABLE_COUNT = 11  # the tables role_check_owner looks for (grants.sql)
 
 
 ANY_ROW_POLICY = "skiplock_any_row"  # the jobs table's permissive policy (grants.sql)
@@ -90,6 +90,7 @@ def statement(name: str, schema: str, roles: RoleNames, role: str | None = None)
         "leaders": sql.Identifier(schema, "leaders"),
         "ticks": sql.Identifier(schema, "periodic_ticks"),
         "held_starts": sql.Identifier(schema, "held_starts"),
+        "held_key_slots": sql.Identifier(schema, "held_key_slots"),
         "progress": sql.Identifier(schema, "job_progress"),
         "workers": sql.Identifier(schema, "workers"),
         "dependencies": sql.Identifier(schema, "job_dependencies"),

@@ -75,6 +75,7 @@ class Queries:
             "leaders": sql.Identifier(schema, "leaders"),
             "ticks": sql.Identifier(schema, "periodic_ticks"),
             "held_starts": sql.Identifier(schema, "held_starts"),
+            "held_key_slots": sql.Identifier(schema, "held_key_slots"),
             "progress": sql.Identifier(schema, "job_progress"),
             "workers": sql.Identifier(schema, "workers"),
             "dependencies": sql.Identifier(schema, "job_dependencies"),

@@ -146,16 +146,14 @@ FROM pg_stat_activity;
 
 -- name: doctor_lock_holders
 -- Sessions holding locks that skiplock's claims pass over or wait a bounded time for: an
--- advisory lock on one of skiplock's keys of this schema (held-lock markers, entity keys) in
+-- advisory lock on one of skiplock's keys of this schema (held-lock markers) in
 -- a session that may not write the jobs table (not a worker: any login can take one), and a
 -- transaction older than %(older_than)s seconds that holds rows of the queues table locked
 -- (the claim lock of a limited queue is its row).  Their ages show only for the sessions
 -- doctor may see.
 SELECT l.pid, a.usename::text AS usename, a.application_name,
        CASE l.classid WHEN hashtext('skiplock_held_job')::oid THEN 'a held-lock queue marker'
-                      WHEN hashtext('skiplock_held_job_id/' || %(schema)s)::oid
-                          THEN 'a held-lock job marker'
-                      ELSE 'an entity key''s lock' END AS what,
+                      ELSE 'a held-lock job marker' END AS what,
        l.mode, l.granted,
        extract(epoch FROM now() - a.xact_start)::float8 AS xact_seconds
 FROM pg_locks AS l
@@ -163,8 +161,7 @@ JOIN pg_stat_activity AS a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.objsubid = 2
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND l.classid IN (hashtext('skiplock_held_job')::oid,
-                    hashtext('skiplock_held_job_id/' || %(schema)s)::oid,
-                    hashtext('skiplock_held_key/' || %(schema)s)::oid)
+                    hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
   AND NOT {may_write_jobs}(a.usesysid)
 UNION ALL
 SELECT l.pid, a.usename::text, a.application_name, 'rows of the queues table', l.mode, l.granted,

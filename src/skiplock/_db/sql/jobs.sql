@@ -136,15 +136,23 @@ WHERE idempotency_key = ANY(%(keys)s::text[])
 -- which PostgreSQL 15 leaves idle_in_transaction_session_timeout unarmed, and a held-lock
 -- job's session would outlive it; see test_held_sessions.py).  A claim that takes no job
 -- commits at once, ending its marker.
-WITH better AS (
+WITH keys_idle AS MATERIALIZED (
+    -- Whether no held-lock job with an entity key runs: row -1 of the slots is free of the KEY
+    -- SHARE locks entity_key_hold takes (migration 0020).  Read by a leased claim only, once,
+    -- at its first keyed candidate (a CTE no one reads is not run): then it keeps the row
+    -- until it commits, so no held-lock claim takes a key meanwhile (one waits for it, before
+    -- writing anything), and the slots of its candidates need no reading.  Taken by another
+    -- leased claim: false, and the slots are read.
+    SELECT count(*) = 1 AS idle
+    FROM (SELECT FROM {held_key_slots} WHERE slot = -1 FOR UPDATE SKIP LOCKED) AS free
+), better AS (
     SELECT id, entity_key, priority, run_at
     FROM {jobs} AS c
     WHERE c.status = 'pending' AND c.queue = %(queue)s
       AND c.priority < coalesce(%(after_priority)s::int, -2147483648)
       AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
-           AND NOT CASE WHEN NOT {entity_key_held}(%(schema)s, c.entity_key) THEN false
-                        WHEN %(held_marker)s::bool THEN true
-                        ELSE {entity_key_locked_by_worker}(%(schema)s, c.entity_key) END)
+           AND NOT CASE WHEN NOT %(held_marker)s::bool AND (SELECT idle FROM keys_idle) THEN false
+                        ELSE {entity_key_held}(%(schema)s, c.entity_key) END)
       AND (c.expires_at IS NULL OR c.expires_at > now())
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
@@ -158,9 +166,8 @@ WITH better AS (
              coalesce(%(after_run_at)s::timestamptz, '-infinity'),
              coalesce(%(after_id)s::bigint, 0))
       AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
-           AND NOT CASE WHEN NOT {entity_key_held}(%(schema)s, c.entity_key) THEN false
-                        WHEN %(held_marker)s::bool THEN true
-                        ELSE {entity_key_locked_by_worker}(%(schema)s, c.entity_key) END)
+           AND NOT CASE WHEN NOT %(held_marker)s::bool AND (SELECT idle FROM keys_idle) THEN false
+                        ELSE {entity_key_held}(%(schema)s, c.entity_key) END)
       AND (c.expires_at IS NULL OR c.expires_at > now())
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
@@ -191,7 +198,7 @@ WITH better AS (
         CASE WHEN %(commit_async)s::bool THEN 'off' ELSE current_setting('synchronous_commit') END,
         true) AS setting,
         -- A leased claim waits at most 1 s on a lock (a claim taking the same entity key: see
-        -- migration 0016); not a held-lock claim, whose transaction runs the job.
+        -- migrations 0016 and 0020); not a held-lock claim, whose transaction runs the job.
         set_config('lock_timeout',
             CASE WHEN %(held_marker)s::bool THEN current_setting('lock_timeout') ELSE '1s' END,
             true) AS lock_wait
@@ -211,16 +218,16 @@ FROM commit_mode, held_marker
 -- own, picked was read twice, and so stored; docs/design.md, "Held-lock job markers in the
 -- claim's UPDATE").  The job
 -- marker is tried and its outcome ignored (only a stranger's lock can refuse it: the job runs,
--- shown pending).  The job's entity key is taken too (entity_key_hold, migration 0016), or the
--- claim fails as a lost entity-key race.  A leased claim checks the keys of its picks again,
+-- shown pending).  The job's entity key is taken too (entity_key_hold: a row lock on the key's
+-- slot, which only the worker role may take, migration 0020), or the claim fails as a lost
+-- entity-key race.  A leased claim checks the keys of its picks again,
 -- so that a held-lock claim that took one since its scan is not waited for.
 WHERE j.id = ANY (ARRAY(
     SELECT p.id FROM picked AS p
     WHERE CASE WHEN NOT %(held_marker)s::bool
                THEN p.entity_key IS NULL
-                    OR NOT CASE WHEN {entity_key_held}(%(schema)s, p.entity_key)
-                                THEN {entity_key_locked_by_worker}(%(schema)s, p.entity_key)
-                                ELSE false END
+                    OR NOT CASE WHEN (SELECT idle FROM keys_idle) THEN false
+                                ELSE {entity_key_held}(%(schema)s, p.entity_key) END
                WHEN pg_try_advisory_xact_lock_shared(
                         hashtext('skiplock_held_job_id/' || %(schema)s), p.id::bit(32)::int)
                THEN p.entity_key IS NULL OR {entity_key_hold}(%(schema)s, p.entity_key)
@@ -290,7 +297,11 @@ RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at
 -- The same claim across several queues, each read from its own starting key (the arrays
 -- after_priority, after_run_at, after_id, in the order of %(queues)s): the best jobs of each
 -- queue, then the best of those.
-WITH locked AS (
+WITH keys_idle AS MATERIALIZED (
+    -- As in job_claim.
+    SELECT count(*) = 1 AS idle
+    FROM (SELECT FROM {held_key_slots} WHERE slot = -1 FOR UPDATE SKIP LOCKED) AS free
+), locked AS (
     SELECT c.*
     FROM unnest(%(queues)s::text[], %(after_priority)s::int[], %(after_run_at)s::timestamptz[],
                 %(after_id)s::bigint[]) AS q(name, after_priority, after_run_at, after_id)
@@ -301,9 +312,8 @@ WITH locked AS (
             WHERE c.status = 'pending' AND c.queue = q.name
               AND c.priority < coalesce(q.after_priority, -2147483648)
               AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
-                   AND NOT CASE WHEN {entity_key_held}(%(schema)s, c.entity_key)
-                                THEN {entity_key_locked_by_worker}(%(schema)s, c.entity_key)
-                                ELSE false END)
+                   AND NOT CASE WHEN (SELECT idle FROM keys_idle) THEN false
+                                ELSE {entity_key_held}(%(schema)s, c.entity_key) END)
               AND (c.expires_at IS NULL OR c.expires_at > now())
             ORDER BY c.priority, c.run_at, c.id
             LIMIT %(limit)s
@@ -318,9 +328,8 @@ WITH locked AS (
                                                    coalesce(q.after_run_at, '-infinity'),
                                                    coalesce(q.after_id, 0))
               AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
-                   AND NOT CASE WHEN {entity_key_held}(%(schema)s, c.entity_key)
-                                THEN {entity_key_locked_by_worker}(%(schema)s, c.entity_key)
-                                ELSE false END)
+                   AND NOT CASE WHEN (SELECT idle FROM keys_idle) THEN false
+                                ELSE {entity_key_held}(%(schema)s, c.entity_key) END)
               AND (c.expires_at IS NULL OR c.expires_at > now())
             ORDER BY c.priority, c.run_at, c.id
             LIMIT %(limit)s
@@ -353,9 +362,8 @@ FROM commit_mode
 WHERE j.id = ANY (ARRAY(
     SELECT p.id FROM picked AS p
     WHERE p.entity_key IS NULL
-          OR NOT CASE WHEN {entity_key_held}(%(schema)s, p.entity_key)
-                      THEN {entity_key_locked_by_worker}(%(schema)s, p.entity_key)
-                      ELSE false END))
+          OR NOT CASE WHEN (SELECT idle FROM keys_idle) THEN false
+                      ELSE {entity_key_held}(%(schema)s, p.entity_key) END))
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
           j.idempotency_key, j.created_at, j.meta, j.expires_at;
@@ -668,16 +676,19 @@ SELECT progress, status, attempt, worker, updated_at FROM {progress} WHERE job_i
 -- name: job_progress_prune
 -- Forget the progress of jobs that no longer run the attempt that reported it (finished,
 -- retried, gone): a leased job's row says so; a held-lock job's row looks pending while it
--- runs, so its row is kept while a session holds the job's marker (see job_claim).  Rows
--- younger than %(keep_seconds)s are kept (a claim being written).  Run by the maintenance leader.
+-- runs, so its row is kept while a session that may write the jobs table holds the job's
+-- marker (see job_claim; a stranger's lock on the key keeps nothing).  Rows younger than
+-- %(keep_seconds)s are kept (a claim being written).  Run by the maintenance leader.
 DELETE FROM {progress} AS p
 WHERE p.updated_at < now() - make_interval(secs => %(keep_seconds)s)
   AND NOT EXISTS (SELECT FROM {jobs} AS j
                   WHERE j.id = p.job_id AND j.status = 'running' AND j.attempts = p.attempt)
   AND NOT EXISTS (
       SELECT FROM pg_locks AS l
+      JOIN pg_stat_activity AS a ON a.pid = l.pid
       WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
         AND l.objid::int8 = (p.job_id & 4294967295)
         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-        AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
+        AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+        AND {may_write_jobs}(a.usesysid))
 RETURNING p.job_id;

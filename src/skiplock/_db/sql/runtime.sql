@@ -98,21 +98,19 @@ FROM (
 
 -- name: session_list_lock_strangers
 -- Sessions that hold (or wait for) one of skiplock's advisory keys of this schema (held-lock
--- markers, entity keys) without being allowed to write the jobs table: not workers, so the
--- jobs those keys name wait while they hold them (see doctor_lock_holders).
+-- markers) without being allowed to write the jobs table: not workers, so the jobs those
+-- keys name wait or show pending while they hold them (see doctor_lock_holders).  Entity keys
+-- are marked by row locks no such session may take (migration 0020).
 SELECT l.pid, a.usename::text,
        CASE l.classid WHEN hashtext('skiplock_held_job')::oid THEN 'a held-lock queue marker'
-                      WHEN hashtext('skiplock_held_job_id/' || %(schema)s)::oid
-                          THEN 'a held-lock job marker'
-                      ELSE 'an entity key''s lock' END AS what,
+                      ELSE 'a held-lock job marker' END AS what,
        l.mode, l.granted
 FROM pg_locks AS l
 JOIN pg_stat_activity AS a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.objsubid = 2
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND l.classid IN (hashtext('skiplock_held_job')::oid,
-                    hashtext('skiplock_held_job_id/' || %(schema)s)::oid,
-                    hashtext('skiplock_held_key/' || %(schema)s)::oid)
+                    hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
   AND NOT {may_write_jobs}(a.usesysid)
 ORDER BY 1, 3, 4;
 

@@ -1,6 +1,6 @@
 -- Least-privilege roles of one skiplock schema, for `skiplock roles` (src/skiplock/_cli/roles.py).
 -- Not loaded with the runtime statements: besides {schema}, {jobs}, {archive}, {queues},
--- {leaders}, {ticks}, {held_starts}, {progress}, {workers}, {dependencies}, {jobs_id_seq} and {migrations}
+-- {leaders}, {ticks}, {held_starts}, {held_key_slots}, {progress}, {workers}, {dependencies}, {jobs_id_seq} and {migrations}
 -- these name the roles: {enqueuer}, {worker}, {admin}, {viewer} (and {role} in role_create), all
 -- composed as quoted identifiers.
 
@@ -53,7 +53,7 @@ FROM pg_class AS c
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname = %(schema)s AND c.relkind = 'r'
   AND c.relname IN ('jobs', 'jobs_archive', 'queues', 'leaders', 'periodic_ticks', 'held_starts',
-                    'workers', 'job_dependencies', 'job_progress', 'migrations');
+                    'held_key_slots', 'workers', 'job_dependencies', 'job_progress', 'migrations');
 
 -- name: role_create
 -- One role without login rights; give it to login users with GRANT role TO user.
@@ -116,6 +116,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {leaders}, {ticks}, {held_starts}, {work
     {dependencies} TO {worker};
 GRANT SELECT ON SEQUENCE {jobs_id_seq} TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {progress} TO {worker};  -- ctx.progress (0019)
+-- The slots of held-lock jobs' entity keys: read by every claim, locked by a held-lock claim
+-- (a row lock needs UPDATE; no role but the worker may take one, which makes the mark a
+-- worker's: migration 0020).
+GRANT SELECT, UPDATE ON {held_key_slots} TO {worker};
 
 -- name: role_grant_admin
 -- Admin: every row of every skiplock table (retry, cancel, pause, limit, prune, purge), the
