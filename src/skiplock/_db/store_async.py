@@ -26,6 +26,7 @@ from skiplock._db.seam_async import ENTITY_KEY_RETRIES
 from skiplock._db.statement_params import (
     claim_arrays,
     claim_statement,
+    in_turns,
     int_array,
     progress_arrays,
     result_arrays,
@@ -155,7 +156,8 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
         lease_seconds: float,
         after: Mapping[str, ClaimKey] | None = None,
     ) -> list[Job]:
-        """Claim up to ``limit`` due jobs from ``queues``, best priority then oldest first.
+        """Claim up to ``limit`` due jobs from ``queues``, best priority then oldest first in
+        each queue, the queues taking turns in the order given (see ``job_claim_from_queues``).
 
         ``after`` maps a queue to the key of the job last claimed from it: the claim reads that
         queue's index from there (every job of a better priority, then those after the key;
@@ -175,7 +177,7 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
             )
         except (psycopg.errors.UniqueViolation, psycopg.errors.LockNotAvailable):
             return []  # lost that race every time: claim again later
-        return sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id))
+        return in_turns(jobs, queues)
 
     async def job_claim_limited(self, conn: AsyncConnection[Any], claim: LimitedClaim) -> list[Job]:
         """Claim up to ``claim.want`` jobs from a queue with a cluster-wide concurrency limit or

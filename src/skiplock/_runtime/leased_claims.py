@@ -22,6 +22,7 @@ from skiplock._db.records import LimitedClaim
 from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.claim_cursor import ClaimCursor
 from skiplock._runtime.queue_settings import QueueSettings
+from skiplock._runtime.queue_turns import QueueTurns
 from skiplock.errors import QueueLockBusy, SkiplockError
 from skiplock.job import Job
 
@@ -48,6 +49,7 @@ class LeasedClaims:
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds
         self.conn: AsyncConnection[Any] | None = None  # kept from one claim to the next
+        self.turns = QueueTurns()
 
     async def claim(self, queues: list[str], limit: int, startable: Callable[[], int]) -> list[Job]:
         """Up to ``limit`` jobs, leased; from queues with a concurrency limit no more than
@@ -76,7 +78,7 @@ class LeasedClaims:
         startable: Callable[[], int],
     ) -> list[Job]:
         limits = self.settings.limits
-        unlimited = [q for q in queues if q not in limits]
+        unlimited = self.turns.next([q for q in queues if q not in limits])
         # A queue with a concurrency limit gets no more than the slots can start now: a job
         # waiting here would count against its limit while other workers' slots sit idle.
         limit_startable = min(limit, startable())

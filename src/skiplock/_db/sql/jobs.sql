@@ -21,22 +21,33 @@
 -- jobs go through job_insert_batch or job_insert_one); skip those whose idempotency key is
 -- already unfinished.
 -- Sends one NOTIFY per queue that got a due job; delivered when the caller's transaction commits.
+-- A job with a fair_key due now takes its key's next turn as its run_at (fair_key_turn,
+-- migration 0021), the next jobs of its key in this statement one microsecond apart each.
 WITH input AS (
     SELECT i.*, coalesce(i.at, now() + make_interval(secs => coalesce(i.delay, 0))) AS due
     FROM unnest(
         %(queue)s::text[], %(task)s::text[], %(payload)s::jsonb[], %(priority)s::int[],
         %(run_at)s::timestamptz[], %(delay)s::float8[], %(max_attempts)s::int[],
         %(entity_key)s::text[], %(idempotency_key)s::text[], %(meta)s::jsonb[],
-        %(expires_at)s::timestamptz[], %(expires_in)s::float8[]
+        %(expires_at)s::timestamptz[], %(expires_in)s::float8[], %(fair_key)s::text[]
     ) WITH ORDINALITY AS i(queue, task, payload, priority, at, delay, max_attempts,
-                           entity_key, idempotency_key, meta, expires_at, expires_in, ord)
+                           entity_key, idempotency_key, meta, expires_at, expires_in, fair_key,
+                           ord)
+), placed AS (
+    SELECT input.*,
+           CASE WHEN fair_key IS NULL OR due > now() THEN due
+                ELSE coalesce({fair_key_turn}(queue, priority, fair_key), due)
+                     + make_interval(secs => 1e-6 * (row_number() OVER (
+                           PARTITION BY queue, priority, fair_key, due > now() ORDER BY ord) - 1))
+           END AS turn
+    FROM input
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts,
-                        entity_key, idempotency_key, meta, expires_at, status)
-    SELECT queue, task, payload, priority, due, max_attempts, entity_key, idempotency_key, meta,
-           coalesce(expires_at, now() + make_interval(secs => expires_in)),
+                        entity_key, idempotency_key, meta, expires_at, fair_key, status)
+    SELECT queue, task, payload, priority, turn, max_attempts, entity_key, idempotency_key, meta,
+           coalesce(expires_at, now() + make_interval(secs => expires_in)), fair_key,
            CASE WHEN due > now() THEN 'scheduled' ELSE 'pending' END
-    FROM input
+    FROM placed
     ORDER BY ord
     ON CONFLICT (idempotency_key)
         WHERE idempotency_key IS NOT NULL AND status IN ('waiting', 'scheduled', 'pending', 'running')
@@ -52,18 +63,28 @@ SELECT inserted.id, inserted.idempotency_key FROM inserted, woken ORDER BY inser
 -- Insert jobs that share every column but the payload, given as one JSON array, none having an
 -- idempotency key (so no conflict to arbitrate); returns their ids in input order.  One
 -- NOTIFY for the queue if they are due; delivered when the caller's transaction commits.
+-- With a fair_key, due now: the jobs take their key's next turns, one microsecond apart (see
+-- job_insert_many).
 WITH input AS (
     SELECT coalesce(%(run_at)s::timestamptz,
                     now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS due
+), placed AS (
+    SELECT input.due,
+           CASE WHEN %(fair_key)s::text IS NULL OR input.due > now() THEN NULL
+                ELSE coalesce({fair_key_turn}(%(queue)s::text, %(priority)s::int,
+                                              %(fair_key)s::text), input.due) END AS turn
+    FROM input
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts, entity_key, meta,
-                        expires_at, status)
-    SELECT %(queue)s::text, %(task)s::text, p.payload, %(priority)s::int, input.due,
+                        expires_at, fair_key, status)
+    SELECT %(queue)s::text, %(task)s::text, p.payload, %(priority)s::int,
+           coalesce(placed.turn + make_interval(secs => 1e-6 * (p.ord - 1)), placed.due),
            %(max_attempts)s::int, %(entity_key)s::text, %(meta)s::jsonb,
            coalesce(%(expires_at)s::timestamptz,
                     now() + make_interval(secs => %(expires_in)s::float8)),
-           CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
-    FROM input, jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(payload, ord)
+           %(fair_key)s::text,
+           CASE WHEN placed.due > now() THEN 'scheduled' ELSE 'pending' END
+    FROM placed, jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(payload, ord)
     ORDER BY p.ord
     RETURNING id, status
 ), woken AS (
@@ -75,17 +96,23 @@ SELECT array_agg(inserted.id ORDER BY inserted.id) FROM inserted, woken;
 -- name: job_insert_one
 -- Insert one job, unless an unfinished job holds its idempotency key; returns its id (no row
 -- when skipped).  NOTIFY for its queue if it is due; delivered when the transaction commits.
+-- With a fair_key, due now: the job takes its key's next turn (see job_insert_many).
 WITH input AS (
     SELECT coalesce(%(run_at)s::timestamptz,
                     now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS due
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts,
-                        entity_key, idempotency_key, meta, expires_at, status)
-    SELECT %(queue)s::text, %(task)s::text, %(payload)s::jsonb, %(priority)s::int, input.due,
+                        entity_key, idempotency_key, meta, expires_at, fair_key, status)
+    SELECT %(queue)s::text, %(task)s::text, %(payload)s::jsonb, %(priority)s::int,
+           CASE WHEN %(fair_key)s::text IS NULL OR input.due > now() THEN input.due
+                ELSE coalesce({fair_key_turn}(%(queue)s::text, %(priority)s::int,
+                                              %(fair_key)s::text),
+                              input.due) END,
            %(max_attempts)s::int, %(entity_key)s::text, %(idempotency_key)s::text,
            %(meta)s::jsonb,
            coalesce(%(expires_at)s::timestamptz,
                     now() + make_interval(secs => %(expires_in)s::float8)),
+           %(fair_key)s::text,
            CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
     FROM input
     ON CONFLICT (idempotency_key)
@@ -234,8 +261,10 @@ RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at
 BEGIN;
 
 -- name: job_claim_candidates_from_queues
--- The best pending job of each of %(queues)s (id, queue), best first: the jobs a held-lock
--- claim across several queues tries in turn (job_claim_by_id).  Run on its own, in
+-- The best pending job of each of %(queues)s (id, queue), in the order of %(queues)s (the
+-- worker rotates it from claim to claim, so that the queues take turns: docs/design.md, "Fair
+-- shares: queues take turns"): the jobs a held-lock claim across several queues tries in turn
+-- (job_claim_by_id).  Run on its own, in
 -- autocommit: it locks one job per queue to skip the rows other sessions hold, and those locks
 -- end with it.  In the held-lock transaction, the jobs it did not take would stay locked,
 -- unclaimable by anyone, for as long as the job it took runs.  Locking gives the statement a
@@ -244,7 +273,7 @@ WITH commit_mode AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 )
 SELECT c.id, q.name
-FROM commit_mode, unnest(%(queues)s::text[]) AS q(name)
+FROM commit_mode, unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, place)
 CROSS JOIN LATERAL (
     SELECT id, priority, run_at
     FROM {jobs} AS c
@@ -256,7 +285,7 @@ CROSS JOIN LATERAL (
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ) AS c
-ORDER BY c.priority, c.run_at, c.id;
+ORDER BY q.place;
 
 -- name: job_claim_by_id
 -- Claim one pending job by id, in a held-lock claim's transaction (after
@@ -289,12 +318,18 @@ RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at
 -- name: job_claim_from_queues
 -- The same claim across several queues, each read from its own starting key (the arrays
 -- after_priority, after_run_at, after_id, in the order of %(queues)s): the best jobs of each
--- queue, then the best of those.
+-- queue, taken in turns: every queue's first, in the order of %(queues)s (the worker rotates
+-- it from claim to claim), then every queue's second, and so on.  Priority and age order the
+-- jobs inside a queue, not across queues: a busy queue does not starve the others
+-- (docs/design.md, "Fair shares: queues take turns").
 WITH locked AS (
-    SELECT c.*
+    SELECT c.id, c.entity_key, c.priority, c.run_at
     FROM unnest(%(queues)s::text[], %(after_priority)s::int[], %(after_run_at)s::timestamptz[],
-                %(after_id)s::bigint[]) AS q(name, after_priority, after_run_at, after_id)
+                %(after_id)s::bigint[])
+         WITH ORDINALITY AS q(name, after_priority, after_run_at, after_id, place)
     CROSS JOIN LATERAL (
+        SELECT u.*, row_number() OVER (ORDER BY u.priority, u.run_at, u.id) AS turn
+        FROM (
         SELECT * FROM (
             SELECT id, entity_key, priority, run_at
             FROM {jobs} AS c
@@ -326,8 +361,9 @@ WITH locked AS (
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
         ) AS after
+        ) AS u
     ) AS c
-    ORDER BY c.priority, c.run_at, c.id
+    ORDER BY c.turn, q.place
     LIMIT %(limit)s
 ), picked AS (
     -- Of locked jobs sharing an entity key, only the first in claim order; found by primary
@@ -420,9 +456,10 @@ WITH moved AS (
 )
 INSERT INTO {archive} (id, queue, task, payload, status, priority, run_at, attempts,
                        max_attempts, locked_by, entity_key, idempotency_key, last_error,
-                       created_at, finished_at, result, meta, expires_at, attempt_log)
+                       created_at, finished_at, result, meta, expires_at, fair_key, attempt_log)
 SELECT id, queue, task, payload, 'done', priority, run_at, attempts, max_attempts, locked_by,
        entity_key, idempotency_key, last_error, created_at, now(), result, meta, expires_at,
+       fair_key,
        {attempt_log_append}(attempt_log, jsonb_build_object(
            'attempt', attempts, 'worker', locked_by, 'started_at', locked_at,
            'ended_at', now(), 'outcome', 'done', 'error', NULL))

@@ -79,7 +79,9 @@ REVOKE ALL ON SCHEMA {schema} FROM {enqueuer}, {worker}, {admin}, {viewer};
 -- inserts (the trigger of migration 0014 checks every write to job_dependencies).
 GRANT USAGE ON SCHEMA {schema} TO {enqueuer};
 GRANT INSERT (queue, task, payload, priority, run_at, max_attempts, entity_key,
-              idempotency_key, meta, expires_at, status) ON {jobs} TO {enqueuer};
+              idempotency_key, meta, expires_at, fair_key, status) ON {jobs} TO {enqueuer};
+-- A fair_key's turn (migration 0021): one time, read with the function owner's rights.
+GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {enqueuer};
 GRANT SELECT (id, queue, status, idempotency_key) ON {jobs} TO {enqueuer};
 GRANT SELECT (id, status) ON {archive} TO {enqueuer};
 GRANT INSERT ON {dependencies} TO {enqueuer};
@@ -107,6 +109,7 @@ GRANT EXECUTE ON FUNCTION {schema}.entity_key_held(text, text), {schema}.entity_
     {schema}.entity_key_locked_by_worker(text, text), {schema}.may_write_jobs(oid)
     TO {worker};
 GRANT EXECUTE ON FUNCTION {schema}.attempt_log_append(jsonb, jsonb) TO {worker};  -- outcomes (0018)
+GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {worker};  -- enqueue (0021)
 GRANT SELECT ON {migrations} TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {jobs} TO {worker};
 GRANT SELECT, INSERT ON {archive} TO {worker};
@@ -128,6 +131,7 @@ GRANT SELECT ON SEQUENCE {jobs_id_seq} TO {admin};
 GRANT SELECT, DELETE ON {progress} TO {admin};
 GRANT SELECT ON {migrations} TO {admin};
 GRANT EXECUTE ON FUNCTION {schema}.may_write_jobs(oid) TO {admin};  -- doctor: which sessions are workers
+GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {admin};  -- enqueue (0021)
 
 -- name: role_grant_viewer
 -- Viewer: read jobs, archived jobs, queue settings, workers and the migration record; change

@@ -1,0 +1,46 @@
+-- A job's fair_key: jobs with the same key share the throughput of their queue (and priority)
+-- equally with the jobs of other keys.  The share is given at enqueue, not by the claim: a job
+-- due now gets, as its run_at, its key's next turn (fair_key_turn below), so the claim keeps
+-- its one statement and its one index (docs/design.md, "Fair shares: a fair_key's turn").
+ALTER TABLE {schema}.jobs ADD COLUMN fair_key text;
+ALTER TABLE {schema}.jobs_archive ADD COLUMN fair_key text;
+-- As the other keys (migration 0015): 1-512 characters on the rows a worker may claim.  Every
+-- row has NULL here yet, so the constraint is valid at once.
+ALTER TABLE {schema}.jobs ADD CONSTRAINT jobs_bound_fair_key
+    CHECK (status NOT IN ('waiting', 'scheduled', 'pending')
+           OR char_length(fair_key) BETWEEN 1 AND 512);
+
+-- Only keyed pending jobs are in these: a table without keyed jobs pays nothing for them.
+-- The head of a queue's keyed jobs (its first turn), and the last turn given to each key.
+CREATE INDEX jobs_fair_head_idx ON {schema}.jobs (queue, priority, run_at)
+    WHERE status = 'pending' AND fair_key IS NOT NULL;
+CREATE INDEX jobs_fair_key_idx ON {schema}.jobs (queue, priority, fair_key, run_at)
+    WHERE status = 'pending' AND fair_key IS NOT NULL;
+
+-- The run_at of the next turn of key k in queue q, priority p: the oldest keyed pending job's
+-- of (q, p) -- the turn being served, which a key without pending jobs shares -- or one
+-- microsecond after the last turn given to k (its pending job of the latest run_at), whichever
+-- is later.  NULL when (q, p) has no keyed pending job: the job takes now().  Two index probes.  SECURITY DEFINER: the enqueuer
+-- role may not read other jobs' run_at or keys (docs/security.md); this returns one time.
+-- STABLE: it sees the statement's snapshot, so jobs of one statement are given their turns
+-- apart by the statement itself (a rank per key).
+CREATE FUNCTION {schema}.fair_key_turn(q text, p int, k text) RETURNS timestamptz
+    LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    head timestamptz;
+    last timestamptz;
+BEGIN
+    SELECT run_at INTO head FROM {schema}.jobs
+    WHERE status = 'pending' AND fair_key IS NOT NULL AND queue = q AND priority = p
+    ORDER BY run_at LIMIT 1;
+    IF head IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT run_at INTO last FROM {schema}.jobs
+    WHERE status = 'pending' AND fair_key IS NOT NULL AND queue = q AND priority = p
+      AND fair_key = k
+    ORDER BY run_at DESC LIMIT 1;
+    RETURN greatest(head, last + interval '1 microsecond');
+END
+$$;

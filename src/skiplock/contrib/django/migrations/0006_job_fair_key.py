@@ -1,0 +1,16 @@
+"""skiplock's schema as of its SQL migration 0021: a job's fair_key (jobs with the same key
+share their queue's throughput with other keys' jobs), on the unmanaged Job model too."""
+
+from __future__ import annotations
+
+from django.db import migrations, models
+
+from skiplock.contrib.django.schema import SkiplockMigrations
+
+
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django is untyped
+    dependencies = [("skiplock", "0004_job_progress")]
+    operations = [
+        SkiplockMigrations(21),
+        migrations.AddField(model_name="job", name="fair_key", field=models.TextField(null=True)),
+    ]
