@@ -38,6 +38,7 @@ class EnqueueOptions:
     depends_on: Sequence[int | Enqueued] | None = None  # jobs (or their ids) to run after
     expires: float | timedelta | datetime | None = None  # seconds after the enqueue, or when
     fair_key: str | None = None  # the key whose jobs share the queue with other keys' jobs
+    limit_key: str | None = None  # the key whose limits (App.set_key_limit) the job counts in
 
     def merged(self, other: EnqueueOptions) -> EnqueueOptions:
         """These options with every option ``other`` sets taking precedence."""
@@ -56,6 +57,7 @@ class EnqueueOptions:
             self.depends_on if other.depends_on is None else other.depends_on,
             self.expires if other.expires is None else other.expires,
             self.fair_key if other.fair_key is None else other.fair_key,
+            self.limit_key if other.limit_key is None else other.limit_key,
         )
 
 
@@ -105,6 +107,7 @@ class NewJob:
     expires_at: datetime | None = None  # an expiry given as a time ...
     expires_in: float | None = None  # ... or as seconds after the enqueue (the server's clock)
     fair_key: str | None = None
+    limit_key: str | None = None
 
 
 def check_expiry(
@@ -183,6 +186,7 @@ def check_options(task: str, options: EnqueueOptions) -> dict[str, Any]:
         "expires_at": expires_at,
         "expires_in": expires_in,
         "fair_key": check_key(options.fair_key, "fair_key"),
+        "limit_key": check_key(options.limit_key, "limit_key"),
     }
 
 
@@ -223,6 +227,7 @@ class NewJobs:
     expires_at: datetime | None = None
     expires_in: float | None = None
     fair_key: str | None = None
+    limit_key: str | None = None
 
     @classmethod
     def repeated(cls, job: NewJob, count: int) -> NewJobs:
@@ -247,6 +252,7 @@ class NewJobs:
             "expires_at": self.expires_at,
             "expires_in": self.expires_in,
             "fair_key": self.fair_key,
+            "limit_key": self.limit_key,
             "payloads": self.payloads,
             "payload": self.first_payload,
             "channel": channel,
@@ -296,6 +302,7 @@ def insert_params(jobs: Sequence[NewJob], channel: str) -> dict[str, Any]:
         "expires_at": [j.expires_at for j in jobs],
         "expires_in": [j.expires_in for j in jobs],
         "fair_key": [j.fair_key for j in jobs],
+        "limit_key": [j.limit_key for j in jobs],
         "channel": channel,
     }
 

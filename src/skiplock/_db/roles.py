@@ -91,6 +91,7 @@ def statement(name: str, schema: str, roles: RoleNames, role: str | None = None)
         "ticks": sql.Identifier(schema, "periodic_ticks"),
         "held_starts": sql.Identifier(schema, "held_starts"),
         "progress": sql.Identifier(schema, "job_progress"),
+        "key_limits": sql.Identifier(schema, "key_limits"),
         "workers": sql.Identifier(schema, "workers"),
         "dependencies": sql.Identifier(schema, "job_dependencies"),
         "jobs_id_seq": sql.Identifier(schema, "jobs_id_seq"),

@@ -35,6 +35,10 @@ from skiplock._db.statement_params import (
 from skiplock._db.statements_sync import SyncStatements
 from skiplock.job import Claim, ClaimKey, Enqueued, Job
 
+# Limited keys a claim through job_claim_key_limited looks at, at most (the next claim goes on
+# after the last of them).
+KEYS_PER_CLAIM = 16
+
 
 class DroppedSchedule(NamedTuple):
     """A periodic schedule whose recorded ticks were dropped (periodic_reconcile): ``changed``
@@ -191,6 +195,53 @@ class SyncJobStatements(SyncQueueStatements, SyncDependencyStatements):
             if room.budget is not None and jobs:
                 self.queue_spend_rate_budget(conn, claim.queue, room.budget - len(jobs))
             return jobs
+
+    def job_claim_key_limited(
+        self,
+        conn: Connection[Any],
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        lease_seconds: float,
+        after_key: str | None = None,
+        keys: int = KEYS_PER_CLAIM,
+    ) -> tuple[list[Job], str | None]:
+        """Claim up to ``limit`` jobs of ``queues`` whose limit_key has limits, each key's
+        limits holding exactly across workers (its claims serialised by a lock on its row of
+        key_limits); from at most ``keys`` keys after ``after_key``, in key order, skipping keys
+        another claim holds.  Returns the jobs, best priority then oldest first in each key, the
+        keys taking turns, and the last key looked at (None: the keys ran out; the next claim
+        starts from the first)."""
+        if limit <= 0 or not queues:
+            return [], None
+        with conn.transaction():
+            params: dict[str, Any] = {
+                "queues": list(queues),
+                "after_key": after_key,
+                "keys": keys,
+            }
+            rows = self._rows(conn, "limits_lock_keys_for_claim", params)
+            if not rows:
+                return [], None
+            claim = {
+                "queues": list(queues),
+                "keys": [r[0] for r in rows],
+                "concurrency": [r[1] for r in rows],
+                "budget": [r[2] for r in rows],
+                "limit": limit,
+                "worker": worker,
+                "lease_seconds": lease_seconds,
+                "commit_async": True,
+                "schema": self.schema,
+            }
+            try:
+                jobs: list[Job] = self._fetch_until_unrefused(
+                    conn, "job_claim_key_limited", claim, tries=ENTITY_KEY_RETRIES, claim=True
+                )
+            except (psycopg.errors.UniqueViolation, psycopg.errors.LockNotAvailable):
+                jobs = []  # lost that race every time: claim again later
+        last = rows[-1][0] if len(rows) == keys else None
+        return sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id)), last
 
     # -- finish --------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """The leasing worker's claim statements: one claim across its queues (a queue with a
-concurrency limit claimed apart, only for slots that can start now), each committed at once.
+concurrency limit claimed apart, and jobs whose limit_key has limits, both only for slots that
+can start now), each committed at once.
 
 Claims run one at a time, so they keep one connection of the pool instead of taking one per
 claim (see docs/design.md, "The claim connection").  A claim that fails gives it back (the pool
@@ -50,6 +51,7 @@ class LeasedClaims:
         self.lease_seconds = lease_seconds
         self.conn: AsyncConnection[Any] | None = None  # kept from one claim to the next
         self.turns = QueueTurns()
+        self.after_key: str | None = None  # where the next claim of limited keys goes on
 
     async def claim(self, queues: list[str], limit: int, startable: Callable[[], int]) -> list[Job]:
         """Up to ``limit`` jobs, leased; from queues with a concurrency limit no more than
@@ -83,12 +85,21 @@ class LeasedClaims:
         # waiting here would count against its limit while other workers' slots sit idle.
         limit_startable = min(limit, startable())
         jobs: list[Job] = []
-        if unlimited:
+        if unlimited and self.settings.keys_limited:
+            # Jobs of limited keys first (they are few by their limits) and no more than the
+            # slots can start now, as for a limited queue; the other claims pass them over.
+            jobs, self.after_key = await self.store.job_claim_key_limited(
+                conn, unlimited, limit_startable, self.worker_id, self.lease_seconds,
+                after_key=self.after_key,
+            )  # fmt: skip
+        if unlimited and len(jobs) < limit:
             after = self.cursor.start()
-            jobs = await self.store.job_claim(
-                conn, unlimited, limit, self.worker_id, self.lease_seconds, after=after
+            want = limit - len(jobs)
+            claimed = await self.store.job_claim(
+                conn, unlimited, want, self.worker_id, self.lease_seconds, after=after
             )
-            self.cursor.advance(jobs, limit)
+            self.cursor.advance(claimed, want)
+            jobs += claimed
         for queue in (q for q in queues if q in limits):
             if len(jobs) >= limit_startable:
                 break

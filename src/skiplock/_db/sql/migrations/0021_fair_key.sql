@@ -44,3 +44,44 @@ BEGIN
     RETURN greatest(head, last + interval '1 microsecond');
 END
 $$;
+
+-- A job's limit_key (a tenant, an API token): limits set on a key's value in key_limits hold
+-- for all its jobs together, whatever their task and queue, across every worker: at most
+-- concurrency_limit of them running, at most rate_limit starts per rate_period seconds (a
+-- bucket, as a queue's: migration 0007).  Jobs whose key has a limit are claimed only by
+-- job_claim_key_limited, which serialises the claims of each key by a lock on its row here;
+-- the other claims pass them over (key_limited).  docs/design.md, "Limits per key".
+ALTER TABLE {schema}.jobs ADD COLUMN limit_key text;
+ALTER TABLE {schema}.jobs_archive ADD COLUMN limit_key text;
+ALTER TABLE {schema}.jobs ADD CONSTRAINT jobs_bound_limit_key
+    CHECK (status NOT IN ('waiting', 'scheduled', 'pending')
+           OR char_length(limit_key) BETWEEN 1 AND 512);
+CREATE TABLE {schema}.key_limits (
+    key text PRIMARY KEY CONSTRAINT jobs_bound_key_limits_key
+        CHECK (char_length(key) BETWEEN 1 AND 512),
+    concurrency_limit integer CHECK (concurrency_limit IS NULL OR concurrency_limit > 0),
+    rate_limit integer CHECK (rate_limit IS NULL OR rate_limit > 0),
+    rate_period float8 CHECK (rate_period IS NULL OR rate_period > 0),
+    rate_tokens float8,
+    rate_refilled_at timestamptz,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT key_limits_rate_limit_has_a_period CHECK ((rate_limit IS NULL) = (rate_period IS NULL)),
+    CONSTRAINT key_limits_limit_something
+        CHECK (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL)
+);
+-- The running jobs of a key (its concurrency), and its pending ones (the claim of a key).
+CREATE INDEX jobs_limit_key_running_idx ON {schema}.jobs (limit_key)
+    WHERE status = 'running' AND limit_key IS NOT NULL;
+CREATE INDEX jobs_limit_key_pending_idx ON {schema}.jobs (limit_key, priority, run_at, id)
+    WHERE status = 'pending' AND limit_key IS NOT NULL;
+
+-- Whether a key has limits: the claims other than job_claim_key_limited leave its jobs alone.
+-- A function for the reason entity_key_running is one (migration 0004): one probe of the
+-- primary key per keyed candidate, planned once per session.
+CREATE FUNCTION {schema}.key_limited(k text) RETURNS boolean
+    LANGUAGE plpgsql STABLE STRICT
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM {schema}.key_limits WHERE key = k);
+END
+$$;

@@ -1,5 +1,6 @@
 """skiplock's schema as of its SQL migration 0021: a job's fair_key (jobs with the same key
-share their queue's throughput with other keys' jobs), on the unmanaged Job model too."""
+share their queue's throughput with other keys' jobs) and limit_key (the key whose limits it
+counts in, table key_limits), on the unmanaged Job model too."""
 
 from __future__ import annotations
 
@@ -13,4 +14,5 @@ class Migration(migrations.Migration):  # type: ignore[misc]  # Django is untype
     operations = [
         SkiplockMigrations(21),
         migrations.AddField(model_name="job", name="fair_key", field=models.TextField(null=True)),
+        migrations.AddField(model_name="job", name="limit_key", field=models.TextField(null=True)),
     ]
