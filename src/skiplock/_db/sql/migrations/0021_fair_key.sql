@@ -69,11 +69,11 @@ CREATE TABLE {schema}.key_limits (
     CONSTRAINT key_limits_limit_something
         CHECK (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL)
 );
--- The running jobs of a key (its concurrency), and its pending ones (the claim of a key).
-CREATE INDEX jobs_limit_key_running_idx ON {schema}.jobs (limit_key)
-    WHERE status = 'running' AND limit_key IS NOT NULL;
-CREATE INDEX jobs_limit_key_pending_idx ON {schema}.jobs (limit_key, priority, run_at, id)
-    WHERE status = 'pending' AND limit_key IS NOT NULL;
+-- A key's running jobs (its concurrency) and its pending ones in claim order (the claim of a
+-- key), in one index of keyed jobs only: each index on jobs costs every plan of a statement
+-- on it a little, keyed or not.
+CREATE INDEX jobs_limit_key_idx ON {schema}.jobs (limit_key, status, priority, run_at, id)
+    WHERE limit_key IS NOT NULL AND status IN ('pending', 'running');
 
 -- Whether a key has limits: the claims other than job_claim_key_limited leave its jobs alone.
 -- A function for the reason entity_key_running is one (migration 0004): one probe of the
