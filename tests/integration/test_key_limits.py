@@ -177,3 +177,27 @@ def test_a_limited_key_waits_in_process_while_others_run(app: App) -> None:
         elif event == "end k":
             running -= 1
     assert order.count("end k") == 4 and order.count("end x") == 4
+
+
+def test_the_postgres_backend_claims_a_limited_key_within_its_limit(app: App) -> None:
+    from helpers.backends import new_job
+    from skiplock.backends import PostgresBackend
+
+    app.sync_client.set_key_limit("k", concurrency=1)
+
+    async def body() -> None:
+        backend = PostgresBackend(app.dsn, app.schema)
+        try:
+            keyed = await backend.enqueue([new_job(limit_key="k") for _ in range(3)])
+            free = await backend.enqueue([new_job() for _ in range(2)])
+            first = await backend.claim(["q"], 10, "w1", 30)
+            # One of the key's (its limit), both free ones.
+            assert {j.id for j in first} == {keyed[0].id, *(e.id for e in free)}
+            assert await backend.claim(["q"], 10, "w1", 30) == []
+            (done,) = [j for j in first if j.id == keyed[0].id]
+            assert await backend.complete([done.claim]) == {done.id}
+            assert [j.id for j in await backend.claim(["q"], 10, "w1", 30)] == [keyed[1].id]
+        finally:
+            await backend.close()
+
+    asyncio.run(body())
