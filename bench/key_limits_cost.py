@@ -1,14 +1,16 @@
 """What limits per key cost a drain (issue 46, item 2): one worker (concurrency 10, a no-op async
-task) drains --jobs jobs, interleaved in one run, with
+task, a burst) drains --jobs jobs, interleaved in one run, with
 
   none:       no key has limits (a worker then claims as before: the only cost is a NULL check
               per candidate, which `python -m bench --only drain` against main's tree measures);
   other key:  one key has limits but the jobs have no key: every claim cycle adds the claim of
               limited keys (one transaction, which finds nothing);
   every job:  every job has one limit_key whose limit never binds (concurrency 1000): every job
-              goes through the claim of limited keys.
+              goes through the claim of limited keys;
+  queue limit: for comparison, no key but a queue concurrency limit that never binds (1000):
+              every job goes through the serialised claim of a limited queue.
 
-    python -m bench.key_limits_cost [--dsn ...] [--jobs 20000] [--repeat 3]
+    python -m bench.key_limits_cost [--dsn ...] [--jobs 5000] [--repeat 3]
 
 Each run works in a schema of its own, dropped at the end.  Prints a Markdown table.
 """
@@ -24,7 +26,7 @@ import time
 from skiplock import App, Worker
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-VARIANTS = ("none", "other key", "every job")
+VARIANTS = ("none", "other key", "every job", "queue limit")
 
 
 def drain(dsn: str, jobs: int, variant: str) -> float:
@@ -35,8 +37,10 @@ def drain(dsn: str, jobs: int, variant: str) -> float:
     async def noop(n: int) -> None: ...
 
     try:
-        if variant != "none":
+        if variant in ("other key", "every job"):
             app.sync_client.set_key_limit("k", concurrency=1000)
+        if variant == "queue limit":
+            app.sync_client.set_concurrency_limit("kq", 1000)
         call = noop.with_options(limit_key="k") if variant == "every job" else noop
         for start in range(0, jobs, 10_000):
             call.enqueue_many([{"n": i} for i in range(start, min(jobs, start + 10_000))])
@@ -53,7 +57,7 @@ def drain(dsn: str, jobs: int, variant: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", default=os.environ.get("SKIPLOCK_DATABASE_URL", DEFAULT_DSN))
-    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--jobs", type=int, default=5_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     rates: dict[str, list[float]] = {v: [] for v in VARIANTS}

@@ -11,6 +11,7 @@ new one.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,10 @@ from skiplock.errors import QueueLockBusy, SkiplockError
 from skiplock.job import Job
 
 log = logging.getLogger("skiplock.worker")
+
+# Seconds the plain claim of a worker's queues waits, while the claim of limited keys brings
+# jobs, after it came back empty.
+PLAIN_CLAIM_PAUSE = 1.0
 
 
 class LeasedClaims:
@@ -52,6 +57,7 @@ class LeasedClaims:
         self.conn: AsyncConnection[Any] | None = None  # kept from one claim to the next
         self.turns = QueueTurns()
         self.after_key: str | None = None  # where the next claim of limited keys goes on
+        self.plain_at = 0.0  # the plain claim waits until then while limited keys bring jobs
 
     async def claim(self, queues: list[str], limit: int, startable: Callable[[], int]) -> list[Job]:
         """Up to ``limit`` jobs, leased; from queues with a concurrency limit no more than
@@ -92,7 +98,8 @@ class LeasedClaims:
                 conn, unlimited, limit_startable, self.worker_id, self.lease_seconds,
                 after_key=self.after_key,
             )  # fmt: skip
-        if unlimited and len(jobs) < limit:
+        keyed = bool(jobs)
+        if unlimited and len(jobs) < limit and (not keyed or time.monotonic() >= self.plain_at):
             after = self.cursor.start()
             want = limit - len(jobs)
             claimed = await self.store.job_claim(
@@ -100,6 +107,11 @@ class LeasedClaims:
             )
             self.cursor.advance(claimed, want)
             jobs += claimed
+            if keyed and not claimed:
+                # Limited keys have work and nothing else came: their jobs may fill the claim
+                # index, which the plain claim walks and passes over one by one, so it waits
+                # while the limited keys keep bringing jobs (docs/design.md, "Limits per key").
+                self.plain_at = time.monotonic() + PLAIN_CLAIM_PAUSE
         for queue in (q for q in queues if q in limits):
             if len(jobs) >= limit_startable:
                 break
