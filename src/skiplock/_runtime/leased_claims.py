@@ -99,7 +99,7 @@ class LeasedClaims:
                 after_key=self.after_key,
             )  # fmt: skip
         keyed = bool(jobs)
-        if unlimited and len(jobs) < limit and (not keyed or time.monotonic() >= self.plain_at):
+        if unlimited and len(jobs) < limit and time.monotonic() >= self.plain_at:
             after = self.cursor.start()
             want = limit - len(jobs)
             claimed = await self.store.job_claim(
