@@ -367,13 +367,20 @@ class Task(Generic[P, R]):
         meta: Mapping[str, Any] | None = None,
         depends_on: Sequence[int | Enqueued] | None = None,
         expires: float | timedelta | datetime | None = None,
+        fair_key: str | None = None,
+        limit_key: str | None = None,
     ) -> TaskCall[P]:
         """A handle that enqueues this task with these options instead of the task's defaults.
         ``meta`` (a small JSON object) travels with the job without being passed to the task:
         ``job.meta`` in :meth:`App.around_job` hooks and ``ctx.job.meta``.  ``depends_on``
         (jobs, or their ids): the job waits until every one of them is done, and is cancelled
         if one fails or is cancelled.  ``expires`` (seconds after the enqueue, a timedelta or a
-        time): a job not started by then is never run, it ends ``cancelled``."""
+        time): a job not started by then is never run, it ends ``cancelled``.  ``fair_key`` (a
+        tenant, a customer): jobs with the same key share their queue's throughput equally with
+        the jobs of other keys, instead of waiting behind an older backlog.  ``limit_key`` (a
+        tenant, an API token): the job counts in the limits set on that key's value
+        (``client.set_key_limit``), with every other job of the key, whatever its task or
+        queue."""
         options = EnqueueOptions(
             queue,
             priority,
@@ -385,6 +392,8 @@ class Task(Generic[P, R]):
             meta,
             depends_on,
             expires,
+            fair_key,
+            limit_key,
         )
         return TaskCall(self, self.settings.options.merged(options))
 

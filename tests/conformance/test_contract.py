@@ -177,6 +177,31 @@ def test_only_the_claimed_queues_are_claimed(harness: Harness) -> None:
     run(harness, body)
 
 
+def test_a_claim_across_queues_takes_turns_between_them(harness: Harness) -> None:
+    async def body(b: Backend) -> None:
+        a1, a2, a3 = await b.enqueue([new_job(queue="qa", priority=-1) for _ in range(3)])
+        b1, b2 = await b.enqueue([new_job(queue="qb", priority=5), new_job(queue="qb")])
+        # qb's own order stays: b2 (priority 0) before b1 (priority 5).
+        claimed = await b.claim(["qb", "qa"], 4, "w1", 30)
+        assert [j.id for j in claimed] == [b2.id, a1.id, b1.id, a2.id]
+        assert [j.id for j in await b.claim(["qa", "qb"], 10, "w1", 30)] == [a3.id]
+
+    run(harness, body)
+
+
+def test_jobs_with_a_fair_key_take_turns_with_other_keys(harness: Harness) -> None:
+    async def body(b: Backend) -> None:
+        big = await b.enqueue([new_job(fair_key="big") for _ in range(6)])
+        small = await b.enqueue([new_job(fair_key="small") for _ in range(2)])
+        other = await b.enqueue([new_job(fair_key="other")])
+        order = [j.id for j in await b.claim(["q"], 10, "w1", 30)]
+        # A key's first job shares the turn being served; then the keys alternate.
+        assert order[:6] == [j.id for j in (big[0], small[0], other[0], big[1], small[1], big[2])]
+        assert [i for i in order if i in {e.id for e in big}] == [e.id for e in big]
+
+    run(harness, body)
+
+
 def test_a_job_past_its_expiry_is_never_claimed(harness: Harness) -> None:
     async def body(b: Backend) -> None:
         gone = datetime.now(UTC) - timedelta(seconds=1)

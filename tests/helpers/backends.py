@@ -78,6 +78,8 @@ def new_job(
     entity_key: str | None = None,
     idempotency_key: str | None = None,
     expires_at: datetime | None = None,
+    fair_key: str | None = None,
+    limit_key: str | None = None,
 ) -> NewJob:
     """A new job as the app builds it (validated, its payload JSON text)."""
     return NewJob(
@@ -89,6 +91,8 @@ def new_job(
         delay=delay,
         max_attempts=max_attempts,
         entity_key=entity_key,
+        fair_key=fair_key,
+        limit_key=limit_key,
         idempotency_key=idempotency_key,
         expires_at=expires_at,
     )

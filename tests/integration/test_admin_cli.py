@@ -818,3 +818,23 @@ def test_enqueue_with_a_bad_queue_name_is_a_usage_error(tasks: App, shop: Path, 
         assert result.code == 2, result
         assert "invalid queue name" in result.err and "Usage:" in result.err, result
     assert db.execute(f"SELECT count(*) FROM {jobs_table(tasks)}").fetchone() == (0,)
+
+
+def test_key_limit_sets_and_removes_the_limits_of_a_key(tasks: App) -> None:
+    app = tasks
+    both, bad_rate, bad_running = run_all(
+        app,
+        ["key-limit", "token:42", "--running", "2", "--rate", "10/s"],
+        ["key-limit", "token:43", "--rate", "fast"],
+        ["key-limit", "token:44", "--running", "0"],
+    )
+    assert both.code == 0, both
+    assert both.out.strip() == "key token:42: at most 2 running jobs, at most 10 starts per 1s"
+    assert bad_rate.code == 2 and "N/s" in bad_rate.err, bad_rate
+    assert bad_running.code == 2 and "--running" in bad_running.err, bad_running
+    assert app.sync_client.key_limits() == {
+        "token:42": {"concurrency": 2, "rate": 10, "period": 1.0}
+    }
+    off = run(app, "key-limit", "token:42")
+    assert off.code == 0 and off.out.strip() == "key token:42: no limits"
+    assert app.sync_client.key_limits() == {}

@@ -256,13 +256,17 @@ def test_claim_from_several_queues_reads_the_index_once_per_queue(
     for claim_scan in claim_index_scans(root):
         assert "(queue = q.name)" in claim_scan["Index Cond"]
 
-    with literal_conn.transaction(force_rollback=True):
-        analyzed = explain(
-            literal_conn,
-            app.queries["job_claim_from_queues"],
-            from_queues_params(limit),
-            "ANALYZE, BUFFERS,",
-        )
+    for _ in range(2):
+        # The second run is measured: the first plans the queries of the entity-key functions
+        # for the session, whose reads (catalog and index metapages, one more per index on jobs)
+        # land in the claim's scan; a worker pays them once.
+        with literal_conn.transaction(force_rollback=True):
+            analyzed = explain(
+                literal_conn,
+                app.queries["job_claim_from_queues"],
+                from_queues_params(limit),
+                "ANALYZE, BUFFERS,",
+            )
     root = analyzed["Plan"]
     assert seq_scans(root) == []
     for claim_scan in claim_index_scans(root):

@@ -96,7 +96,8 @@ def test_a_claim_across_queues_keeps_only_its_own_job_locked(
 ) -> None:
     """Claiming the best job of several queues looks at the best job of each; the held
     transaction must not keep the others locked (they would be unclaimable, by anyone, for as
-    long as the claimed job runs).  Priorities still order the queues' jobs."""
+    long as the claimed job runs).  The queues take turns in the order given (the worker
+    rotates it from claim to claim), whatever the priorities of their jobs."""
 
     @app.task(name="t", queue="a")
     def t(n: int) -> None: ...
@@ -109,11 +110,11 @@ def test_a_claim_across_queues_keeps_only_its_own_job_locked(
         psycopg.connect(app.dsn, autocommit=True) as second,
         psycopg.connect(app.dsn, autocommit=True) as third,
     ):
-        job = store.job_claim_held(holder, ["a", "b", "c"], "w-1", 30.0)
+        job = store.job_claim_held(holder, ["b", "a", "c"], "w-1", 30.0)
         assert job is not None and job.id == best
-        job = store.job_claim_held(second, ["a", "c"], "w-2", 30.0)
+        job = store.job_claim_held(second, ["c", "a"], "w-2", 30.0)
         assert job is not None and job.id == other
-        job = store.job_claim_held(third, ["a", "b", "c"], "w-3", 30.0)
+        job = store.job_claim_held(third, ["b", "c", "a"], "w-3", 30.0)
         assert job is not None and job.id == low
         assert store.job_claim_held(db, ["a", "b", "c"], "w-4", 30.0) is None
         for conn in (holder, second, third):

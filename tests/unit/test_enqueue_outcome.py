@@ -189,6 +189,8 @@ def test_merged_with_empty_options_is_unchanged_and_covers_every_field() -> None
         "meta": {"trace": "t"},
         "depends_on": (3, 4),
         "expires": 60.0,
+        "fair_key": "tenant:1",
+        "limit_key": "token:1",
     }
     assert {f.name for f in fields(EnqueueOptions)} == set(values)
     full = EnqueueOptions(**values)

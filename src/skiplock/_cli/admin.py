@@ -23,6 +23,8 @@ from rich.table import Table
 from skiplock._db.enqueue import EnqueueOptions, NewJob, NewJobs, build_job
 from skiplock._db.payload import (
     BIGINT_MAX,
+    INT_MAX,
+    check_key,
     check_queue_name,
     check_schema_name,
 )
@@ -92,7 +94,7 @@ def emit_json(data: Any) -> None:
 
 def register(main: click.Group) -> None:
     """Add the administration commands to the ``skiplock`` group."""
-    for command in (jobs, enqueue, pause, resume, limit, rate, prune):
+    for command in (jobs, enqueue, pause, resume, limit, rate, key_limit, prune):
         main.add_command(command)
 
 
@@ -400,6 +402,44 @@ def rate(queue: str, rate_text: str, dsn: str | None, schema: str) -> None:
         else:
             app.sync_client.set_rate_limit(queue, *parsed)
     click.echo(f"queue {queue}: {describe(*parsed) if parsed else 'no rate limit'}")
+
+
+@click.command("key-limit")
+@click.argument("key")
+@click.option("--running", "max_running", help="At most this many of its jobs running ('none').")
+@click.option("--rate", "rate_text", help="At most RATE starts: N/s, N/m, N/h, N/d, N/SECONDS.")
+@dsn_option
+@schema_option
+def key_limit(
+    key: str, max_running: str | None, rate_text: str | None, dsn: str | None, schema: str
+) -> None:
+    """Limit the jobs enqueued with limit_key=KEY, across every task, queue and worker; the
+    options not given are no limit (neither: KEY has none)."""
+    try:
+        check_key(key, "KEY")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="KEY") from None
+    running: int | None = None
+    if max_running is not None and max_running.lower() != "none":
+        try:
+            running = int(max_running)
+        except ValueError:
+            running = 0
+        if not 1 <= running <= INT_MAX:
+            raise click.BadParameter(
+                f"must be an integer from 1 to {INT_MAX} or 'none'", param_hint="--running"
+            )
+    try:
+        parsed = parse_rate(rate_text) if rate_text is not None else None
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--rate") from None
+    with open_app(dsn, schema) as app:
+        rate_limit, period = parsed if parsed else (None, 1.0)
+        app.sync_client.set_key_limit(key, concurrency=running, rate=rate_limit, period=period)
+    parts = [f"at most {plural(running, 'running job')}"] if running else []
+    if parsed:
+        parts.append(describe(*parsed))
+    click.echo(f"key {key}: {', '.join(parts) or 'no limits'}")
 
 
 @click.command()

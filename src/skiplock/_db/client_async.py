@@ -33,7 +33,7 @@ from skiplock._db.job_charts import (
 )
 from skiplock._db.job_search import SEARCH_SCAN, FoundJobs
 from skiplock._db.migrations import all_migrations
-from skiplock._db.payload import BIGINT_MAX, INT_MAX, load_json
+from skiplock._db.payload import BIGINT_MAX, INT_MAX, check_key, load_json
 from skiplock._db.presence import is_silent
 from skiplock._db.store_async import AsyncStore
 from skiplock._db.wakeups import cancel_payload
@@ -491,6 +491,43 @@ class AsyncClient:
         check_rate_limit(limit, period)
         async with self.connection(conn) as c:
             await self.store.queue_set_rate_limit(c, queue, limit, period)
+
+    async def set_key_limit(
+        self,
+        key: str,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        period: float = 1.0,
+        conn: AsyncConnection[Any] | None = None,
+    ) -> None:
+        """Limits of one key's value (a job's ``limit_key``), across every task, queue and
+        worker: at most ``concurrency`` of its jobs running, at most ``rate`` starts per
+        ``period`` seconds (None: no limit of that kind; both None: the key has none).  Replaces
+        the key's limits; its rate bucket starts full."""
+        if check_key(key, "limit_key") is None:
+            raise ValueError("limit_key must be a non-empty string, got None")
+        if concurrency is not None and (
+            isinstance(concurrency, bool) or not 1 <= concurrency <= INT_MAX
+        ):
+            raise ValueError(
+                f"a concurrency limit is from 1 to {INT_MAX} (or None), got {concurrency!r}"
+            )
+        check_rate_limit(rate, period)
+        async with self.connection(conn) as c:
+            await self.store.limits_set_for_key(c, key, concurrency, rate, period)
+
+    async def key_limits(
+        self, conn: AsyncConnection[Any] | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Every key with limits: ``{key: {"concurrency": N, "rate": R, "period": S}}`` (None
+        where the key has no limit of that kind)."""
+        async with self.connection(conn) as c:
+            rows = await self.store.limits_of_keys(c)
+        return {
+            key: {"concurrency": concurrency, "rate": rate, "period": period}
+            for key, concurrency, rate, period in rows
+        }
 
     async def prune(
         self, retention: dict[str, float | None], conn: AsyncConnection[Any] | None = None

@@ -38,6 +38,8 @@ class EnqueueOptions:
     meta: Mapping[str, Any] | None = None  # merged key by key, the later option's keys winning
     depends_on: Sequence[int | Enqueued] | None = None  # jobs (or their ids) to run after
     expires: float | timedelta | datetime | None = None  # seconds after the enqueue, or when
+    fair_key: str | None = None  # the key whose jobs share the queue with other keys' jobs
+    limit_key: str | None = None  # the key whose limits (App.set_key_limit) the job counts in
 
     def merged(self, other: EnqueueOptions) -> EnqueueOptions:
         """These options with every option ``other`` sets taking precedence."""
@@ -55,6 +57,8 @@ class EnqueueOptions:
             merged_meta(self.meta, other.meta),
             self.depends_on if other.depends_on is None else other.depends_on,
             self.expires if other.expires is None else other.expires,
+            self.fair_key if other.fair_key is None else other.fair_key,
+            self.limit_key if other.limit_key is None else other.limit_key,
         )
 
 
@@ -103,6 +107,8 @@ class NewJob:
     depends_on: tuple[int, ...] | None = None  # job ids; None: depends on nothing
     expires_at: datetime | None = None  # an expiry given as a time ...
     expires_in: float | None = None  # ... or as seconds after the enqueue (the server's clock)
+    fair_key: str | None = None
+    limit_key: str | None = None
 
 
 def check_expiry(
@@ -180,6 +186,8 @@ def check_options(task: str, options: EnqueueOptions) -> dict[str, Any]:
         "depends_on": check_dependencies(options.depends_on),
         "expires_at": expires_at,
         "expires_in": expires_in,
+        "fair_key": check_key(options.fair_key, "fair_key"),
+        "limit_key": check_key(options.limit_key, "limit_key"),
     }
 
 
@@ -221,6 +229,8 @@ class NewJobs:
     depends_on: tuple[int, ...] | None = None  # job ids, shared by the jobs
     expires_at: datetime | None = None
     expires_in: float | None = None
+    fair_key: str | None = None
+    limit_key: str | None = None
 
     @classmethod
     def repeated(cls, job: NewJob, count: int) -> NewJobs:
@@ -244,6 +254,8 @@ class NewJobs:
             "meta": self.meta,
             "expires_at": self.expires_at,
             "expires_in": self.expires_in,
+            "fair_key": self.fair_key,
+            "limit_key": self.limit_key,
             "payloads": self.payloads,
             "payload": self.first_payload,
             "channel": channel,
@@ -297,6 +309,8 @@ def insert_params(jobs: Sequence[NewJob], channel: str) -> dict[str, Any]:
         "meta": [j.meta for j in jobs],
         "expires_at": [j.expires_at for j in jobs],
         "expires_in": [j.expires_in for j in jobs],
+        "fair_key": [j.fair_key for j in jobs],
+        "limit_key": [j.limit_key for j in jobs],
         "channel": channel,
     }
 

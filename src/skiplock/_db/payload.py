@@ -45,6 +45,8 @@ TABLE_BOUNDS = {
     "jobs_bound_task": "a task name of 1-200 letters, digits, '_', '.', ':' or '-'",
     "jobs_bound_entity_key": f"an entity_key of 1-{MAX_KEY_LENGTH} characters",
     "jobs_bound_idempotency_key": f"an idempotency_key of 1-{MAX_KEY_LENGTH} characters",
+    "jobs_bound_fair_key": f"a fair_key of 1-{MAX_KEY_LENGTH} characters",
+    "jobs_bound_limit_key": f"a limit_key of 1-{MAX_KEY_LENGTH} characters",
     "jobs_bound_run_at": f"run_at within {TIME_RANGE}",
     "jobs_bound_expires_at": f"expires_at within {TIME_RANGE}",
     "jobs_bound_payload": f"a payload {_JSON_BOUNDS}",

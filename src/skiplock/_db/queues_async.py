@@ -110,6 +110,30 @@ class AsyncQueueStatements(AsyncSeam):
     ) -> None:
         await self._rows(conn, "queue_spend_rate_budget", {"queue": queue, "left": left})
 
+    # -- limits per key ----------------------------------------------------------------------
+
+    async def limits_set_for_key(
+        self,
+        conn: AsyncConnection[Any],
+        key: str,
+        concurrency: int | None,
+        rate: int | None,
+        period: float,
+    ) -> None:
+        params = {"key": key, "concurrency": concurrency, "rate": rate, "period": period}
+        await self._rows(conn, "limits_set_for_key", params)
+
+    async def limits_of_keys(
+        self, conn: AsyncConnection[Any]
+    ) -> list[tuple[str, int | None, int | None, float | None]]:
+        """(key, concurrency limit, rate limit, rate period) of every key with limits."""
+        return [tuple(row) for row in await self._rows(conn, "limits_of_keys", {})]
+
+    async def limits_on_any_key(self, conn: AsyncConnection[Any]) -> bool:
+        """Whether any key has limits."""
+        ((found,),) = await self._rows(conn, "limits_on_any_key", {})
+        return bool(found)
+
     async def session_list_lock_strangers(
         self, conn: AsyncConnection[Any]
     ) -> list[tuple[int, str, str, str, bool]]:

@@ -103,6 +103,30 @@ class SyncQueueStatements(SyncSeam):
     def queue_spend_rate_budget(self, conn: Connection[Any], queue: str, left: float) -> None:
         self._rows(conn, "queue_spend_rate_budget", {"queue": queue, "left": left})
 
+    # -- limits per key ----------------------------------------------------------------------
+
+    def limits_set_for_key(
+        self,
+        conn: Connection[Any],
+        key: str,
+        concurrency: int | None,
+        rate: int | None,
+        period: float,
+    ) -> None:
+        params = {"key": key, "concurrency": concurrency, "rate": rate, "period": period}
+        self._rows(conn, "limits_set_for_key", params)
+
+    def limits_of_keys(
+        self, conn: Connection[Any]
+    ) -> list[tuple[str, int | None, int | None, float | None]]:
+        """(key, concurrency limit, rate limit, rate period) of every key with limits."""
+        return [tuple(row) for row in self._rows(conn, "limits_of_keys", {})]
+
+    def limits_on_any_key(self, conn: Connection[Any]) -> bool:
+        """Whether any key has limits."""
+        ((found,),) = self._rows(conn, "limits_on_any_key", {})
+        return bool(found)
+
     def session_list_lock_strangers(
         self, conn: Connection[Any]
     ) -> list[tuple[int, str, str, str, bool]]:

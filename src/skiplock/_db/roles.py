@@ -92,6 +92,7 @@ def statement(name: str, schema: str, roles: RoleNames, role: str | None = None)
         "held_starts": sql.Identifier(schema, "held_starts"),
         "held_key_slots": sql.Identifier(schema, "held_key_slots"),
         "progress": sql.Identifier(schema, "job_progress"),
+        "key_limits": sql.Identifier(schema, "key_limits"),
         "workers": sql.Identifier(schema, "workers"),
         "dependencies": sql.Identifier(schema, "job_dependencies"),
         "jobs_id_seq": sql.Identifier(schema, "jobs_id_seq"),

@@ -12,7 +12,7 @@ from typing import Any
 
 from skiplock._db.records import ProgressReport, TaskResult
 from skiplock._db.sql import SMALL_CLAIM, literal_limit_name
-from skiplock.job import Claim, ClaimKey
+from skiplock.job import Claim, ClaimKey, Job
 
 _NO_KEY = (None, None, None)  # read the claim index from its start
 
@@ -91,3 +91,20 @@ def claim_statement(
         return literal_limit_name(name, limit), params
     params["limit"] = limit
     return name, params
+
+
+def in_turns(jobs: Sequence[Job], queues: Sequence[str]) -> list[Job]:
+    """Claimed jobs in the order a claim across ``queues`` took them: best priority then oldest
+    first in each queue, the queues taking turns in the order given (docs/design.md, "Fair
+    shares: queues take turns")."""
+    ordered = sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id))
+    if len(queues) < 2:
+        return ordered
+    place = {q: i for i, q in enumerate(queues)}
+    seen: dict[str, int] = {}
+    turns = []
+    for job in ordered:
+        turn = seen.get(job.queue, 0)
+        seen[job.queue] = turn + 1
+        turns.append((turn, place.get(job.queue, len(place)), job))
+    return [job for _, _, job in sorted(turns, key=lambda t: (t[0], t[1]))]

@@ -26,12 +26,17 @@ from skiplock._db.seam_async import ENTITY_KEY_RETRIES
 from skiplock._db.statement_params import (
     claim_arrays,
     claim_statement,
+    in_turns,
     int_array,
     progress_arrays,
     result_arrays,
 )
 from skiplock._db.statements_async import AsyncStatements
 from skiplock.job import Claim, ClaimKey, Enqueued, Job
+
+# Limited keys a claim through job_claim_key_limited looks at, at most (the next claim goes on
+# after the last of them).
+KEYS_PER_CLAIM = 16
 
 
 class DroppedSchedule(NamedTuple):
@@ -155,7 +160,8 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
         lease_seconds: float,
         after: Mapping[str, ClaimKey] | None = None,
     ) -> list[Job]:
-        """Claim up to ``limit`` due jobs from ``queues``, best priority then oldest first.
+        """Claim up to ``limit`` due jobs from ``queues``, best priority then oldest first in
+        each queue, the queues taking turns in the order given (see ``job_claim_from_queues``).
 
         ``after`` maps a queue to the key of the job last claimed from it: the claim reads that
         queue's index from there (every job of a better priority, then those after the key;
@@ -175,7 +181,7 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
             )
         except (psycopg.errors.UniqueViolation, psycopg.errors.LockNotAvailable):
             return []  # lost that race every time: claim again later
-        return sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id))
+        return in_turns(jobs, queues)
 
     async def job_claim_limited(self, conn: AsyncConnection[Any], claim: LimitedClaim) -> list[Job]:
         """Claim up to ``claim.want`` jobs from a queue with a cluster-wide concurrency limit or
@@ -192,6 +198,53 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
             if room.budget is not None and jobs:
                 await self.queue_spend_rate_budget(conn, claim.queue, room.budget - len(jobs))
             return jobs
+
+    async def job_claim_key_limited(
+        self,
+        conn: AsyncConnection[Any],
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        lease_seconds: float,
+        after_key: str | None = None,
+        keys: int = KEYS_PER_CLAIM,
+    ) -> tuple[list[Job], str | None]:
+        """Claim up to ``limit`` jobs of ``queues`` whose limit_key has limits, each key's
+        limits holding exactly across workers (its claims serialised by a lock on its row of
+        key_limits); from at most ``keys`` keys after ``after_key``, in key order, skipping keys
+        another claim holds.  Returns the jobs, best priority then oldest first in each key, the
+        keys taking turns, and the last key looked at (None: the keys ran out; the next claim
+        starts from the first)."""
+        if limit <= 0 or not queues:
+            return [], None
+        async with conn.transaction():
+            params: dict[str, Any] = {
+                "queues": list(queues),
+                "after_key": after_key,
+                "keys": keys,
+            }
+            rows = await self._rows(conn, "limits_lock_keys_for_claim", params)
+            if not rows:
+                return [], None
+            claim = {
+                "queues": list(queues),
+                "keys": [r[0] for r in rows],
+                "concurrency": [r[1] for r in rows],
+                "budget": [r[2] for r in rows],
+                "limit": limit,
+                "worker": worker,
+                "lease_seconds": lease_seconds,
+                "commit_async": True,
+                "schema": self.schema,
+            }
+            try:
+                jobs: list[Job] = await self._fetch_until_unrefused(
+                    conn, "job_claim_key_limited", claim, tries=ENTITY_KEY_RETRIES, claim=True
+                )
+            except (psycopg.errors.UniqueViolation, psycopg.errors.LockNotAvailable):
+                jobs = []  # lost that race every time: claim again later
+        last = rows[-1][0] if len(rows) == keys else None
+        return sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id)), last
 
     # -- finish --------------------------------------------------------------------------
 

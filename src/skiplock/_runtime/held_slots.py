@@ -29,6 +29,7 @@ from skiplock._runtime.completer import Recorded
 from skiplock._runtime.execution import Outcome, dead_starts, rolled_back
 from skiplock._runtime.job_outcomes import OutcomeReporter
 from skiplock._runtime.queue_settings import QueueSettings
+from skiplock._runtime.queue_turns import QueueTurns
 from skiplock._runtime.recycling import Recycling
 from skiplock._runtime.running import RunningJob
 from skiplock._runtime.worker_state import WorkerState
@@ -75,6 +76,7 @@ class HeldSlots:
         self.completer = reporter.completer
         self.settings = settings
         self.queue_lock_waits = queue_lock_waits
+        self.turns = QueueTurns()  # the queues take turns at the first job of a claim
         self.recycling = recycling
         self.concurrency = concurrency
         self.model = model
@@ -184,7 +186,7 @@ class HeldSlots:
         a limit, else from each limited queue in turn, each claim serialised by a transaction
         on another connection of the pool (see ``job_claim_held_limited``)."""
         limits = self.settings.limits
-        unlimited = [q for q in queues if q not in limits]
+        unlimited = self.turns.next([q for q in queues if q not in limits])
         job = await self.store.job_claim_held(conn, unlimited, self.worker_id, self.lease_seconds)
         for queue in (q for q in queues if q in limits):
             if job is not None:

@@ -1,5 +1,6 @@
 """The leasing worker's claim statements: one claim across its queues (a queue with a
-concurrency limit claimed apart, only for slots that can start now), each committed at once.
+concurrency limit claimed apart, and jobs whose limit_key has limits, both only for slots that
+can start now), each committed at once.
 
 Claims run one at a time, so they keep one connection of the pool instead of taking one per
 claim (see docs/design.md, "The claim connection").  A claim that fails gives it back (the pool
@@ -10,6 +11,7 @@ new one.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,10 +24,15 @@ from skiplock._db.records import LimitedClaim
 from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.claim_cursor import ClaimCursor
 from skiplock._runtime.queue_settings import QueueSettings
+from skiplock._runtime.queue_turns import QueueTurns
 from skiplock.errors import QueueLockBusy, SkiplockError
 from skiplock.job import Job
 
 log = logging.getLogger("skiplock.worker")
+
+# Seconds the plain claim of a worker's queues waits, while the claim of limited keys brings
+# jobs, after it came back empty.
+PLAIN_CLAIM_PAUSE = 1.0
 
 
 class LeasedClaims:
@@ -48,6 +55,9 @@ class LeasedClaims:
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds
         self.conn: AsyncConnection[Any] | None = None  # kept from one claim to the next
+        self.turns = QueueTurns()
+        self.after_key: str | None = None  # where the next claim of limited keys goes on
+        self.plain_at = 0.0  # the plain claim waits until then while limited keys bring jobs
 
     async def claim(self, queues: list[str], limit: int, startable: Callable[[], int]) -> list[Job]:
         """Up to ``limit`` jobs, leased; from queues with a concurrency limit no more than
@@ -76,17 +86,32 @@ class LeasedClaims:
         startable: Callable[[], int],
     ) -> list[Job]:
         limits = self.settings.limits
-        unlimited = [q for q in queues if q not in limits]
+        unlimited = self.turns.next([q for q in queues if q not in limits])
         # A queue with a concurrency limit gets no more than the slots can start now: a job
         # waiting here would count against its limit while other workers' slots sit idle.
         limit_startable = min(limit, startable())
         jobs: list[Job] = []
-        if unlimited:
+        if unlimited and self.settings.keys_limited:
+            # Jobs of limited keys first (they are few by their limits) and no more than the
+            # slots can start now, as for a limited queue; the other claims pass them over.
+            jobs, self.after_key = await self.store.job_claim_key_limited(
+                conn, unlimited, limit_startable, self.worker_id, self.lease_seconds,
+                after_key=self.after_key,
+            )  # fmt: skip
+        keyed = bool(jobs)
+        if unlimited and len(jobs) < limit and time.monotonic() >= self.plain_at:
             after = self.cursor.start()
-            jobs = await self.store.job_claim(
-                conn, unlimited, limit, self.worker_id, self.lease_seconds, after=after
+            want = limit - len(jobs)
+            claimed = await self.store.job_claim(
+                conn, unlimited, want, self.worker_id, self.lease_seconds, after=after
             )
-            self.cursor.advance(jobs, limit)
+            self.cursor.advance(claimed, want)
+            jobs += claimed
+            if keyed and not claimed:
+                # Limited keys have work and nothing else came: their jobs may fill the claim
+                # index, which the plain claim walks and passes over one by one, so it waits
+                # while the limited keys keep bringing jobs (docs/design.md, "Limits per key").
+                self.plain_at = time.monotonic() + PLAIN_CLAIM_PAUSE
         for queue in (q for q in queues if q in limits):
             if len(jobs) >= limit_startable:
                 break

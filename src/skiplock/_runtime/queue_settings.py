@@ -1,6 +1,7 @@
 """Queue settings every worker follows: paused queues, and queues with a cluster-wide
-concurrency or rate limit (claimed through the serialised, limited claim), re-read every poll
-interval, so a pause or a limit takes effect within one interval."""
+concurrency or rate limit (claimed through the serialised, limited claim), and whether any key
+has limits, re-read every poll interval, so a pause or a limit takes effect within one
+interval."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ class QueueSettings:
         self.paused: set[str] = set()
         # Queues claimed through the limited claim, with their limits.
         self.limits: dict[str, QueueLimits] = {}
+        # Whether any key has limits: then leased claims also claim through the claim of
+        # limited keys (see LeasedClaims).
+        self.keys_limited = False
 
     async def run(self) -> None:
         while True:
@@ -49,6 +53,10 @@ class QueueSettings:
     async def refresh(self) -> None:
         async with self.pool.connection() as conn:
             settings = await self.store.queue_settings(conn, self.queues)
+            keys_limited = await self.store.limits_on_any_key(conn)
+        if keys_limited != self.keys_limited:
+            log.info("keys with limits: %s", "some" if keys_limited else "none")
+        self.keys_limited = keys_limited
         paused = {name for name, setting in settings.items() if setting.paused}
         if paused != self.paused:
             log.info("paused queues: %s", ", ".join(sorted(paused)) or "none")

@@ -86,8 +86,14 @@ class Backend(Protocol):
         - Claimable: ``pending``, not past its ``expires_at``, and no other job with the same
           ``entity_key`` is ``running`` (at most one job per entity key runs at a time, across
           every worker; a claim takes at most one job per key).
-        - Order: lowest ``priority`` first, then earliest ``run_at``, then lowest id; the jobs
-          come back in that order.
+        - Order: in each queue, lowest ``priority`` first, then earliest ``run_at``, then
+          lowest id; across ``queues``, turns: each queue's first job, in the order of
+          ``queues``, then each queue's second, and so on.  The jobs come back in that order.
+        - Jobs with a ``fair_key`` take turns with the other keys' jobs of their queue and
+          priority (the PostgreSQL backend gives each its turn as its ``run_at`` at enqueue).
+        - Jobs whose ``limit_key`` has limits (at most N running, R starts per period) are
+          claimed within them, exactly across claims (the PostgreSQL backend: limits set with
+          ``client.set_key_limit``; not in this protocol yet, so not in the conformance suite).
         - A claimed job is ``running``, its ``attempts`` one more than before,
           ``locked_by=worker``, ``locked_at`` the claim's time and ``locked_until`` the claim's
           time plus ``lease_seconds``; ``job.claim`` is its ownership.

@@ -43,7 +43,15 @@ class PostgresBackend:
         self, queues: Sequence[str], limit: int, worker: str, lease_seconds: float
     ) -> list[Job]:
         async with self._client.connection() as conn:
-            return await self._store.job_claim(conn, queues, limit, worker, lease_seconds)
+            # Jobs of keys with limits (client.set_key_limit) first, within their limits; the
+            # plain claim passes them over.
+            limited, _ = await self._store.job_claim_key_limited(
+                conn, queues, limit, worker, lease_seconds
+            )
+            rest = await self._store.job_claim(
+                conn, queues, limit - len(limited), worker, lease_seconds
+            )
+            return limited + rest
 
     async def extend(
         self, claims: Sequence[Claim], lease_seconds: float, *, now: datetime | None = None

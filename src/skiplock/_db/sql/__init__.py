@@ -87,6 +87,9 @@ class Queries:
             "entity_key_locked_by_worker": sql.Identifier(schema, "entity_key_locked_by_worker"),
             "may_write_jobs": sql.Identifier(schema, "may_write_jobs"),
             "attempt_log_append": sql.Identifier(schema, "attempt_log_append"),
+            "fair_key_turn": sql.Identifier(schema, "fair_key_turn"),
+            "key_limited": sql.Identifier(schema, "key_limited"),
+            "key_limits": sql.Identifier(schema, "key_limits"),
         }
         # Rendered once: composing identifiers on every execute costs more than the round trip
         # saves on a fast claim, and the driver caches the conversion of plain SQL text.

@@ -26,12 +26,14 @@ WITH needed AS (
     FROM needed
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts, entity_key,
-                        idempotency_key, meta, expires_at, status)
+                        idempotency_key, meta, expires_at, fair_key, limit_key, status)
     SELECT %(queue)s::text, %(task)s::text, p.payload, %(priority)s::int, input.due,
            %(max_attempts)s::int, %(entity_key)s::text, %(idempotency_key)s::text,
            %(meta)s::jsonb,
            coalesce(%(expires_at)s::timestamptz,
                     now() + make_interval(secs => %(expires_in)s::float8)),
+           %(fair_key)s::text,  -- no turn taken: released later, at its run_at
+           %(limit_key)s::text,
            CASE WHEN NOT input.ready THEN 'waiting'
                 WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
     FROM input, jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(payload, ord)

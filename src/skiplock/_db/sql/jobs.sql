@@ -21,22 +21,35 @@
 -- jobs go through job_insert_batch or job_insert_one); skip those whose idempotency key is
 -- already unfinished.
 -- Sends one NOTIFY per queue that got a due job; delivered when the caller's transaction commits.
+-- A job with a fair_key due now takes its key's next turn as its run_at (fair_key_turn,
+-- migration 0021), the next jobs of its key in this statement one microsecond apart each.
 WITH input AS (
     SELECT i.*, coalesce(i.at, now() + make_interval(secs => coalesce(i.delay, 0))) AS due
     FROM unnest(
         %(queue)s::text[], %(task)s::text[], %(payload)s::jsonb[], %(priority)s::int[],
         %(run_at)s::timestamptz[], %(delay)s::float8[], %(max_attempts)s::int[],
         %(entity_key)s::text[], %(idempotency_key)s::text[], %(meta)s::jsonb[],
-        %(expires_at)s::timestamptz[], %(expires_in)s::float8[]
+        %(expires_at)s::timestamptz[], %(expires_in)s::float8[], %(fair_key)s::text[],
+        %(limit_key)s::text[]
     ) WITH ORDINALITY AS i(queue, task, payload, priority, at, delay, max_attempts,
-                           entity_key, idempotency_key, meta, expires_at, expires_in, ord)
+                           entity_key, idempotency_key, meta, expires_at, expires_in, fair_key,
+                           limit_key, ord)
+), placed AS (
+    SELECT input.*,
+           CASE WHEN fair_key IS NULL OR due > now() THEN due
+                ELSE coalesce({fair_key_turn}(queue, priority, fair_key), due)
+                     + make_interval(secs => 1e-6 * (row_number() OVER (
+                           PARTITION BY queue, priority, fair_key, due > now() ORDER BY ord) - 1))
+           END AS turn
+    FROM input
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts,
-                        entity_key, idempotency_key, meta, expires_at, status)
-    SELECT queue, task, payload, priority, due, max_attempts, entity_key, idempotency_key, meta,
-           coalesce(expires_at, now() + make_interval(secs => expires_in)),
+                        entity_key, idempotency_key, meta, expires_at, fair_key, limit_key,
+                        status)
+    SELECT queue, task, payload, priority, turn, max_attempts, entity_key, idempotency_key, meta,
+           coalesce(expires_at, now() + make_interval(secs => expires_in)), fair_key, limit_key,
            CASE WHEN due > now() THEN 'scheduled' ELSE 'pending' END
-    FROM input
+    FROM placed
     ORDER BY ord
     ON CONFLICT (idempotency_key)
         WHERE idempotency_key IS NOT NULL AND status IN ('waiting', 'scheduled', 'pending', 'running')
@@ -52,18 +65,28 @@ SELECT inserted.id, inserted.idempotency_key FROM inserted, woken ORDER BY inser
 -- Insert jobs that share every column but the payload, given as one JSON array, none having an
 -- idempotency key (so no conflict to arbitrate); returns their ids in input order.  One
 -- NOTIFY for the queue if they are due; delivered when the caller's transaction commits.
+-- With a fair_key, due now: the jobs take their key's next turns, one microsecond apart (see
+-- job_insert_many).
 WITH input AS (
     SELECT coalesce(%(run_at)s::timestamptz,
                     now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS due
+), placed AS (
+    SELECT input.due,
+           CASE WHEN %(fair_key)s::text IS NULL OR input.due > now() THEN NULL
+                ELSE coalesce({fair_key_turn}(%(queue)s::text, %(priority)s::int,
+                                              %(fair_key)s::text), input.due) END AS turn
+    FROM input
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts, entity_key, meta,
-                        expires_at, status)
-    SELECT %(queue)s::text, %(task)s::text, p.payload, %(priority)s::int, input.due,
+                        expires_at, fair_key, limit_key, status)
+    SELECT %(queue)s::text, %(task)s::text, p.payload, %(priority)s::int,
+           coalesce(placed.turn + make_interval(secs => 1e-6 * (p.ord - 1)), placed.due),
            %(max_attempts)s::int, %(entity_key)s::text, %(meta)s::jsonb,
            coalesce(%(expires_at)s::timestamptz,
                     now() + make_interval(secs => %(expires_in)s::float8)),
-           CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
-    FROM input, jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(payload, ord)
+           %(fair_key)s::text, %(limit_key)s::text,
+           CASE WHEN placed.due > now() THEN 'scheduled' ELSE 'pending' END
+    FROM placed, jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(payload, ord)
     ORDER BY p.ord
     RETURNING id, status
 ), woken AS (
@@ -75,17 +98,24 @@ SELECT array_agg(inserted.id ORDER BY inserted.id) FROM inserted, woken;
 -- name: job_insert_one
 -- Insert one job, unless an unfinished job holds its idempotency key; returns its id (no row
 -- when skipped).  NOTIFY for its queue if it is due; delivered when the transaction commits.
+-- With a fair_key, due now: the job takes its key's next turn (see job_insert_many).
 WITH input AS (
     SELECT coalesce(%(run_at)s::timestamptz,
                     now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS due
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts,
-                        entity_key, idempotency_key, meta, expires_at, status)
-    SELECT %(queue)s::text, %(task)s::text, %(payload)s::jsonb, %(priority)s::int, input.due,
+                        entity_key, idempotency_key, meta, expires_at, fair_key, limit_key,
+                        status)
+    SELECT %(queue)s::text, %(task)s::text, %(payload)s::jsonb, %(priority)s::int,
+           CASE WHEN %(fair_key)s::text IS NULL OR input.due > now() THEN input.due
+                ELSE coalesce({fair_key_turn}(%(queue)s::text, %(priority)s::int,
+                                              %(fair_key)s::text),
+                              input.due) END,
            %(max_attempts)s::int, %(entity_key)s::text, %(idempotency_key)s::text,
            %(meta)s::jsonb,
            coalesce(%(expires_at)s::timestamptz,
                     now() + make_interval(secs => %(expires_in)s::float8)),
+           %(fair_key)s::text, %(limit_key)s::text,
            CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
     FROM input
     ON CONFLICT (idempotency_key)
@@ -112,6 +142,8 @@ WHERE idempotency_key = ANY(%(keys)s::text[])
 -- not a comparison of each with all the others).
 -- Jobs past their expires_at are skipped (the maintenance leader cancels them): a NULL check
 -- per candidate for jobs without one (docs/design.md, "The claim skips expired jobs").
+-- Jobs whose limit_key has limits are left to job_claim_key_limited: a NULL check per
+-- candidate without a key (docs/design.md, "Limits per key").
 -- The claim index is read from the worker's last claimed key (after_priority, after_run_at,
 -- after_id; NULLs read the whole index): every job of a better priority, then the jobs after
 -- that key.  Skipped are the same priority's entries before the key: mostly jobs already
@@ -154,6 +186,7 @@ WITH keys_idle AS MATERIALIZED (
            AND NOT CASE WHEN NOT %(held_marker)s::bool AND (SELECT idle FROM keys_idle) THEN false
                         ELSE {entity_key_held}(%(schema)s, c.entity_key) END)
       AND (c.expires_at IS NULL OR c.expires_at > now())
+      AND (c.limit_key IS NULL OR NOT {key_limited}(c.limit_key))
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -169,6 +202,7 @@ WITH keys_idle AS MATERIALIZED (
            AND NOT CASE WHEN NOT %(held_marker)s::bool AND (SELECT idle FROM keys_idle) THEN false
                         ELSE {entity_key_held}(%(schema)s, c.entity_key) END)
       AND (c.expires_at IS NULL OR c.expires_at > now())
+      AND (c.limit_key IS NULL OR NOT {key_limited}(c.limit_key))
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -241,8 +275,10 @@ RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at
 BEGIN;
 
 -- name: job_claim_candidates_from_queues
--- The best pending job of each of %(queues)s (id, queue), best first: the jobs a held-lock
--- claim across several queues tries in turn (job_claim_by_id).  Run on its own, in
+-- The best pending job of each of %(queues)s (id, queue), in the order of %(queues)s (the
+-- worker rotates it from claim to claim, so that the queues take turns: docs/design.md, "Fair
+-- shares: queues take turns"): the jobs a held-lock claim across several queues tries in turn
+-- (job_claim_by_id).  Run on its own, in
 -- autocommit: it locks one job per queue to skip the rows other sessions hold, and those locks
 -- end with it.  In the held-lock transaction, the jobs it did not take would stay locked,
 -- unclaimable by anyone, for as long as the job it took runs.  Locking gives the statement a
@@ -251,7 +287,7 @@ WITH commit_mode AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 )
 SELECT c.id, q.name
-FROM commit_mode, unnest(%(queues)s::text[]) AS q(name)
+FROM commit_mode, unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, place)
 CROSS JOIN LATERAL (
     SELECT id, priority, run_at
     FROM {jobs} AS c
@@ -259,11 +295,12 @@ CROSS JOIN LATERAL (
       AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
            AND NOT {entity_key_held}(%(schema)s, c.entity_key))
       AND (c.expires_at IS NULL OR c.expires_at > now())
+      AND (c.limit_key IS NULL OR NOT {key_limited}(c.limit_key))
     ORDER BY c.priority, c.run_at, c.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ) AS c
-ORDER BY c.priority, c.run_at, c.id;
+ORDER BY q.place;
 
 -- name: job_claim_by_id
 -- Claim one pending job by id, in a held-lock claim's transaction (after
@@ -284,6 +321,7 @@ WHERE j.id = (SELECT c.id FROM {jobs} AS c
                           AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
                      AND NOT {entity_key_held}(%(schema)s, c.entity_key))
                 AND (c.expires_at IS NULL OR c.expires_at > now())
+                AND (c.limit_key IS NULL OR NOT {key_limited}(c.limit_key))
               FOR UPDATE SKIP LOCKED)
   AND CASE WHEN pg_try_advisory_xact_lock_shared(hashtext('skiplock_held_job_id/' || %(schema)s),
                                                  j.id::bit(32)::int)
@@ -296,16 +334,22 @@ RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at
 -- name: job_claim_from_queues
 -- The same claim across several queues, each read from its own starting key (the arrays
 -- after_priority, after_run_at, after_id, in the order of %(queues)s): the best jobs of each
--- queue, then the best of those.
+-- queue, taken in turns: every queue's first, in the order of %(queues)s (the worker rotates
+-- it from claim to claim), then every queue's second, and so on.  Priority and age order the
+-- jobs inside a queue, not across queues: a busy queue does not starve the others
+-- (docs/design.md, "Fair shares: queues take turns").
 WITH keys_idle AS MATERIALIZED (
     -- As in job_claim.
     SELECT count(*) = 1 AS idle
     FROM (SELECT FROM {held_key_slots} WHERE slot = -1 FOR UPDATE SKIP LOCKED) AS free
 ), locked AS (
-    SELECT c.*
+    SELECT c.id, c.entity_key, c.priority, c.run_at
     FROM unnest(%(queues)s::text[], %(after_priority)s::int[], %(after_run_at)s::timestamptz[],
-                %(after_id)s::bigint[]) AS q(name, after_priority, after_run_at, after_id)
+                %(after_id)s::bigint[])
+         WITH ORDINALITY AS q(name, after_priority, after_run_at, after_id, place)
     CROSS JOIN LATERAL (
+        SELECT u.*, row_number() OVER (ORDER BY u.priority, u.run_at, u.id) AS turn
+        FROM (
         SELECT * FROM (
             SELECT id, entity_key, priority, run_at
             FROM {jobs} AS c
@@ -315,6 +359,7 @@ WITH keys_idle AS MATERIALIZED (
                    AND NOT CASE WHEN (SELECT idle FROM keys_idle) THEN false
                                 ELSE {entity_key_held}(%(schema)s, c.entity_key) END)
               AND (c.expires_at IS NULL OR c.expires_at > now())
+              AND (c.limit_key IS NULL OR NOT {key_limited}(c.limit_key))
             ORDER BY c.priority, c.run_at, c.id
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
@@ -331,12 +376,14 @@ WITH keys_idle AS MATERIALIZED (
                    AND NOT CASE WHEN (SELECT idle FROM keys_idle) THEN false
                                 ELSE {entity_key_held}(%(schema)s, c.entity_key) END)
               AND (c.expires_at IS NULL OR c.expires_at > now())
+              AND (c.limit_key IS NULL OR NOT {key_limited}(c.limit_key))
             ORDER BY c.priority, c.run_at, c.id
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
         ) AS after
+        ) AS u
     ) AS c
-    ORDER BY c.priority, c.run_at, c.id
+    ORDER BY c.turn, q.place
     LIMIT %(limit)s
 ), picked AS (
     -- Of locked jobs sharing an entity key, only the first in claim order; found by primary
@@ -364,6 +411,105 @@ WHERE j.id = ANY (ARRAY(
     WHERE p.entity_key IS NULL
           OR NOT CASE WHEN (SELECT idle FROM keys_idle) THEN false
                       ELSE {entity_key_held}(%(schema)s, p.entity_key) END))
+RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
+          j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
+          j.idempotency_key, j.created_at, j.meta, j.expires_at;
+
+-- name: limits_lock_keys_for_claim
+-- The limited keys (after %(after_key)s, in key order, at most %(keys)s) that have pending jobs in
+-- %(queues)s, each row locked until the transaction ends -- serialising the claims of each key
+-- across workers, so its limits hold exactly -- and skipped when another claim holds it (that
+-- claim serves the key now).  With each key's concurrency limit and its rate budget: starts
+-- its bucket allows now (NULL: no rate limit), read from the row as locked.  Run in the
+-- transaction of job_claim_key_limited, before it (whose snapshot then sees every claim of
+-- these keys that committed before the locks were taken).
+SELECT k.key, k.concurrency_limit,
+       CASE WHEN k.rate_limit IS NOT NULL THEN
+           least(k.rate_limit::float8,
+                 coalesce(k.rate_tokens, k.rate_limit::float8)
+                 + k.rate_limit * extract(epoch FROM now() - coalesce(k.rate_refilled_at, now()))::float8
+                   / k.rate_period) END
+FROM {key_limits} AS k
+WHERE k.key > coalesce(%(after_key)s::text, '')
+  AND EXISTS (SELECT FROM {jobs} AS j
+              WHERE j.status = 'pending' AND j.limit_key = k.key
+                AND j.queue = ANY(%(queues)s::text[]))
+ORDER BY k.key
+LIMIT %(keys)s
+FOR NO KEY UPDATE OF k SKIP LOCKED;
+
+-- name: job_claim_key_limited
+-- Claim up to %(limit)s pending jobs of %(queues)s whose limit_key is one of %(keys)s, which
+-- limits_lock_keys_for_claim locked in this transaction: of each key no more than its room, its
+-- concurrency limit less its running jobs (counted now, in this statement's snapshot) and its
+-- rate budget; best priority then oldest first in each key, the keys taking turns.  Spends the
+-- rate budget of each key by the jobs picked.  Leased only: a held-lock job's row looks pending
+-- while it runs, and would not be counted.  Otherwise as job_claim_from_queues (entity keys,
+-- expiry, commit_async).
+WITH keys AS (
+    SELECT k.key, k.budget,
+           least(%(limit)s::int,
+                 coalesce(k.concurrency
+                          - (SELECT count(*)::int FROM {jobs} AS r
+                             WHERE r.status = 'running' AND r.limit_key = k.key),
+                          %(limit)s::int),
+                 coalesce(floor(k.budget)::int, %(limit)s::int)) AS room
+    FROM unnest(%(keys)s::text[], %(concurrency)s::int[], %(budget)s::float8[])
+         AS k(key, concurrency, budget)
+), locked AS (
+    SELECT c.id, c.entity_key, c.priority, c.run_at, c.limit_key
+    FROM keys
+    CROSS JOIN LATERAL (
+        SELECT u.*, row_number() OVER (ORDER BY u.priority, u.run_at, u.id) AS turn
+        FROM (
+            SELECT id, entity_key, priority, run_at, limit_key
+            FROM {jobs} AS c
+            WHERE c.status = 'pending' AND c.limit_key = keys.key
+              AND c.queue = ANY(%(queues)s::text[])
+              AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+                   AND NOT CASE WHEN {entity_key_held}(%(schema)s, c.entity_key)
+                                THEN {entity_key_locked_by_worker}(%(schema)s, c.entity_key)
+                                ELSE false END)
+              AND (c.expires_at IS NULL OR c.expires_at > now())
+            ORDER BY c.priority, c.run_at, c.id
+            LIMIT greatest(keys.room, 0)
+            FOR UPDATE SKIP LOCKED
+        ) AS u
+    ) AS c
+    ORDER BY c.turn, c.limit_key
+    LIMIT %(limit)s
+), picked AS (
+    SELECT l.id, l.entity_key, l.limit_key FROM locked AS l WHERE l.entity_key IS NULL
+    UNION ALL
+    (SELECT DISTINCT ON (l.entity_key) l.id, l.entity_key, l.limit_key
+     FROM locked AS l
+     WHERE l.entity_key IS NOT NULL
+     ORDER BY l.entity_key, l.priority, l.run_at, l.id)
+), spent AS (
+    -- A job picked but not claimed (an entity-key race) spends its start all the same: the
+    -- budget errs on the side of the limit.
+    UPDATE {key_limits} AS k
+    SET rate_tokens = keys.budget - p.n, rate_refilled_at = now()
+    FROM keys, (SELECT limit_key, count(*) AS n FROM picked GROUP BY limit_key) AS p
+    WHERE k.key = keys.key AND p.limit_key = keys.key AND keys.budget IS NOT NULL
+    RETURNING k.key
+), commit_mode AS MATERIALIZED (
+    SELECT set_config('synchronous_commit',
+        CASE WHEN %(commit_async)s::bool THEN 'off' ELSE current_setting('synchronous_commit') END,
+        true) AS setting,
+        set_config('lock_timeout', '1s', true) AS lock_wait,  -- as in job_claim
+        (SELECT count(*) FROM spent) AS spent
+)
+UPDATE {jobs} AS j
+SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM commit_mode
+WHERE j.id = ANY (ARRAY(
+    SELECT p.id FROM picked AS p
+    WHERE p.entity_key IS NULL
+          OR NOT CASE WHEN {entity_key_held}(%(schema)s, p.entity_key)
+                      THEN {entity_key_locked_by_worker}(%(schema)s, p.entity_key)
+                      ELSE false END))
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
           j.idempotency_key, j.created_at, j.meta, j.expires_at;
@@ -428,9 +574,11 @@ WITH moved AS (
 )
 INSERT INTO {archive} (id, queue, task, payload, status, priority, run_at, attempts,
                        max_attempts, locked_by, entity_key, idempotency_key, last_error,
-                       created_at, finished_at, result, meta, expires_at, attempt_log)
+                       created_at, finished_at, result, meta, expires_at, fair_key, limit_key,
+                       attempt_log)
 SELECT id, queue, task, payload, 'done', priority, run_at, attempts, max_attempts, locked_by,
        entity_key, idempotency_key, last_error, created_at, now(), result, meta, expires_at,
+       fair_key, limit_key,
        {attempt_log_append}(attempt_log, jsonb_build_object(
            'attempt', attempts, 'worker', locked_by, 'started_at', locked_at,
            'ended_at', now(), 'outcome', 'done', 'error', NULL))

@@ -415,3 +415,29 @@ WITH kept AS (
     RETURNING job_id
 )
 DELETE FROM {held_starts} WHERE job_id = %(id)s AND cancel_requested_at IS NULL;
+
+-- name: limits_set_for_key
+-- Set the limits of one key's value (NULL: none of that kind); with neither left, the key has
+-- no limits (its row goes).  The rate bucket starts full.
+WITH gone AS (
+    DELETE FROM {key_limits}
+    WHERE key = %(key)s AND %(concurrency)s::int IS NULL AND %(rate)s::int IS NULL
+    RETURNING key
+)
+INSERT INTO {key_limits} AS k (key, concurrency_limit, rate_limit, rate_period)
+SELECT %(key)s, %(concurrency)s::int, %(rate)s::int,
+       CASE WHEN %(rate)s::int IS NOT NULL THEN %(period)s::float8 END
+WHERE %(concurrency)s::int IS NOT NULL OR %(rate)s::int IS NOT NULL
+ON CONFLICT (key) DO UPDATE
+SET concurrency_limit = excluded.concurrency_limit, rate_limit = excluded.rate_limit,
+    rate_period = excluded.rate_period, rate_tokens = NULL, rate_refilled_at = NULL,
+    updated_at = now()
+RETURNING key;
+
+-- name: limits_of_keys
+-- Every key with limits: (key, concurrency limit, rate limit, rate period), by key.
+SELECT key, concurrency_limit, rate_limit, rate_period FROM {key_limits} ORDER BY key;
+
+-- name: limits_on_any_key
+-- Whether any key has limits: a worker claims through job_claim_key_limited only then.
+SELECT EXISTS (SELECT FROM {key_limits});

@@ -40,6 +40,8 @@ class Job(models.Model):  # type: ignore[misc]  # Django is untyped
     result = models.JSONField(null=True)
     meta = models.JSONField(null=True)
     expires_at = models.DateTimeField(null=True)
+    fair_key = models.TextField(null=True)
+    limit_key = models.TextField(null=True)
 
     class Meta:
         managed = False

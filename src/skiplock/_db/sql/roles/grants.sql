@@ -79,7 +79,9 @@ REVOKE ALL ON SCHEMA {schema} FROM {enqueuer}, {worker}, {admin}, {viewer};
 -- inserts (the trigger of migration 0014 checks every write to job_dependencies).
 GRANT USAGE ON SCHEMA {schema} TO {enqueuer};
 GRANT INSERT (queue, task, payload, priority, run_at, max_attempts, entity_key,
-              idempotency_key, meta, expires_at, status) ON {jobs} TO {enqueuer};
+              idempotency_key, meta, expires_at, fair_key, limit_key, status) ON {jobs} TO {enqueuer};
+-- A fair_key's turn (migration 0021): one time, read with the function owner's rights.
+GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {enqueuer};
 GRANT SELECT (id, queue, status, idempotency_key) ON {jobs} TO {enqueuer};
 GRANT SELECT (id, status) ON {archive} TO {enqueuer};
 GRANT INSERT ON {dependencies} TO {enqueuer};
@@ -107,6 +109,10 @@ GRANT EXECUTE ON FUNCTION {schema}.entity_key_held(text, text), {schema}.entity_
     {schema}.entity_key_locked_by_worker(text, text), {schema}.may_write_jobs(oid)
     TO {worker};
 GRANT EXECUTE ON FUNCTION {schema}.attempt_log_append(jsonb, jsonb) TO {worker};  -- outcomes (0018)
+GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {worker};  -- enqueue (0021)
+GRANT EXECUTE ON FUNCTION {schema}.key_limited(text) TO {worker};  -- claims (0021)
+GRANT SELECT ON {key_limits} TO {worker};
+GRANT UPDATE (rate_tokens, rate_refilled_at) ON {key_limits} TO {worker};
 GRANT SELECT ON {migrations} TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {jobs} TO {worker};
 GRANT SELECT, INSERT ON {archive} TO {worker};
@@ -132,6 +138,8 @@ GRANT SELECT ON SEQUENCE {jobs_id_seq} TO {admin};
 GRANT SELECT, DELETE ON {progress} TO {admin};
 GRANT SELECT ON {migrations} TO {admin};
 GRANT EXECUTE ON FUNCTION {schema}.may_write_jobs(oid) TO {admin};  -- doctor: which sessions are workers
+GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {admin};  -- enqueue (0021)
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON {key_limits} TO {admin};  -- limits per key (0021)
 
 -- name: role_grant_viewer
 -- Viewer: read jobs, archived jobs, queue settings, workers and the migration record; change
@@ -141,6 +149,7 @@ GRANT SELECT ON {jobs}, {archive}, {queues}, {workers}, {dependencies}, {migrati
     TO {viewer};
 GRANT EXECUTE ON FUNCTION {schema}.may_write_jobs(oid) TO {viewer};  -- held-lock jobs shown running
 GRANT SELECT ON {progress} TO {viewer};
+GRANT SELECT ON {key_limits} TO {viewer};
 
 -- name: role_grant_monitor
 -- Let the admin role see every session's state, so `skiplock doctor` can name the sessions
