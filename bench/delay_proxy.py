@@ -3,12 +3,13 @@ after it was read, in order, as a link with that one-way latency would deliver i
 where the kernel has no ``sch_netem`` (``tc qdisc add ... netem`` answers "Specified qdisc
 kind is unknown"), between a "host" (a network namespace) and the PostgreSQL server.
 
-    python tests/network/delay_proxy.py --listen 10.231.0.1:6001 --target 127.0.0.1:5432 \\
+    python bench/delay_proxy.py --listen 10.231.0.1:6001 --target 127.0.0.1:5432 \\
         --delay-ms 2.5
 
 prints ``ready`` once it listens.  ``--delay-ms`` is one way: a round trip through it costs
-twice that, plus the proxy's own cost (measured at zero delay by tests/network/test_hosts.py).
-With zero delay a chunk is written as soon as it is read.  Each chunk's last millisecond of
+twice that, plus the proxy's own cost (measured at zero delay by tests/network/test_hosts.py
+and ``python -m bench.rtt``).  With zero delay a chunk is written as soon as it is read.
+Each chunk's last millisecond of
 delay is slept blocking (see ``_pipe``): a busy proxy may then deliver up to a millisecond
 late, but an idle one is precise to ~0.1 ms where the event loop's timers alone came 1.5 ms
 late on a loaded 2-core box.
