@@ -91,6 +91,31 @@ class Host:
         """``args`` run in this host's namespace."""
         return ["ip", "netns", "exec", self.name, *args]
 
+    def cut(self) -> None:
+        """Drop every packet into and out of this host (iptables in its namespace): its
+        connections hear nothing, with no reset, until :meth:`restore`."""
+        for chain in ("INPUT", "OUTPUT"):
+            subprocess.run(self.command(_iptables(), "-w", "-I", chain, "-j", "DROP"), check=True,
+                           capture_output=True)  # fmt: skip
+
+    def restore(self) -> None:
+        for chain in ("INPUT", "OUTPUT"):
+            subprocess.run(self.command(_iptables(), "-w", "-D", chain, "-j", "DROP"),
+                           capture_output=True)  # fmt: skip
+
+
+def _iptables() -> str:
+    return shutil.which("iptables") or "/usr/sbin/iptables"
+
+
+def cut_unavailable() -> str | None:
+    """None when :meth:`Host.cut` can work here, else why not."""
+    if unavailable() is not None:
+        return unavailable()
+    if not os.path.exists(_iptables()):
+        return "no iptables program (apt-get install iptables)"
+    return None
+
 
 class Hosts:
     """``count`` hosts, each ``rtt_ms`` (round trip) from the server of ``dsn``; or, with a
