@@ -26,6 +26,8 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,28 +125,40 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for setting in args.settings:
                     system = SYSTEMS[setting.system]
                     if args.direct:
-                        row = drain(ctx, system, setting, args.jobs)
+                        row = _guarded(drain, ctx, system, setting, args.jobs)
                         rows.append(_row("drain", setting, None, rep, row))
                     for host in order:
                         through = db.through(host.dsn)
                         c0 = counter.counts()
-                        row = drain(
-                            ctx, system, setting, args.jobs, workers_db=through,
+                        row = _guarded(
+                            drain, ctx, system, setting, args.jobs, workers_db=through,
                             prefix=host.command(),
                         )  # fmt: skip
                         row.update(wire_per_job(counter.counts().minus(c0), args.jobs))
                         rows.append(_row("drain", setting, host.rtt_ms, rep, row))
                         if args.no_latency:
                             continue
-                        row = latency(
-                            ctx, system, setting, args.latency_rate, args.latency_seconds,
-                            workers_db=through, prefix=host.command(), producer_db=through,
+                        row = _guarded(
+                            latency, ctx, system, setting, args.latency_rate,
+                            args.latency_seconds, workers_db=through, prefix=host.command(),
+                            producer_db=through,
                         )  # fmt: skip
                         rows.append(_row("latency", setting, host.rtt_ms, rep, row))
         finally:
             hosts.close()
             db.drop()
     return rows
+
+
+def _guarded(fn: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``fn(...)``, or a failed row when it raised (a shared server may refuse a connection)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        traceback.print_exc()
+        nan = float("nan")
+        return {"jobs_per_s": nan, "p50_ms": nan, "p99_ms": nan, "verified": False,
+                "problems": [f"{type(exc).__name__}: {exc}"]}  # fmt: skip
 
 
 def _row(
