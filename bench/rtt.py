@@ -21,7 +21,9 @@ was met; writes every run to ``--out`` (JSON).  Exits 1 when a run's counts did 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -36,7 +38,7 @@ import psycopg
 from .db import BenchDatabase, default_dsn
 from .hosts import Hosts, unavailable
 from .plan import SK_C100X2_DELETE_F1000, SK_DEFAULT, pgq
-from .systems import SYSTEMS, Setting
+from .systems import REPO, SYSTEMS, Setting, Skiplock
 from .wire import CountingProxy
 from .workloads import Context, drain, latency, wire_per_job
 
@@ -59,6 +61,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--direct", action="store_true", help="also drain with no proxy")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--out", default=None, help="JSON file for every run")
+    parser.add_argument(
+        "--compare-src",
+        default=None,
+        help="also run each skiplock setting with skiplock imported from DIR (another "
+        "checkout's src/), labelled -before, interleaved with the others",
+    )
     args = parser.parse_args(argv)
     if args.rtts is None:
         args.rtts = "0,5" if args.quick else "0,1,5,20"
@@ -68,6 +76,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.latency_seconds = args.latency_seconds or (1.0 if args.quick else 10.0)
     wanted = args.settings.split(",") if args.settings else None
     args.settings = [s for s in SETTINGS if wanted is None or s.key in wanted]
+    if args.compare_src:
+        args.settings = [
+            v
+            for s in args.settings
+            for v in (
+                (s, dataclasses.replace(s, label=f"{s.label}-before"))
+                if s.system == "skiplock"
+                else (s,)
+            )
+        ]
     if not args.settings:
         parser.error(f"no such setting; choose from {[s.key for s in SETTINGS]}")
     return args
@@ -124,6 +142,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 )
                 for setting in args.settings:
                     system = SYSTEMS[setting.system]
+                    if setting.label.endswith("-before"):
+                        system = _Imported(src=args.compare_src)
                     if args.direct:
                         row = _guarded(drain, ctx, system, setting, args.jobs)
                         rows.append(_row("drain", setting, None, rep, row))
@@ -148,6 +168,16 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             hosts.close()
             db.drop()
     return rows
+
+
+@dataclasses.dataclass
+class _Imported(Skiplock):
+    """skiplock's workers importing skiplock from another checkout's ``src``."""
+
+    src: str = ""
+
+    def worker_env(self, setting: Setting) -> dict[str, str]:
+        return {**super().worker_env(setting), "PYTHONPATH": f"{REPO}{os.pathsep}{self.src}"}
 
 
 def _guarded(fn: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
