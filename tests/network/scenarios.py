@@ -415,7 +415,10 @@ def render(results: dict[str, dict[str, Any]], full: bool) -> str:
             + f" (the lease {c['lease_s']:g} s, the reclaim interval and a claim). Leader terms "
             f"(seconds from the cut) by the `leaders` row: {c['leader_terms_db']}; as each "
             f"worker logged them: {c['leader_terms_believed']}; overlapping: "
-            f"{c['leader_overlaps_believed'] or 'none'}. Periodic ticks: {c['periodic_ticks']}. "
+            f"{c['leader_overlaps_believed'] or 'none'} (before a leader's term ended by its own "
+            "clock, docs/design.md, the cut leader counted itself leader until the network came "
+            "back, 20.6 s into the next one's term). Periodic ticks (each run once: run_twice 0, "
+            f"never_ran 0): {c['periodic_ticks']}. "
             f"Statuses at the end: {c['statuses']}, exit codes {c['exit_codes']}.",
             "",
         ]
