@@ -44,6 +44,11 @@ from .workloads import Context, drain, latency, wire_per_job
 
 SK_TUNED = SK_C100X2_DELETE_F1000
 SETTINGS: tuple[Setting, ...] = (SK_DEFAULT, SK_TUNED, pgq(500, 2))
+# Run only when --settings names them: what a larger reserve does on a slow network.
+OPTIONAL: tuple[Setting, ...] = (
+    Setting("skiplock", "prefetch2000", extra=("--prefetch", "2000"),
+            notes="CLI defaults but --prefetch 2000"),
+)  # fmt: skip
 TARGETS = {5.0: 0.90, 20.0: 0.70}  # share of the zero-delay drain kept at that RTT
 # A host whose proxy takes the delaying path with next to no delay: what the path itself costs
 # (a thread hand-off per chunk), apart from the round trip (bench/README.md, "Drain and
@@ -83,6 +88,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.latency_seconds = args.latency_seconds or (1.0 if args.quick else 10.0)
     wanted = args.settings.split(",") if args.settings else None
     args.settings = [s for s in SETTINGS if wanted is None or s.key in wanted]
+    args.settings += [s for s in OPTIONAL if wanted is not None and s.key in wanted]
     if args.compare_src:
         args.settings = [
             v
@@ -94,7 +100,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             )
         ]
     if not args.settings:
-        parser.error(f"no such setting; choose from {[s.key for s in SETTINGS]}")
+        parser.error(f"no such setting; choose from {[s.key for s in SETTINGS + OPTIONAL]}")
     return args
 
 

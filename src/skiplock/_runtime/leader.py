@@ -39,8 +39,8 @@ class LeaderElector:
         self.ttl = ttl
         self._is_leader = False
         # When our term ends by our own clock: ``ttl`` after we sent the last renewal that
-        # succeeded, which is no later than the row's expiry on the server (docs/design.md,
-        # "A leader's term ends by its own clock").
+        # succeeded, no later than the row's expiry on the server
+        # (docs/design.md, "A leader's term ends by its own clock").
         self._term_ends = 0.0
         self.changed: asyncio.Event = asyncio.Event()
 
