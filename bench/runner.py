@@ -15,7 +15,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,15 @@ from .systems import REPO, Setting, System, subprocess_env
 
 
 class Workers:
-    def __init__(self, system: System, setting: Setting, db: BenchDatabase, log_dir: Path):
+    def __init__(
+        self,
+        system: System,
+        setting: Setting,
+        db: BenchDatabase,
+        log_dir: Path,
+        prefix: Sequence[str] = (),
+    ):
+        self.prefix = list(prefix)  # e.g. ``ip netns exec NS``: run them on another "host"
         self.system = system
         self.setting = setting
         self.db = db
@@ -48,7 +56,12 @@ class Workers:
         for cmd in self.system.worker_commands(self.db, self.setting):
             self.procs.append(
                 subprocess.Popen(
-                    cmd, env=env, cwd=REPO, stdout=log, stderr=log, stdin=subprocess.DEVNULL
+                    [*self.prefix, *cmd],
+                    env=env,
+                    cwd=REPO,
+                    stdout=log,
+                    stderr=log,
+                    stdin=subprocess.DEVNULL,
                 )
             )
         log.close()

@@ -13,7 +13,7 @@ import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,6 +197,8 @@ def drain(
     timeout: float | None = None,
     count_statements: bool = False,
     attach: Attach | None = None,
+    workers_db: BenchDatabase | None = None,
+    prefix: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Preload ``n`` jobs, start the workers, time first handler start -> nothing unfinished.
 
@@ -204,7 +206,8 @@ def drain(
     result has what they sent per job (statements, round trips, bytes), over their whole life;
     its timings are the proxy's, not the system's.  ``attach`` is called with the worker
     processes' pids once they are started (a profiler: ``bench/profile.py``); what it returns is
-    called once they have exited.
+    called once they have exited.  ``workers_db`` is how the workers reach the database (default
+    ``ctx.db``), ``prefix`` goes before their command lines (``ip netns exec NS``: bench/rtt.py).
 
     Gives up after ``timeout`` seconds (default 30 s + 2 ms per job: 500 jobs/s would do)."""
     timeout = timeout if timeout is not None else 30.0 + n / 500
@@ -212,8 +215,10 @@ def drain(
     preload_s = preload(ctx, system, n)
     with contextlib.ExitStack() as stack:
         proxy = stack.enter_context(CountingProxy(ctx.db.dsn)) if count_statements else None
-        db = ctx.db.through(proxy.dsn_through(ctx.db.dsn)) if proxy else ctx.db
-        out = _drain(ctx, system, setting, n, timeout, db, preload_s, attach)
+        db = workers_db or ctx.db
+        if proxy is not None:
+            db = ctx.db.through(proxy.dsn_through(ctx.db.dsn))
+        out = _drain(ctx, system, setting, n, timeout, db, preload_s, attach, prefix)
         if proxy is not None:
             out.update(wire_per_job(proxy.counts(), n))
         return out
@@ -239,8 +244,9 @@ def _drain(
     workers_db: BenchDatabase,
     preload_s: float,
     attach: Attach | None = None,
+    prefix: Sequence[str] = (),
 ) -> dict[str, Any]:
-    workers = Workers(system, setting, workers_db, ctx.log_dir)
+    workers = Workers(system, setting, workers_db, ctx.log_dir, prefix)
     c0 = read_counters(ctx.db.dsn, ctx.db.name)
     mon = Monitor(ctx.db, workers.pids, system.unfinished_sql)
     problems: list[str] = []
@@ -304,12 +310,21 @@ def _drain(
 
 
 async def _paced_enqueue(
-    system: System, db: BenchDatabase, rate: float, seconds: float
+    system: System,
+    db: BenchDatabase,
+    rate: float,
+    seconds: float,
+    started: Callable[[], int] | None = None,
 ) -> dict[int, float]:
     producer = await system.producer(db)
     sent: dict[int, float] = {}
     try:
         await producer.one(-1)  # warm-up (connection), not measured
+        # Until a handler has run it (``started``): the workers are up, whatever their start-up
+        # took on a loaded machine (else the first jobs measure it).
+        deadline = time.monotonic() + 60
+        while started is not None and started() < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         count = int(rate * seconds)
         t0 = time.monotonic()
         for n in range(count):
@@ -325,11 +340,20 @@ async def _paced_enqueue(
 
 
 def latency(
-    ctx: Context, system: System, setting: Setting, rate: float, seconds: float
+    ctx: Context,
+    system: System,
+    setting: Setting,
+    rate: float,
+    seconds: float,
+    workers_db: BenchDatabase | None = None,
+    prefix: Sequence[str] = (),
+    producer_db: BenchDatabase | None = None,
 ) -> dict[str, Any]:
-    """Idle workers; single enqueues at ``rate``/s: enqueue call -> handler start."""
+    """Idle workers; single enqueues at ``rate``/s: enqueue call -> handler start.  The workers
+    reach the database by ``workers_db`` with ``prefix`` before their command lines, the
+    producer by ``producer_db`` (both default ``ctx.db``: see :func:`drain`)."""
     fresh(ctx, system)
-    workers = Workers(system, setting, ctx.db, ctx.log_dir)
+    workers = Workers(system, setting, workers_db or ctx.db, ctx.log_dir, prefix)
     problems: list[str] = []
     mon: Monitor | None = None
     try:
@@ -341,7 +365,9 @@ def latency(
         # write per job, or so, where a drain shares each among hundreds), idle time included.
         mon = Monitor(ctx.db, workers.pids)
         s0 = mon.sample()
-        sent = asyncio.run(_paced_enqueue(system, ctx.db, rate, seconds))
+        sent = asyncio.run(
+            _paced_enqueue(system, producer_db or ctx.db, rate, seconds, workers.started_so_far)
+        )
         time.sleep(1.0)
         s1 = mon.finish()
         workers.stop()

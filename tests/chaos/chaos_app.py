@@ -143,9 +143,16 @@ async def _execute(
         raise PlannedFailure(f"planned failure of job {ctx.job.id} attempt {ctx.job.attempts}")
 
 
-def build(dsn: str, schema: str) -> App:
-    """An App on ``schema`` with the chaos tasks registered."""
+def build(dsn: str, schema: str, periodic: bool = False) -> App:
+    """An App on ``schema`` with the chaos tasks registered; with ``periodic``, also ``tick``,
+    every second on queue ``periodic`` (tests/network/scenarios.py counts its runs)."""
     app = App(dsn, schema)
+
+    if periodic:
+
+        @app.periodic(every=1.0, name="tick", queue="periodic", pass_context=True)
+        async def tick(ctx: JobContext) -> None:
+            await _execute(ctx, 1.0, 0.0)
 
     @app.task(name="work", queue=QUEUE, max_attempts=25, pass_context=True)
     async def work(
@@ -179,7 +186,7 @@ def build(dsn: str, schema: str) -> App:
 
 
 app = (
-    build(os.environ["CHAOS_DSN"], os.environ["CHAOS_SCHEMA"])
+    build(os.environ["CHAOS_DSN"], os.environ["CHAOS_SCHEMA"], "CHAOS_PERIODIC" in os.environ)
     if "CHAOS_DSN" in os.environ
     else None
 )

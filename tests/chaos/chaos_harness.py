@@ -208,10 +208,11 @@ class ChaosRun:
         extra: Sequence[str] = (),
         dsn: str | None = None,
         prefix: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> WorkerProc:
         """``dsn``: the server as this worker reaches it (another route to the same server: a
         proxy), for its pool and its ledger writes; ``prefix``: what the command runs under
-        (``ip netns exec NAME``)."""
+        (``ip netns exec NAME``); ``env``: more environment (``CHAOS_PERIODIC``: chaos_app)."""
         name = f"w{len(self.workers) + 1}"
         log = self.dir / f"{name}.log"
         worker_dsn = (
@@ -231,8 +232,10 @@ class ChaosRun:
         command += ["--model", model] if model else []
         command += ["--queues", queues] if queues else []
         command += list(extra)
+        extra_env = env or {}
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SKIPLOCK_", "CHAOS_"))}
         env.update(CHAOS_DSN=worker_dsn, CHAOS_SCHEMA=self.schema, CHAOS_LEDGER_DSN=ledger_dsn)
+        env.update(extra_env)
         with log.open("wb") as err:
             popen = subprocess.Popen(
                 command,

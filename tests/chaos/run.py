@@ -36,6 +36,9 @@ ROOT = HERE.parent.parent
 DOC = ROOT / "docs" / "reliability.md"
 FAILOVER_BEGIN = "<!-- failover: begin (python tests/chaos/run.py --failover --full) -->"
 FAILOVER_END = "<!-- failover: end -->"
+# Written by tests/network/scenarios.py --full; a full run here keeps it as it is.
+HOSTS_BEGIN = "<!-- hosts: begin (python tests/network/scenarios.py --full) -->"
+HOSTS_END = "<!-- hosts: end -->"
 
 EXPLANATIONS = {
     "kill-lease": (
@@ -375,12 +378,17 @@ def render(results: list[Result], full: bool, command: str, took: float) -> str:
     return "\n".join(out)
 
 
+def section(doc: str, begin: str, end: str) -> str:
+    """The section of a docs/reliability.md between two markers (included), or ''."""
+    at, to = doc.find(begin), doc.find(end)
+    if at < 0 or to < 0:
+        return ""
+    return doc[at : to + len(end)]
+
+
 def failover_section(doc: str) -> str:
     """The failover section of a docs/reliability.md (markers included), or ''."""
-    start, end = doc.find(FAILOVER_BEGIN), doc.find(FAILOVER_END)
-    if start < 0 or end < 0:
-        return ""
-    return doc[start : end + len(FAILOVER_END)]
+    return section(doc, FAILOVER_BEGIN, FAILOVER_END)
 
 
 def render_failover(results: list[Result], full: bool, command: str) -> str:
@@ -407,15 +415,20 @@ def render_failover(results: list[Result], full: bool, command: str) -> str:
     return "\n".join(out)
 
 
-def write_failover(path: Path, section: str) -> None:
+def write_failover(path: Path, text: str) -> None:
     """Replace the failover section of the doc (or add it before its Notes)."""
+    write_section(path, text, FAILOVER_BEGIN, FAILOVER_END)
+
+
+def write_section(path: Path, text: str, begin: str, end: str) -> None:
+    """Replace the section between the markers (or add it before the doc's Notes)."""
     doc = path.read_text()
-    old = failover_section(doc)
+    old = section(doc, begin, end)
     if old:
-        doc = doc.replace(old, section)
+        doc = doc.replace(old, text)
     else:
         at = doc.find("\n## Notes")
-        doc = doc[:at] + "\n" + section + "\n" + doc[at:] if at >= 0 else doc + "\n" + section
+        doc = doc[:at] + "\n" + text + "\n" + doc[at:] if at >= 0 else doc + "\n" + text
     path.write_text(doc)
 
 
@@ -459,10 +472,14 @@ def main() -> int:
         write_failover(args.out, render_failover(results, args.full, command))
         print(f"\nwrote the failover section of {args.out}")
     elif args.full or args.write:
-        kept = failover_section(args.out.read_text() if args.out.exists() else "")
+        doc = args.out.read_text() if args.out.exists() else ""
+        kept = failover_section(doc)
+        hosts = section(doc, HOSTS_BEGIN, HOSTS_END)
         args.out.write_text(render(results, args.full, command, took))
         if kept:
             write_failover(args.out, kept)
+        if hosts:
+            write_section(args.out, hosts, HOSTS_BEGIN, HOSTS_END)
         print(f"\nwrote {args.out}")
     return 1 if any(r.failures for r in results) else 0
 

@@ -1,6 +1,6 @@
-"""The network harness and the chaos suite's helpers (its ledger app and checker) are
-imported from their folders (pytest runs with --import-mode=importlib, which adds no test
-folder to sys.path)."""
+"""The chaos suite's helpers (its ledger app and checker) are imported from their folder
+(pytest runs with --import-mode=importlib, which adds no test folder to sys.path); the network
+harness itself is bench/hosts.py, shared with ``python -m bench.rtt``."""
 
 from __future__ import annotations
 

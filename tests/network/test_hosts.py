@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from bench.hosts import Hosts, unavailable
 from chaos_harness import ChaosRun, check
-from hosts import Hosts, unavailable
 
 pytestmark = pytest.mark.slow
 

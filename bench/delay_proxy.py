@@ -3,15 +3,15 @@ after it was read, in order, as a link with that one-way latency would deliver i
 where the kernel has no ``sch_netem`` (``tc qdisc add ... netem`` answers "Specified qdisc
 kind is unknown"), between a "host" (a network namespace) and the PostgreSQL server.
 
-    python tests/network/delay_proxy.py --listen 10.231.0.1:6001 --target 127.0.0.1:5432 \\
+    python bench/delay_proxy.py --listen 10.231.0.1:6001 --target 127.0.0.1:5432 \\
         --delay-ms 2.5
 
 prints ``ready`` once it listens.  ``--delay-ms`` is one way: a round trip through it costs
-twice that, plus the proxy's own cost (measured at zero delay by tests/network/test_hosts.py).
-With zero delay a chunk is written as soon as it is read.  Each chunk's last millisecond of
-delay is slept blocking (see ``_pipe``): a busy proxy may then deliver up to a millisecond
-late, but an idle one is precise to ~0.1 ms where the event loop's timers alone came 1.5 ms
-late on a loaded 2-core box.
+twice that, plus the proxy's own cost (measured at zero delay by tests/network/test_hosts.py
+and ``python -m bench.rtt``).  With zero delay a chunk is written as soon as it is read.
+Otherwise each direction of each connection has a thread that sleeps until each chunk is due
+(``_pipe``): the event loop's timers alone fire up to a millisecond late (docs/design.md,
+"The delaying proxy sleeps in a thread per direction").
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import queue
 import sys
+import threading
 import time
-from collections import deque
 
 CHUNK = 65536
-TIMER_GRAIN = 0.0012  # seconds: how late the event loop's timers may fire, and then some
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
@@ -35,39 +35,30 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
             await writer.drain()
     else:
         loop = asyncio.get_running_loop()
-        pending: deque[tuple[float, bytes]] = deque()
-        ready = asyncio.Event()
-        done = False
+        pending: queue.SimpleQueue[tuple[float, bytes] | None] = queue.SimpleQueue()
 
-        async def send() -> None:
-            while True:
-                while not pending:
-                    if done:
-                        return
-                    ready.clear()
-                    await ready.wait()
-                due, data = pending.popleft()
-                wait = due - loop.time()
-                if wait > TIMER_GRAIN:
-                    await asyncio.sleep(wait - TIMER_GRAIN)
-                # The last stretch blocking: the loop's timers wake up to a millisecond late
-                # (epoll's timeout is whole milliseconds, rounded up), nanosleep does not.
-                wait = due - loop.time()
+        def write(data: bytes) -> None:
+            with contextlib.suppress(Exception):  # the other side is gone: nothing to do
+                writer.write(data)
+
+        def send() -> None:
+            # A thread per direction of each connection: its blocking sleep (precise, where the
+            # loop's timers fire up to a millisecond late) holds up no other connection.
+            while (item := pending.get()) is not None:
+                due, data = item
+                wait = due - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
-                writer.write(data)
-                await writer.drain()
+                loop.call_soon_threadsafe(write, data)
 
-        sender = asyncio.create_task(send())
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
         try:
             while data := await reader.read(CHUNK):
-                pending.append((loop.time() + delay, data))
-                ready.set()
+                pending.put((time.monotonic() + delay, data))
         finally:
-            done = True
-            ready.set()
-            with contextlib.suppress(ConnectionError):
-                await sender
+            pending.put(None)
+            await asyncio.to_thread(sender.join)  # its writes are queued on the loop before this
     with contextlib.suppress(OSError):
         writer.write_eof()
 
