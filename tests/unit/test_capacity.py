@@ -120,26 +120,3 @@ def test_max_in_flight_below_concurrency_is_refused() -> None:
     with pytest.raises(ValueError, match="at least concurrency"):
         Capacity(10, 0, max_in_flight=9)
     assert Capacity(10, 0, max_in_flight=10).max_in_flight == 10
-
-
-def test_slow_claims_reserve_four_claims_worth_of_work() -> None:
-    """A claim that takes 50 ms (a network a few milliseconds away, a busy server): the worker
-    reserves what it starts within four claims' time, not the 0.1 s horizon, so the half left
-    at a refill lasts through the next claim."""
-    cap = _capacity(10, 5000, rate=6000)
-    assert cap.ahead() == pytest.approx(600, rel=0.15)
-    cap.claim_took(0.05)
-    assert cap.ahead() == pytest.approx(6000 * 4 * 0.05, rel=0.15)
-
-
-def test_a_prefetch_cap_on_a_slow_network_refills_before_the_reserve_runs_out() -> None:
-    """Capped by the prefetch, half of the target does not last a 40 ms claim at 6,000 jobs/s:
-    the worker claims again while what is left still lasts two claims."""
-    cap = _capacity(10, 500, rate=6000)
-    target = 10 + 500
-    assert cap.refill_below() == target - target // 2 + 1  # fast claims: at half
-    cap.claim_took(0.04)
-    assert cap.refill_below() == pytest.approx(10 + 2 * 6000 * 0.04, rel=0.15)
-    assert cap.to_claim(active=10, reserved=cap.refill_below() - 11, unwritten=0) > 0
-    cap.claim_took(10.0)  # however slow: claims stay at least an eighth of the target
-    assert cap.refill_below() == target - target // 8 + 1

@@ -29,8 +29,6 @@ from collections.abc import Callable
 # milliseconds however small it is, so this caps a worker of short jobs at about this many jobs
 # per write's time (why 600: docs/design.md, "Unwritten outcomes: a floor of 600").
 UNWRITTEN_FLOOR = 600
-# Claims' time that the reserved jobs cover, when claims take longer than the horizon.
-CLAIMS_AHEAD = 4
 
 
 class Throughput:
@@ -85,18 +83,10 @@ class Capacity:
         self.horizon = horizon
         self.unwritten_max: int = max(concurrency, UNWRITTEN_FLOOR)
         self.throughput: Throughput = throughput or Throughput()
-        self.claim_seconds = 0.0  # how long a claim has been taking (a moving average)
-
-    def claim_took(self, seconds: float) -> None:
-        """A claim came back after ``seconds``: on a network a few milliseconds away most of
-        it is round trips (docs/design.md, "Claims ahead of a claim's round trip")."""
-        self.claim_seconds += (seconds - self.claim_seconds) * (0.3 if self.claim_seconds else 1)
 
     def ahead(self) -> int:
-        """Jobs to hold beyond the slots: what this worker starts within the horizon, or
-        within four claims' time when claims take longer (half of it is left at a refill)."""
-        horizon = max(self.horizon, CLAIMS_AHEAD * self.claim_seconds)
-        return min(self.prefetch, int(self.throughput.per_second() * horizon))
+        """Jobs to hold beyond the slots: what this worker starts within the horizon."""
+        return min(self.prefetch, int(self.throughput.per_second() * self.horizon))
 
     def startable(self, active: int, unwritten: int) -> int:
         """Reserved jobs that may start now."""
@@ -108,14 +98,10 @@ class Capacity:
         """Claim again once active + reserved jobs drop below this (see :meth:`to_claim`)."""
         return self._refill_below(self.concurrency + self.ahead())
 
-    def _refill_below(self, target: int) -> int:
-        # Below this, at least half of the target (and at least one job) is missing; or
-        # sooner, while what is left would not last two claims' time at the recent rate (a
-        # prefetch that caps the target makes that half short on a slow network), yet never
-        # for less than an eighth of the target, so that claims stay large.
-        half = target - max(1, target // 2) + 1
-        lasts = self.concurrency + int(2 * self.throughput.per_second() * self.claim_seconds) + 1
-        return max(half, min(lasts, target - max(1, target // 8) + 1))
+    @staticmethod
+    def _refill_below(target: int) -> int:
+        # Below this, at least half of the target (and at least one job) is missing.
+        return target - max(1, target // 2) + 1
 
     def to_claim(self, active: int, reserved: int, unwritten: int) -> int:
         """How many jobs the next claim should ask for; 0 means do not claim now.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 
 import psycopg
 
@@ -140,10 +139,7 @@ class ClaimLoop:
             if want > 0 and active and not self.drained:
                 announced = self.announced
                 try:
-                    sent = time.monotonic()
                     claimed = await self.slots.claim(active, want)
-                    if claimed:
-                        self.capacity.claim_took(time.monotonic() - sent)
                     self.claim_error = None
                 except (psycopg.Error, SkiplockError) as exc:
                     self.claim_error = str(exc).strip().splitlines()[0] or type(exc).__name__
