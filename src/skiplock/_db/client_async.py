@@ -13,6 +13,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -28,7 +29,7 @@ from skiplock._db.job_search import SEARCH_SCAN, FoundJobs
 from skiplock._db.migrations import all_migrations
 from skiplock._db.payload import BIGINT_MAX, INT_MAX, load_json
 from skiplock._db.presence import is_silent
-from skiplock._db.store_async import AsyncStore
+from skiplock._db.store_async import ARCHIVE_PARTITIONS_AHEAD, AsyncStore
 from skiplock._db.wakeups import cancel_payload
 from skiplock._rate_limit import check_rate_limit
 from skiplock.bulk import BULK_BATCH, CancelledJobs, JobFilter, RetriedJobs
@@ -420,6 +421,24 @@ class AsyncClient:
         check_rate_limit(limit, period)
         async with self.connection(conn) as c:
             await self.store.queue_set_rate_limit(c, queue, limit, period)
+
+    async def archive_health(self, conn: AsyncConnection[Any] | None = None) -> dict[str, Any]:
+        """The archive at a glance: partitioned or not, rows (estimated), bytes, the oldest
+        job's age, its partitions and how far ahead they reach."""
+        async with self.connection(conn) as c:
+            return await self.store.archive_health(c)
+
+    async def archive_partition(
+        self, ahead: int = ARCHIVE_PARTITIONS_AHEAD, cutoff: datetime | None = None
+    ) -> datetime:
+        """Turn the plain archive into daily partitions, in three transactions that block
+        archiving only for catalog changes (docs/design.md, "An archive that stays healthy");
+        the cutoff, before which every job stays in the partition jobs_archive_legacy."""
+        async with self.connection() as c:
+            cut = await self.store.archive_partition_bound(c, cutoff)
+            await self.store.archive_partition_validate(c)
+            await self.store.archive_partition_swap(c, cut, ahead)
+            return cut
 
     async def prune(
         self, retention: dict[str, float | None], conn: AsyncConnection[Any] | None = None
