@@ -6,15 +6,18 @@ archive.  Time is pinned with the statements' ``now``, never slept through.  Rea
 from __future__ import annotations
 
 import asyncio
+import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from rich.console import Console
 
 from helpers.polling import wait_for_async
 from helpers.stores import SyncStore
 from skiplock import App, JobStatus, Worker
+from skiplock._cli.status import status_table
 from skiplock._doctor.command import Doctor, Thresholds
 
 DAY = 86400.0
@@ -153,6 +156,94 @@ def test_a_partitioned_archive_keeps_days_ahead_and_drops_whole_days_past_retent
         assert {"jobs_archive_p20300210", "jobs_archive_p20300211"} <= set(partitions(db, schema))
     finally:
         app.close()
+
+
+def real_counts(db: psycopg.Connection[Any], schema: str) -> dict[tuple[str, str], int]:
+    rows = db.execute(
+        sql.SQL("SELECT queue, status, count(*) FROM {} GROUP BY 1, 2").format(
+            sql.Identifier(schema, "jobs")
+        )
+    ).fetchall()
+    return {(q, s): n for q, s, n in rows}
+
+
+def fill(db: psycopg.Connection[Any], schema: str) -> None:
+    """20,000 finished jobs in two queues (done, failed, cancelled at 16:3:1) and a few live
+    ones of each status."""
+    jobs = sql.Identifier(schema, "jobs")
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (queue, task, payload, status, attempts, locked_by, locked_at, "
+            "locked_until, finished_at, run_at) "
+            "SELECT 'q' || (g % 2), 't', jsonb_build_object('n', g), s, 1, 'w', now(), now(), "
+            "now() - interval '1 hour', now() "
+            "FROM generate_series(1, 20000) AS g, "
+            "LATERAL (SELECT CASE WHEN g % 20 < 16 THEN 'done' WHEN g % 20 < 19 THEN 'failed' "
+            "ELSE 'cancelled' END AS s) AS x"
+        ).format(jobs)
+    )
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (queue, task, payload, status, run_at, locked_by, locked_at, "
+            "locked_until, attempts) "
+            "SELECT 'q' || (g % 2), 't', '{{}}', s, "
+            "CASE WHEN s = 'scheduled' THEN now() + interval '1 hour' ELSE now() END, "
+            "CASE WHEN s = 'running' THEN 'w' END, CASE WHEN s = 'running' THEN now() END, "
+            "CASE WHEN s = 'running' THEN now() + interval '1 hour' END, "
+            "CASE WHEN s = 'running' THEN 1 ELSE 0 END "
+            "FROM generate_series(1, 7) AS g, unnest(ARRAY['pending', 'scheduled', 'running']) "
+            "AS s"
+        ).format(jobs)
+    )
+
+
+def rows_read_from_jobs(plan: dict[str, Any]) -> int:
+    """Rows the scans of the jobs table returned in an EXPLAIN ANALYZE plan, loops counted."""
+    own = plan["Actual Rows"] * plan["Actual Loops"] if plan.get("Relation Name") == "jobs" else 0
+    return own + sum(rows_read_from_jobs(p) for p in plan.get("Plans", []))
+
+
+def test_status_counts_live_jobs_exactly_and_finished_ones_from_a_sample(
+    app: App, store: SyncStore, db: psycopg.Connection[Any]
+) -> None:
+    fill(db, app.schema)
+    real = real_counts(db, app.schema)
+    # Small enough a table for the whole of it: every count exact.
+    rows = {r["queue"]: r for r in store.queue_status(db, sample_pages=100_000)}
+    for (queue, status), n in real.items():
+        assert rows[queue][status] == n, (queue, status)
+        assert rows[queue]["finished_estimated"] is False
+    # Sampled: the live counts still exact, the finished ones near the real counts.
+    for _ in range(3):
+        rows = {r["queue"]: r for r in store.queue_status(db, sample_pages=60)}
+        for (queue, status), n in real.items():
+            if status in ("pending", "scheduled", "running"):
+                assert rows[queue][status] == n, (queue, status)
+            else:
+                assert abs(rows[queue][status] - n) <= 0.35 * n, (queue, status, rows[queue])
+            assert rows[queue]["finished_estimated"] is True
+    # `skiplock status` marks the estimates.
+    out = Console(width=200, record=True, file=io.StringIO())
+    out.print(status_table(list(rows.values()), app.schema))
+    text = out.export_text()
+    assert "estimated from a sample" in text and f"~{rows['q0']['done']}" in text
+
+
+def test_status_reads_a_sample_of_the_finished_jobs_not_the_whole_table(
+    app: App, db: psycopg.Connection[Any]
+) -> None:
+    fill(db, app.schema)
+    db.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(app.schema, "jobs")))
+    statement = app.queries["queue_status"]
+    pages = SyncStore(app.queries).job_table_pages(db)
+    assert pages > 60
+    params = {"silent": 30.0, "schema": app.schema, "percent": 100.0 * 60 / pages}
+    explained = db.execute(
+        sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + statement, params
+    ).fetchone()
+    assert explained is not None
+    read = rows_read_from_jobs(explained[0][0]["Plan"])
+    assert read < 20_000 / 3, read
 
 
 def test_doctor_reports_the_archive_its_size_and_jobs_past_its_retention(
