@@ -18,6 +18,7 @@ from helpers.polling import wait_for_async
 from helpers.stores import SyncStore
 from skiplock import App, JobStatus, Worker
 from skiplock._cli.status import status_table
+from skiplock._db.admin_sync import sample_ranges
 from skiplock._doctor.command import Doctor, Thresholds
 
 DAY = 86400.0
@@ -237,7 +238,7 @@ def test_status_reads_a_sample_of_the_finished_jobs_not_the_whole_table(
     statement = app.queries["queue_status"]
     pages = SyncStore(app.queries).job_table_pages(db)
     assert pages > 60
-    params = {"silent": 30.0, "schema": app.schema, "percent": 100.0 * 60 / pages}
+    params = {"silent": 30.0, "schema": app.schema, **sample_ranges(pages, 60)}
     explained = db.execute(
         sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + statement, params
     ).fetchone()

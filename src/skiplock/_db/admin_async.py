@@ -22,9 +22,30 @@ from skiplock.errors import IdempotencyConflict
 from skiplock.job import Job
 
 # Pages of the jobs table read to count its finished jobs (queue_status): all of a table this
-# small, so exact; a block sample of a bigger one, scaled up (docs/design.md, "Status counts
-# that do not read the whole table").
+# small, so exact; ranges of pages spread over a bigger one, scaled up (docs/design.md,
+# "Status counts that do not read the whole table").
 STATUS_SAMPLE_PAGES = 256
+SAMPLE_RANGES = 8  # the ranges of pages they are read in, spread evenly over the table
+LAST_BLOCK = 2**32 - 1
+
+
+def sample_ranges(pages: int, sample_pages: int = STATUS_SAMPLE_PAGES) -> dict[str, Any]:
+    """queue_status's sample of a table of ``pages`` pages: the bounds of its ranges of pages
+    (``from_K``, ``to_K`` as TIDs) and the ``scale`` from the rows read to the table's."""
+    if pages <= sample_pages:  # the whole table: one range to the end, the others empty
+        bounds = [(0, LAST_BLOCK)] + [(0, 0)] * (SAMPLE_RANGES - 1)
+        scale = 1.0
+    else:
+        size = max(sample_pages // SAMPLE_RANGES, 1)
+        step = pages / SAMPLE_RANGES
+        starts = [int(k * step + (step - size) / 2) for k in range(SAMPLE_RANGES)]
+        bounds = [(start, start + size) for start in starts]
+        scale = pages / (size * SAMPLE_RANGES)
+    params: dict[str, Any] = {"scale": scale}
+    for k, (first, end) in enumerate(bounds):
+        params[f"from_{k}"] = f"({first},0)"
+        params[f"to_{k}"] = f"({end},0)"
+    return params
 
 
 class AsyncAdminStatements(AsyncSeam):
@@ -159,7 +180,7 @@ class AsyncAdminStatements(AsyncSeam):
         params = {
             "silent": SILENT_AFTER,
             "schema": self.schema,
-            "percent": min(100.0, 100.0 * sample_pages / max(pages, 1)),
+            **sample_ranges(pages, sample_pages),
         }
         return await self._fetch(conn, "queue_status", params, dict_row)
 

@@ -314,15 +314,37 @@ WITH markers AS MATERIALIZED (
         SELECT queue, 'running', count(*), NULL FROM {jobs} WHERE status = 'running'
         GROUP BY queue
         UNION ALL
-        -- Finished jobs: a block sample of %(percent)s percent of the table's pages (all
-        -- of a small table: exact), scaled up, so that a read costs the same at ten thousand
-        -- finished jobs as at ten million (docs/design.md, "Status counts that do not read
-        -- the whole table").  The percent is a parameter, not a subquery: the planner then
-        -- knows the sample's size, and does not plan (and JIT-compile) for a tenth of the table.
-        -- The same seed every time: the same pages (those still in the table) at each
-        -- refresh, kept in the cache, and counts that do not jitter while nothing changes.
-        SELECT queue, status, round(count(*) * 100.0 / %(percent)s::float8)::bigint, NULL
-        FROM {jobs} TABLESAMPLE SYSTEM (%(percent)s::float4) REPEATABLE (0)
+        -- Finished jobs: those in 8 ranges of pages spread evenly over the table (TID range
+        -- scans, a read of the same pages however large the table; the whole of a small
+        -- table, so exact), scaled up by %(scale)s, the table's pages over those read: a
+        -- refresh costs the same at ten thousand finished jobs as at ten million
+        -- (docs/design.md, "Status counts that do not read the whole table").
+        SELECT queue, status, round(count(*) * %(scale)s::float8)::bigint, NULL
+        FROM (
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_0)s::tid AND ctid < %(to_0)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_1)s::tid AND ctid < %(to_1)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_2)s::tid AND ctid < %(to_2)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_3)s::tid AND ctid < %(to_3)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_4)s::tid AND ctid < %(to_4)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_5)s::tid AND ctid < %(to_5)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_6)s::tid AND ctid < %(to_6)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_7)s::tid AND ctid < %(to_7)s::tid
+        ) AS sample
         WHERE status IN ('done', 'failed', 'cancelled')
         GROUP BY queue, status
         UNION ALL
@@ -355,7 +377,7 @@ SELECT coalesce(c.queue, q.name, s.queue) AS queue,
                                        THEN c.oldest_pending ELSE o.oldest_pending END)::float8
            AS oldest_pending_seconds,
        coalesce(c.finished_last_minute, 0) AS finished_last_minute,
-       %(percent)s::float8 < 100 AS finished_estimated,
+       %(scale)s::float8 > 1 AS finished_estimated,
        coalesce(q.paused, false) AS paused, q.concurrency_limit, q.rate_limit, q.rate_period,
        coalesce(s.workers, 0) AS workers
 FROM counts AS c
