@@ -11,10 +11,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 from rich.console import Console
 
 from helpers.polling import wait_for_async
+from helpers.role_logins import role_logins
 from helpers.stores import SyncStore
 from skiplock import App, JobStatus, Worker
 from skiplock._cli.status import status_table
@@ -262,3 +264,40 @@ def test_doctor_reports_the_archive_its_size_and_jobs_past_its_retention(
     keep = Thresholds(retention={"archive": None})
     found = {f.check: f for f in Doctor(app.dsn, app.schema, keep).run()}["archive"]
     assert found.status == "ok" and "kept forever" in found.message
+
+
+def test_partitioning_keeps_the_roles_grants_and_only_worker_and_admin_keep_partitions(
+    pg_dsn: str, schema: str, store: SyncStore, db: psycopg.Connection[Any]
+) -> None:
+    with role_logins(db, pg_dsn, schema) as roles:
+        app = App(pg_dsn, schema)
+        try:
+            cutoff = datetime(2030, 1, 10, tzinfo=UTC)
+            app.sync_client.archive_partition(ahead=1, cutoff=cutoff)
+        finally:
+            app.close()
+        archive(db, schema, [1.0], cutoff)  # in the legacy partition
+        table = sql.Identifier(schema, "jobs_archive")
+        with psycopg.connect(roles.dsn["viewer"], autocommit=True) as viewer:
+            # The plain table's grants are the partitioned table's.
+            assert viewer.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone() == (
+                1,
+            )
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                store.archive_partitions_keep(viewer, 0.0, now=cutoff + timedelta(days=5))
+        with (
+            psycopg.connect(roles.dsn["enqueuer"], autocommit=True) as enqueuer,
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+        ):
+            enqueuer.execute(sql.SQL("SELECT payload FROM {}").format(table))
+        with psycopg.connect(roles.dsn["worker"], autocommit=True) as worker:
+            kept = store.archive_partitions_keep(
+                worker, DAY, ahead=0, now=cutoff + timedelta(days=3)
+            )
+            # Past a day's retention three days on: every partition that ended two days ago.
+            assert kept.dropped == [
+                "jobs_archive_legacy",
+                "jobs_archive_p20300110",
+                "jobs_archive_p20300111",
+            ]
+            assert kept.created == ["jobs_archive_p20300113"]
