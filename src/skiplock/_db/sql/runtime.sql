@@ -316,7 +316,7 @@ WITH markers AS MATERIALIZED (
         UNION ALL
         -- Finished jobs: those in 8 ranges of pages spread evenly over the table (TID range
         -- scans, a read of the same pages however large the table; the whole of a small
-        -- table, so exact), scaled up by %(scale)s, the table's pages over those read: a
+        -- table, so exact), scaled up by %(scale)s, the pages of the table over those read: a
         -- refresh costs the same at ten thousand finished jobs as at ten million
         -- (docs/design.md, "Status counts that do not read the whole table").
         SELECT queue, status, round(count(*) * %(scale)s::float8)::bigint, NULL
