@@ -73,8 +73,15 @@ class ContextPeriodicDecorator(Protocol):
 
 Completion = Literal["keep", "delete", "archive"]
 DAY = 86400.0
-# Seconds a finished job is kept before the maintenance leader deletes it (None: forever).
-DEFAULT_RETENTION: dict[str, float | None] = {"done": DAY, "cancelled": DAY, "failed": 7 * DAY}
+# Seconds a finished job is kept before the maintenance leader deletes it (None: forever), per
+# status in the jobs table, and in jobs_archive under "archive" (docs/design.md, "An archive
+# that stays healthy").
+DEFAULT_RETENTION: dict[str, float | None] = {
+    "done": DAY,
+    "cancelled": DAY,
+    "failed": 7 * DAY,
+    "archive": 30 * DAY,
+}
 COMPLETIONS: tuple[Completion, ...] = ("keep", "delete", "archive")
 
 
@@ -84,7 +91,8 @@ class App(JobAdmin):
     ``dsn`` may be left out: skiplock then uses ``SKIPLOCK_DATABASE_URL``, ``DATABASE_URL``, or
     the embedded server, on first use.  Everything lives in ``schema``.  ``completion`` says what
     happens to a job that succeeded: kept as ``done``, deleted, or moved to ``jobs_archive``;
-    ``retention`` how long finished jobs are kept, per status, before workers prune them.
+    ``retention`` how long finished jobs are kept, per status, before workers prune them, and
+    archived ones under ``"archive"`` (30 days by default).
     ``prepared_statements=False`` (or ``SKIPLOCK_PREPARED_STATEMENTS=off``) is for a
     transaction-mode pooler that does not track prepared statements, such as PgBouncer before
     1.21 (see docs/operations.md); None takes the environment's setting, on by default.
@@ -128,7 +136,8 @@ class App(JobAdmin):
         for status, seconds in (retention or {}).items():
             if status not in DEFAULT_RETENTION:
                 raise ConfigurationError(
-                    f"retention is kept per finished status {sorted(DEFAULT_RETENTION)}, "
+                    f"retention is kept per finished status and archive "
+                    f"{sorted(DEFAULT_RETENTION)}, "
                     f"not {status!r}"
                 )
             self.retention[status] = seconds

@@ -750,7 +750,7 @@ def test_prune_older_than_zero_deletes_every_finished_job(tasks: App, db: Any) -
 
     pruned = run(app, "prune", "--older-than", "0", "--json")
     assert pruned.code == 0, pruned
-    assert json.loads(pruned.out) == {"done": 2, "failed": 1, "cancelled": 1}
+    assert json.loads(pruned.out) == {"done": 2, "failed": 1, "cancelled": 1, "archive": 0}
     left = {i for (i,) in db.execute(f"SELECT id FROM {jobs_table(app)}")}
     assert left == set(ids[4:])
 

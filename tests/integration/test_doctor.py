@@ -86,7 +86,8 @@ def test_fresh_schema_is_healthy_and_exits_0(pg_dsn: str, schema: str, db: Any) 
     by_check = {f["check"]: f for f in report["findings"]}
     expected = {
         "schema", "xmin_horizon", "autovacuum", "dead_tuples", "workers", "expired_leases",
-        "impossible_states", "claim_index", "retention", "locks", "listen", "connections",
+        "impossible_states", "claim_index", "retention", "archive", "locks", "listen",
+        "connections",
     }  # fmt: skip
     assert set(by_check) == expected, result.stdout
     # This CI server runs with autovacuum off (conf.d/90-ci.conf): doctor must say so, and
@@ -478,7 +479,7 @@ def test_finished_jobs_past_retention_are_reported(app: App, db: Any) -> None:
     assert ret["status"] == "ok", ret
 
     assert app.sync_client.prune(dict(DEFAULT_RETENTION)) == {
-        "done": 5, "cancelled": 0, "failed": 2,
+        "done": 5, "cancelled": 0, "failed": 2, "archive": 0,
     }  # fmt: skip
     assert findings(app.dsn, app.schema)["retention"].status == "ok"
 

@@ -363,9 +363,14 @@ def test_prune_deletes_finished_jobs_past_their_retention(app: App, pg_dsn: str,
         finish(db, app, job_id, status, age)
     # ids[6] stays pending, ids[7] too: unfinished jobs are never pruned.
 
-    assert app.retention == {"done": 86400.0, "cancelled": 86400.0, "failed": 7 * 86400.0}
+    assert app.retention == {
+        "done": 86400.0,
+        "cancelled": 86400.0,
+        "failed": 7 * 86400.0,
+        "archive": 30 * 86400.0,
+    }
     pruned = app.sync_client.prune(app.retention)
-    assert pruned == {"done": 1, "failed": 1, "cancelled": 1}
+    assert pruned == {"done": 1, "failed": 1, "cancelled": 1, "archive": 0}
     left = {i for (i,) in db.execute(f'SELECT id FROM "{app.schema}".jobs')}
     assert left == {ids[1], ids[2], ids[5], ids[6], ids[7]}
 

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from skiplock._cli import admin, roles
+from skiplock._cli import archive as archive_cli
 from skiplock._cli import dashboard as dashboard_cli
 from skiplock._cli import jobs as job_actions_cli
 from skiplock._cli import status as status_cli
@@ -78,6 +79,7 @@ for extra in (
     job_actions_cli.cancel,
     dashboard_cli.command,
     metrics_exporter.command,
+    archive_cli.command,
 ):
     main.add_command(extra)
 

@@ -101,17 +101,19 @@ def watch_status(
 
 
 def status_table(rows: list[dict[str, Any]], schema: str) -> Table:
-    table = Table(
-        title=f"skiplock queues (schema {schema})",
-        caption=f"at {datetime.now().astimezone():%H:%M:%S}",
-    )
+    estimated = any(row["finished_estimated"] for row in rows)
+    caption = f"at {datetime.now().astimezone():%H:%M:%S}"
+    if estimated:
+        caption += "; ~ failed, done and cancelled estimated from a sample of the jobs table"
+    table = Table(title=f"skiplock queues (schema {schema})", caption=caption)
     columns = ["queue", "pending", "scheduled", "waiting", "running", "failed", "done", "cancelled"]
     for column in [*columns, "oldest due", "finished/min", "workers", "settings"]:
         table.add_column(column, justify="left" if column in ("queue", "settings") else "right")
+    sampled = ("failed", "done", "cancelled") if estimated else ()
     for row in rows:
         age = row["oldest_pending_seconds"]
         table.add_row(
-            *(str(row[c]) for c in columns),
+            *(f"~{row[c]}" if c in sampled else str(row[c]) for c in columns),
             "-" if age is None else f"{age:.1f}s",
             str(row["finished_last_minute"]),
             str(row["workers"]) if row["workers"] or not row["pending"] else "[red]0[/red]",

@@ -14,6 +14,7 @@ import json
 from asyncio import Lock as PoolLock
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -35,7 +36,7 @@ from skiplock._db.job_search import SEARCH_SCAN, FoundJobs
 from skiplock._db.migrations import all_migrations
 from skiplock._db.payload import BIGINT_MAX, INT_MAX, check_key, load_json
 from skiplock._db.presence import is_silent
-from skiplock._db.store_async import AsyncStore
+from skiplock._db.store_async import ARCHIVE_PARTITIONS_AHEAD, AsyncStore
 from skiplock._db.wakeups import cancel_payload
 from skiplock._rate_limit import check_rate_limit
 from skiplock.bulk import (
@@ -528,6 +529,24 @@ class AsyncClient:
             key: {"concurrency": concurrency, "rate": rate, "period": period}
             for key, concurrency, rate, period in rows
         }
+
+    async def archive_health(self, conn: AsyncConnection[Any] | None = None) -> dict[str, Any]:
+        """The archive at a glance: partitioned or not, rows (estimated), bytes, the oldest
+        job's age, its partitions and how far ahead they reach."""
+        async with self.connection(conn) as c:
+            return await self.store.archive_health(c)
+
+    async def archive_partition(
+        self, ahead: int = ARCHIVE_PARTITIONS_AHEAD, cutoff: datetime | None = None
+    ) -> datetime:
+        """Turn the plain archive into daily partitions, in three transactions that block
+        archiving only for catalog changes (docs/design.md, "An archive that stays healthy");
+        the cutoff, before which every job stays in the partition jobs_archive_legacy."""
+        async with self.connection() as c:
+            cut = await self.store.archive_partition_bound(c, cutoff)
+            await self.store.archive_partition_validate(c)
+            await self.store.archive_partition_swap(c, cut, ahead)
+            return cut
 
     async def prune(
         self, retention: dict[str, float | None], conn: AsyncConnection[Any] | None = None

@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from threading import Lock as PoolLock
 from typing import Any
 
@@ -36,7 +37,7 @@ from skiplock._db.job_search import SEARCH_SCAN, FoundJobs
 from skiplock._db.migrations import all_migrations
 from skiplock._db.payload import BIGINT_MAX, INT_MAX, check_key, load_json
 from skiplock._db.presence import is_silent
-from skiplock._db.store_sync import SyncStore
+from skiplock._db.store_sync import ARCHIVE_PARTITIONS_AHEAD, SyncStore
 from skiplock._db.wakeups import cancel_payload
 from skiplock._rate_limit import check_rate_limit
 from skiplock.bulk import (
@@ -513,6 +514,24 @@ class SyncClient:
             key: {"concurrency": concurrency, "rate": rate, "period": period}
             for key, concurrency, rate, period in rows
         }
+
+    def archive_health(self, conn: Connection[Any] | None = None) -> dict[str, Any]:
+        """The archive at a glance: partitioned or not, rows (estimated), bytes, the oldest
+        job's age, its partitions and how far ahead they reach."""
+        with self.connection(conn) as c:
+            return self.store.archive_health(c)
+
+    def archive_partition(
+        self, ahead: int = ARCHIVE_PARTITIONS_AHEAD, cutoff: datetime | None = None
+    ) -> datetime:
+        """Turn the plain archive into daily partitions, in three transactions that block
+        archiving only for catalog changes (docs/design.md, "An archive that stays healthy");
+        the cutoff, before which every job stays in the partition jobs_archive_legacy."""
+        with self.connection() as c:
+            cut = self.store.archive_partition_bound(c, cutoff)
+            self.store.archive_partition_validate(c)
+            self.store.archive_partition_swap(c, cut, ahead)
+            return cut
 
     def prune(
         self, retention: dict[str, float | None], conn: Connection[Any] | None = None

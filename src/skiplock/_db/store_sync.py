@@ -39,6 +39,23 @@ from skiplock.job import Claim, ClaimKey, Enqueued, Job
 # after the last of them).
 KEYS_PER_CLAIM = 16
 
+# Daily partitions of a partitioned archive made ahead of the day they hold, so that one is
+# there when a job is archived however long no leader runs (a default partition catches the
+# rest); and batches the leader deletes from a plain archive at most a round (a minute).
+ARCHIVE_PARTITIONS_AHEAD = 3
+ARCHIVE_PRUNE_ROUNDS = 20
+
+
+class ArchivePartitions(NamedTuple):
+    partitioned: bool
+    created: list[str]
+    dropped: list[str]
+
+
+class ArchivePruned(NamedTuple):
+    deleted: int  # jobs deleted from a plain archive
+    partitions: ArchivePartitions
+
 
 class DroppedSchedule(NamedTuple):
     """A periodic schedule whose recorded ticks were dropped (periodic_reconcile): ``changed``
@@ -431,12 +448,65 @@ class SyncJobStatements(SyncQueueStatements, SyncDependencyStatements):
         params = {"status": status, "older_than": older_than, "limit": limit}
         return len(self._rows(conn, "job_prune_finished", params))
 
+    def job_archive_prune(
+        self,
+        conn: Connection[Any],
+        older_than: float,
+        limit: int = 5000,
+        now: datetime | None = None,
+    ) -> int:
+        """Delete up to ``limit`` archived jobs finished more than ``older_than`` seconds
+        before ``now`` (None: the server's now()), oldest first; how many."""
+        params = {"older_than": older_than, "limit": limit, "now": now}
+        return len(self._rows(conn, "job_archive_prune", params))
+
+    def archive_partitions_keep(
+        self,
+        conn: Connection[Any],
+        older_than: float | None,
+        ahead: int = ARCHIVE_PARTITIONS_AHEAD,
+        now: datetime | None = None,
+    ) -> ArchivePartitions:
+        """A partitioned archive: make the daily partitions of the next ``ahead`` days and
+        drop those past ``older_than`` seconds (None keeps them), as of ``now``."""
+        params = {"ahead": ahead, "older_than": older_than, "now": now}
+        ((partitioned, created, dropped),) = self._rows(conn, "archive_partitions_keep", params)
+        return ArchivePartitions(bool(partitioned), list(created), list(dropped))
+
+    def archive_prune(
+        self,
+        conn: Connection[Any],
+        older_than: float | None,
+        batch: int = 5000,
+        rounds: int = ARCHIVE_PRUNE_ROUNDS,
+        now: datetime | None = None,
+    ) -> ArchivePruned:
+        """The archive's retention, ``older_than`` seconds (None: kept forever): a partitioned
+        archive drops its partitions past it (and makes those of the days ahead); a plain one
+        deletes its jobs past it, oldest first, ``batch`` a statement and at most ``rounds``
+        statements (the rest waits for the next call)."""
+        parts = self.archive_partitions_keep(conn, older_than, now=now)
+        if parts.partitioned or older_than is None:
+            return ArchivePruned(0, parts)
+        deleted = 0
+        for _ in range(rounds):
+            n = self.job_archive_prune(conn, older_than, batch, now)
+            deleted += n
+            if n < batch:
+                break
+        return ArchivePruned(deleted, parts)
+
     def job_prune_by_retention(
         self, conn: Connection[Any], retention: dict[str, float | None], batch: int = 5000
     ) -> dict[str, int]:
-        """Prune each finished status past its retention (None keeps it), in batches."""
+        """Prune each finished status past its retention (None keeps it), in batches; the
+        archive (the key ``archive``) as :meth:`archive_prune` does, counted in jobs deleted
+        (a dropped partition counts none)."""
         pruned: dict[str, int] = {}
         for status, seconds in retention.items():
+            if status == "archive":
+                pruned[status] = (self.archive_prune(conn, seconds, batch)).deleted
+                continue
             if seconds is None:
                 continue
             pruned[status] = 0

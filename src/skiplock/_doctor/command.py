@@ -26,6 +26,10 @@ finding is at or above ``--fail-on`` (default ``warn``), else 0; it cannot conne
   ``CREATE INDEX CONCURRENTLY`` / ``REINDEX CONCURRENTLY`` leftover) is reported too;
 - ``retention``: finished jobs older than their status's retention plus ``retention_grace``
   (pruning is behind, or no worker runs maintenance);
+- ``archive``: the archive's size, and its oldest job against the archive's retention (plus
+  ``retention_grace``, and a day for a partitioned archive, which drops whole days); for a
+  partitioned archive, daily partitions made for today on and none of its jobs in the
+  default partition;
 - ``locks``: sessions holding locks that delay claims: an advisory lock on one of skiplock's
   keys of the schema in a session that may not write the jobs table, or rows of the
   ``queues`` table (a limited queue's claim lock) in a transaction older than

@@ -40,6 +40,7 @@ class Doctor(DoctorSession):
                 )
                 findings += self._guard("claim_index", lambda: self.check_claim_index(conn))
                 findings += self._guard("retention", lambda: [self.check_retention(conn)])
+                findings += self._guard("archive", lambda: [self.check_archive(conn)])
                 findings += self._guard("locks", lambda: [self.check_locks(conn)])
             findings += self._guard("listen", lambda: [self.check_listen()])
             findings += self._guard("connections", lambda: [self.check_connections(conn)])
@@ -84,6 +85,9 @@ class Doctor(DoctorSession):
 
     def check_retention(self, conn: Connection[Any]) -> Finding:
         return doctor_upkeep.check_retention(self, conn)
+
+    def check_archive(self, conn: Connection[Any]) -> Finding:
+        return doctor_upkeep.check_archive(self, conn)
 
     def check_locks(self, conn: Connection[Any]) -> Finding:
         return doctor_locks.check_locks(self, conn)

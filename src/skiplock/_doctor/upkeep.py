@@ -151,7 +151,7 @@ def check_impossible_states(doctor: DoctorSession, conn: Connection[Any]) -> Fin
 
 def check_retention(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
     t = doctor.thresholds
-    kept = {s: sec for s, sec in t.retention.items() if sec is not None}
+    kept = {s: sec for s, sec in t.retention.items() if sec is not None and s != "archive"}
     statuses = sorted(kept)
     rows = doctor.statements.doctor_finished_past_retention(
         conn,
@@ -162,7 +162,7 @@ def check_retention(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
     )
     late = [r for r in rows if r["n"]]
     details = {"statuses": rows}
-    forever = sorted(s for s, sec in t.retention.items() if sec is None)
+    forever = sorted(s for s, sec in t.retention.items() if sec is None and s != "archive")
     note = f" ({', '.join(forever)} kept forever)" if forever else ""
     if not late:
         return Finding(
@@ -190,5 +190,46 @@ def check_retention(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
         f"`skiplock prune --schema {doctor.schema}` deletes them now; workers (not --burst) "
         "prune every minute on their maintenance leader, so check that one runs. If you "
         "keep them on purpose, pass the app's retention (--retention done=none)",
+        details,
+    )
+
+
+def check_archive(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
+    """The archive: its size, its oldest job against its retention (a partitioned archive
+    keeps up to a day more: it drops whole days), and for a partitioned one, whether the
+    partitions reach ahead of now and none of its jobs went to the default partition."""
+    health = doctor.store.archive_health(conn)
+    keep = doctor.thresholds.retention.get("archive")
+    details = dict(health)
+    size = f"about {health['rows_estimate']:,} archived jobs, {health['bytes'] / 1e6:,.1f} MB" + (
+        f", in {health['partitions']} daily partitions" if health["partitioned"] else ""
+    )
+    oldest = health["oldest_seconds"]
+    problems = []
+    if keep is not None and oldest is not None:
+        late = keep + doctor.thresholds.retention_grace + (86400 if health["partitioned"] else 0)
+        if oldest > late:
+            problems.append(
+                f"the oldest archived job finished {duration(oldest)} ago, past the archive's "
+                f"retention of {duration(keep)}"
+            )
+    if health["partitioned"] and (health["ahead_seconds"] or 0) <= 0:
+        problems.append("no daily partition is made for today or later")
+    if health["default_rows"]:
+        problems.append(
+            f"{health['default_rows']:,} archived jobs went to the default partition (no daily "
+            "partition was there for their day)"
+        )
+    kept = "kept forever" if keep is None else f"kept {duration(keep)}"
+    if not problems:
+        return Finding("archive", "ok", f"{size}; {kept}", "", details)
+    return Finding(
+        "archive",
+        "warn",
+        f"{size}: " + "; ".join(problems),
+        "workers (not --burst) prune the archive and make its partitions every minute on their "
+        f"maintenance leader: check that one runs; `skiplock prune --schema {doctor.schema}` "
+        "prunes now. If you keep archived jobs longer on purpose, pass the app's retention "
+        "(--retention archive=SECONDS|none)",
         details,
     )

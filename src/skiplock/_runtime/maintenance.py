@@ -1,6 +1,7 @@
 """Maintenance that one worker runs for everybody (the leader): promote due scheduled jobs,
 cancel jobs past their expiry, release (or cancel) jobs waiting for others, prune finished jobs
-past their retention (and workers gone for an hour), reclaim expired leases.
+and archived ones past their retention (and workers gone for an hour), keep the archive's
+daily partitions when it has them, reclaim expired leases.
 Reclaiming is also done by every other worker, so that the death of the leader itself does
 not hold up the recovery of its jobs.  Periodic ticks are enqueued by every worker that serves
 the periodic task's queue, leader or not (the ticks table makes each tick one job), and by no
@@ -354,8 +355,17 @@ class Maintenance:
         self._strangers = now
 
     async def _prune(self, conn: AsyncConnection[Any]) -> None:
-        pruned = await self.store.job_prune_by_retention(conn, self.app.retention)
+        hot = {s: v for s, v in self.app.retention.items() if s != "archive"}
+        pruned = await self.store.job_prune_by_retention(conn, hot)
         self.stats.pruned += sum(pruned.values())
+        archive = await self.store.archive_prune(conn, self.app.retention.get("archive"))
+        self.stats.pruned += archive.deleted
+        if archive.partitions.created or archive.partitions.dropped:
+            log.info(
+                "archive partitions: created %s, dropped %s (past the retention)",
+                archive.partitions.created or "none",
+                archive.partitions.dropped or "none",
+            )
         await self.store.job_held_starts_prune(conn)
         await self.store.job_progress_prune(conn)
         await self.store.job_dependencies_prune(conn)

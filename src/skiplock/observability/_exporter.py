@@ -5,7 +5,9 @@ Each scrape runs one statement, the one behind ``skiplock status`` (``queue_stat
 runtime.sql), and turns its rows into gauges; nothing is kept between scrapes:
 
 - ``skiplock_queue_jobs{queue, status}``: jobs ``pending`` (due), ``scheduled``, ``waiting``
-  (for other jobs), ``running`` and ``failed``.
+  (for other jobs), ``running`` (exact) and ``failed`` (exact while the jobs table is small,
+  else estimated from a sample of its pages: docs/design.md, "Status counts that do not read
+  the whole table").
 - ``skiplock_queue_oldest_due_job_age_seconds{queue}``: how long the oldest due job not running
   has been due (0: none).
 - ``skiplock_queue_workers{queue}``: live workers that claim from the queue.

@@ -253,9 +253,16 @@ WHERE j.id = c.id
                AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
 RETURNING j.id;
 
+-- name: job_table_pages
+-- The size of the jobs table in pages (what queue_status samples its finished jobs from).
+SELECT pg_relation_size(c.oid) / current_setting('block_size')::int
+FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND c.relname = 'jobs';
+
 -- name: queue_status
--- Per queue: pending (due), scheduled, waiting (for other jobs), running, failed, done, age
--- of the oldest due job in seconds, jobs finished in the last minute, its settings (paused,
+-- Per queue: pending (due), scheduled, waiting (for other jobs), running, failed, done
+-- (estimated from a sample on a large table: finished_estimated), age of the oldest due job
+-- in seconds, jobs finished in the last minute, its settings (paused,
 -- concurrency limit, rate limit) and the live workers that claim from it (reported within
 -- %(silent)s seconds); a queue with settings or workers but no jobs is listed with zero counts.
 -- Running held-lock jobs, whose rows look pending, are counted running by their transactions'
@@ -284,18 +291,72 @@ WITH markers AS MATERIALIZED (
     FROM markers
     WHERE classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
 ), counts AS (
+    -- Live jobs counted exactly, each status in its partial index (jobs_claim_idx,
+    -- jobs_scheduled_idx, jobs_waiting_idx, jobs_running_idx): as many rows as are live,
+    -- however many finished ones the table holds.
     SELECT queue,
-           count(*) FILTER (WHERE status = 'pending') AS pending,
-           count(*) FILTER (WHERE status = 'scheduled') AS scheduled,
-           count(*) FILTER (WHERE status = 'waiting') AS waiting,
-           count(*) FILTER (WHERE status = 'running') AS running,
-           count(*) FILTER (WHERE status = 'failed') AS failed,
-           count(*) FILTER (WHERE status = 'done') AS done,
-           count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-           min(run_at) FILTER (WHERE status = 'pending') AS oldest_pending,
-           count(*) FILTER (WHERE status IN ('done', 'failed')
-                              AND finished_at > now() - interval '1 minute') AS finished_last_minute
-    FROM {jobs}
+           (sum(n) FILTER (WHERE status = 'pending'))::bigint AS pending,
+           (sum(n) FILTER (WHERE status = 'scheduled'))::bigint AS scheduled,
+           (sum(n) FILTER (WHERE status = 'waiting'))::bigint AS waiting,
+           (sum(n) FILTER (WHERE status = 'running'))::bigint AS running,
+           (sum(n) FILTER (WHERE status = 'failed'))::bigint AS failed,
+           (sum(n) FILTER (WHERE status = 'done'))::bigint AS done,
+           (sum(n) FILTER (WHERE status = 'cancelled'))::bigint AS cancelled,
+           min(oldest) AS oldest_pending,
+           (sum(n) FILTER (WHERE status = 'recent'))::bigint AS finished_last_minute
+    FROM (
+        SELECT queue, 'pending' AS status, count(*) AS n, min(run_at) AS oldest
+        FROM {jobs} WHERE status = 'pending' GROUP BY queue
+        UNION ALL
+        SELECT queue, 'scheduled', count(*), NULL FROM {jobs} WHERE status = 'scheduled'
+        GROUP BY queue
+        UNION ALL
+        SELECT queue, 'waiting', count(*), NULL FROM {jobs} WHERE status = 'waiting'
+        GROUP BY queue
+        UNION ALL
+        SELECT queue, 'running', count(*), NULL FROM {jobs} WHERE status = 'running'
+        GROUP BY queue
+        UNION ALL
+        -- Finished jobs: those in 8 ranges of pages spread evenly over the table (TID range
+        -- scans, a read of the same pages however large the table; the whole of a small
+        -- table, so exact), scaled up by %(scale)s, the pages of the table over those read: a
+        -- refresh costs the same at ten thousand finished jobs as at ten million
+        -- (docs/design.md, "Status counts that do not read the whole table").
+        SELECT queue, status, round(count(*) * %(scale)s::float8)::bigint, NULL
+        FROM (
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_0)s::tid AND ctid < %(to_0)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_1)s::tid AND ctid < %(to_1)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_2)s::tid AND ctid < %(to_2)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_3)s::tid AND ctid < %(to_3)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_4)s::tid AND ctid < %(to_4)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_5)s::tid AND ctid < %(to_5)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_6)s::tid AND ctid < %(to_6)s::tid
+            UNION ALL
+            SELECT queue, status FROM {jobs}
+            WHERE ctid >= %(from_7)s::tid AND ctid < %(to_7)s::tid
+        ) AS sample
+        WHERE status IN ('done', 'failed', 'cancelled')
+        GROUP BY queue, status
+        UNION ALL
+        -- Finished in the last minute, exactly: a range of jobs_finished_idx.
+        SELECT queue, 'recent', count(*), NULL
+        FROM {jobs}
+        WHERE status IN ('done', 'failed') AND finished_at > now() - interval '1 minute'
+        GROUP BY queue
+    ) AS c
     GROUP BY queue
 ), oldest_not_held AS (
     SELECT queue, min(run_at) AS oldest_pending
@@ -319,6 +380,7 @@ SELECT coalesce(c.queue, q.name, s.queue) AS queue,
                                        THEN c.oldest_pending ELSE o.oldest_pending END)::float8
            AS oldest_pending_seconds,
        coalesce(c.finished_last_minute, 0) AS finished_last_minute,
+       %(scale)s::float8 > 1 AS finished_estimated,
        coalesce(q.paused, false) AS paused, q.concurrency_limit, q.rate_limit, q.rate_period,
        coalesce(s.workers, 0) AS workers
 FROM counts AS c

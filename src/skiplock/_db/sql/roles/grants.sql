@@ -51,7 +51,7 @@ SELECT coalesce(bool_and(pg_has_role(current_user, c.relowner, 'USAGE')), false)
        count(*) AS tables
 FROM pg_class AS c
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
-WHERE n.nspname = %(schema)s AND c.relkind = 'r'
+WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p')
   AND c.relname IN ('jobs', 'jobs_archive', 'queues', 'leaders', 'periodic_ticks', 'held_starts',
                     'held_key_slots', 'workers', 'job_dependencies', 'job_progress', 'migrations');
 
@@ -115,7 +115,9 @@ GRANT SELECT ON {key_limits} TO {worker};
 GRANT UPDATE (rate_tokens, rate_refilled_at) ON {key_limits} TO {worker};
 GRANT SELECT ON {migrations} TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {jobs} TO {worker};
-GRANT SELECT, INSERT ON {archive} TO {worker};
+GRANT SELECT, INSERT, DELETE ON {archive} TO {worker};  -- DELETE: the archive's retention (0022)
+GRANT EXECUTE ON FUNCTION {schema}.archive_partitions_keep(int, float8, timestamptz)
+    TO {worker};  -- a partitioned archive's days (0022)
 GRANT SELECT ON {queues} TO {worker};
 GRANT UPDATE (rate_tokens, rate_refilled_at) ON {queues} TO {worker};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {leaders}, {ticks}, {held_starts}, {workers},
@@ -140,6 +142,8 @@ GRANT SELECT ON {migrations} TO {admin};
 GRANT EXECUTE ON FUNCTION {schema}.may_write_jobs(oid) TO {admin};  -- doctor: which sessions are workers
 GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {admin};  -- enqueue (0021)
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON {key_limits} TO {admin};  -- limits per key (0021)
+GRANT EXECUTE ON FUNCTION {schema}.archive_partitions_keep(int, float8, timestamptz)
+    TO {admin};  -- skiplock prune (0022)
 
 -- name: role_grant_viewer
 -- Viewer: read jobs, archived jobs, queue settings, workers and the migration record; change
