@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import platform
 import subprocess
 import sys
@@ -26,9 +27,10 @@ from . import ceiling, own_sql, report, scale
 from .db import BenchDatabase, default_dsn, server_info
 from .plan import Plan, make_plan, plan_from_dict
 from .systems import QUEUES, SYSTEMS, Setting, versions
-from .workloads import Context, drain, enqueue, latency, long_transaction
+from .apps.work import parse as parse_work
+from .workloads import Context, drain, enqueue, latency, long_transaction, real_work
 
-WORKLOADS = ("enqueue", "drain", "statements", "latency", "scale", "longtx", "ceiling")
+WORKLOADS = ("enqueue", "drain", "statements", "work", "latency", "scale", "longtx", "ceiling")
 
 log = logging.getLogger("bench")
 
@@ -89,6 +91,7 @@ def focus(plan: Plan, wanted: set[str]) -> Plan:
     plan.latency_settings = keep(plan.latency_settings)
     plan.longtx_settings = keep(plan.longtx_settings)
     plan.statements_settings = keep(plan.statements_settings)
+    plan.work_settings = keep(plan.work_settings)
     return plan
 
 
@@ -219,6 +222,27 @@ class Runner:
                 notes=setting.notes,
             )
 
+    def work(self) -> None:
+        """Real work: each setting drains jobs whose handlers await, sleep in a thread or burn
+        CPU (bench/apps/work.py), against its ideal rate; repetitions outside, so the systems
+        take turns."""
+        p = self.plan
+        cores = len(os.sched_getaffinity(0))
+        for rep in range(p.repeat):
+            for setting in p.work_settings:
+                kind = parse_work(setting.work)[0]
+                n = p.work_procrastinate if setting.system == "procrastinate" else p.work_jobs[kind]
+                self.measure(
+                    "work",
+                    setting.system,
+                    setting.label,
+                    rep,
+                    lambda st=setting, n=n: real_work(self.ctx, SYSTEMS[st.system], st, n, cores),
+                    size=n,
+                    kind=kind,
+                    notes=setting.notes,
+                )
+
     def ceiling_alongside(self, size: int, rep: int) -> None:
         """The SQL ceiling at the batch size the drain targets compare with, right after each
         repetition of the drains: this machine's speed drifts by a third over minutes, and the
@@ -346,7 +370,7 @@ def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "platform": platform.platform(),
         "python": sys.version.split()[0],
-        "cpus": len(__import__("os").sched_getaffinity(0)),
+        "cpus": len(os.sched_getaffinity(0)),
     }
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

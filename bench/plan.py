@@ -68,6 +68,83 @@ def pgq(batch: int, processes: int) -> Setting:
 
 PR_DEFAULT = Setting("procrastinate", "default", notes="CLI defaults: concurrency 1")
 PR_C10 = Setting("procrastinate", "c10", concurrency=10, notes="--concurrency 10")
+# -- real work (issue 48, item 2): each job awaits, sleeps in a thread, or burns CPU ------------
+
+ASYNC_IO = "async-io:0.005"  # each job awaits 5 ms
+SYNC_IO = "sync-io:0.005"  # each job sleeps 5 ms in a thread (a plain `def` handler)
+CPU = "cpu:0.001"  # each job burns 1 ms of this thread's CPU in pure Python
+
+SK_WORK = [
+    Setting(
+        "skiplock",
+        "async-io-c100",
+        concurrency=100,
+        log_level="WARNING",
+        work=ASYNC_IO,
+        notes="async handler awaits 5 ms; concurrency 100, 1 process, log WARNING",
+    ),
+    Setting(
+        "skiplock",
+        "sync-io-c50",
+        concurrency=50,
+        log_level="WARNING",
+        work=SYNC_IO,
+        notes="`def` handler sleeps 5 ms; concurrency 50, 1 process, log WARNING",
+    ),
+    Setting(
+        "skiplock",
+        "cpu-c10x2",
+        concurrency=10,
+        processes=2,
+        log_level="WARNING",
+        work=CPU,
+        notes="async handler burns 1 ms CPU; concurrency 10, --processes 2, log WARNING",
+    ),
+]
+PGQ_WORK = [
+    Setting(
+        "pgqueuer",
+        "async-io-c100",
+        batch=50,
+        concurrency=100,
+        work=ASYNC_IO,
+        notes="awaits 5 ms; --batch-size 50 --max-concurrent-tasks 100, 1 process",
+    ),
+    Setting(
+        "pgqueuer",
+        "cpu-c10x2",
+        batch=5,
+        concurrency=10,
+        processes=2,
+        work=CPU,
+        notes="burns 1 ms CPU; --batch-size 5 --max-concurrent-tasks 10, 2 processes",
+    ),
+]
+PR_WORK = [
+    Setting(
+        "procrastinate",
+        "async-io-c100",
+        concurrency=100,
+        work=ASYNC_IO,
+        notes="async task awaits 5 ms; --concurrency 100, 1 process",
+    ),
+    Setting(
+        "procrastinate",
+        "sync-io-c50",
+        concurrency=50,
+        work=SYNC_IO,
+        notes="`def` task sleeps 5 ms (in the loop's default executor); --concurrency 50",
+    ),
+    Setting(
+        "procrastinate",
+        "cpu-c10x2",
+        concurrency=10,
+        processes=2,
+        work=CPU,
+        notes="async task burns 1 ms CPU; --concurrency 10, 2 processes",
+    ),
+]
+
 SQL_FLOOR = Setting(
     "sql-floor",
     "listen-claim",
@@ -105,6 +182,10 @@ class Plan:
     # A drain per setting through the counting proxy (bench/wire.py): statements per job.
     statements_jobs: int = 0
     statements_settings: list[Setting] = field(default_factory=list)
+    # Real work (bench/apps/work.py): jobs per drain by kind of work, Procrastinate's instead.
+    work_jobs: dict[str, int] = field(default_factory=dict)
+    work_procrastinate: int = 0
+    work_settings: list[Setting] = field(default_factory=list)
 
 
 def make_plan(quick: bool, repeat: int | None) -> Plan:
@@ -146,6 +227,10 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             own_sql_batches=[10, 100],
             statements_jobs=1000,
             statements_settings=[SK_DEFAULT, pgq(100, 2), PR_DEFAULT],
+            # skiplock's three kinds of work and one run of each peer, small (CI time)
+            work_jobs={"async-io": 500, "sync-io": 500, "cpu": 200},
+            work_procrastinate=100,
+            work_settings=[*SK_WORK, PGQ_WORK[0], PR_WORK[1]],
         )
     pgq_all = [pgq(b, p) for b in (10, 100, 500) for p in (1, 2)]
     skiplock_all = [
@@ -191,6 +276,9 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         own_sql_batches=[10, 100],
         statements_jobs=20_000,
         statements_settings=every_setting,  # each drained once more, counted
+        work_jobs={"async-io": 20_000, "sync-io": 10_000, "cpu": 4000},
+        work_procrastinate=2000,
+        work_settings=[*SK_WORK, *PGQ_WORK, *PR_WORK],
     )
 
 
@@ -203,6 +291,7 @@ def plan_from_dict(d: dict[str, Any]) -> Plan:
         "latency_settings",
         "longtx_settings",
         "statements_settings",
+        "work_settings",
     ):
         d[name] = [Setting(**{**s, "extra": tuple(s.get("extra", ()))}) for s in d.get(name, [])]
     s = d["scale_setting"]

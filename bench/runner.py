@@ -41,6 +41,7 @@ class Workers:
             self.db,
             {
                 "BENCH_RECORD_DIR": str(self.record_dir),
+                "BENCH_WORK": self.setting.work,
                 **self.system.worker_env(self.setting),
             },
         )

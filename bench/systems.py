@@ -43,12 +43,13 @@ class Setting:
     system: str
     label: str
     processes: int = 1
-    concurrency: int | None = None  # skiplock, Procrastinate
+    concurrency: int | None = None  # skiplock, Procrastinate; PGQueuer --max-concurrent-tasks
     batch: int | None = None  # PGQueuer --batch-size
     completion: str = "keep"  # skiplock App(completion=...)
     log_level: str | None = None
     extra: tuple[str, ...] = ()
     notes: str = ""
+    work: str = ""  # the handler's work, "<kind>:<seconds>" (bench/apps/work.py); "" = no-op
 
     @property
     def key(self) -> str:
@@ -225,6 +226,8 @@ class PgQueuer(System):
         cmd = [PY, "-m", "bench.apps.pgqueuer_worker", "bench.apps.pgqueuer_app:factory"]
         if setting.batch is not None:
             cmd += ["--batch-size", str(setting.batch)]
+        if setting.concurrency is not None:
+            cmd += ["--max-concurrent-tasks", str(setting.concurrency)]
         cmd += list(setting.extra)
         return [cmd for _ in range(setting.processes)]
 

@@ -300,6 +300,33 @@ def _drain(
         mon.close()
 
 
+# -- real work ------------------------------------------------------------------------------
+
+
+def work_ideal(setting: Setting, cores: int) -> float:
+    """The most jobs/s a setting's work allows: concurrency x processes / job time; for CPU
+    work, one job at a time per process (the GIL) and no more processes than cores."""
+    from .apps.work import parse
+
+    kind, seconds = parse(setting.work)
+    slots = (setting.concurrency or 10) * setting.processes
+    if kind == "cpu":
+        slots = min(slots, setting.processes, cores)
+    return slots / seconds
+
+
+def real_work(ctx: Context, system: System, setting: Setting, n: int, cores: int) -> dict[str, Any]:
+    """A drain of ``n`` jobs whose handlers do ``setting.work``, against its ideal rate."""
+    from .apps.work import parse
+
+    out = drain(ctx, system, setting, n)
+    ideal = work_ideal(setting, cores)
+    out["kind"] = parse(setting.work)[0]
+    out["ideal_jobs_per_s"] = ideal
+    out["efficiency"] = out["jobs_per_s"] / ideal
+    return out
+
+
 # -- 3. latency -----------------------------------------------------------------------------
 
 
