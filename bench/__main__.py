@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from . import ceiling, own_sql, report, scale
+from .apps.work import parse as parse_work
 from .db import BenchDatabase, default_dsn, server_info
 from .plan import Plan, make_plan, plan_from_dict
 from .systems import QUEUES, SYSTEMS, Setting, versions
-from .apps.work import parse as parse_work
 from .workloads import Context, drain, enqueue, latency, long_transaction, real_work
 
 WORKLOADS = ("enqueue", "drain", "statements", "work", "latency", "scale", "longtx", "ceiling")

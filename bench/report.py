@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .apps.work import KINDS
 from .db import BenchDatabase, connect
 from .plan import Plan
 from .scale import CASES
@@ -172,6 +173,9 @@ def ceiling_alongside(results: list[dict[str, Any]], size: int, batch: int) -> b
 CEILING_WITHIN = 1.5  # a drain is to take at most this many times as long as the SQL ceiling
 
 
+WORK_EFFICIENCY = 0.9  # real work, I/O rows: skiplock's jobs/s at least this share of the ideal
+
+
 def verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("**met**" if ok else "**missed**")
 
@@ -318,6 +322,19 @@ def targets(results: list[dict[str, Any]], plan: Plan, cpus: int | None = None) 
                     verdict(m / base <= 1.5),
                 ]
             )
+    for kind in ("async-io", "sync-io"):
+        rows = select(results, workload="work", system="skiplock", kind=kind)
+        if not rows:
+            continue
+        eff = med(rows, "efficiency")
+        out.append(
+            [
+                f"Real work, {kind}: skiplock ≥ {WORK_EFFICIENCY:.0%} of the ideal",
+                f"{fmt(med(rows, 'jobs_per_s'))} vs {fmt(rows[0]['ideal_jobs_per_s'])} jobs/s "
+                f"({rows[0]['setting']}) = {eff:.0%}",
+                verdict(eff >= WORK_EFFICIENCY),
+            ]
+        )
     rows = select(results, workload="longtx", system="skiplock")
     if rows:
         r = med(rows, "during_over_before")
@@ -452,6 +469,67 @@ def drain_section(results: list[dict[str, Any]]) -> str:
                 "median; the targets compare with these): " + "; ".join(figures) + "."
             )
     return "\n\n".join(parts)
+
+
+SYSTEM_ORDER = ("skiplock", "pgqueuer", "procrastinate")
+
+
+def work_section(results: list[dict[str, Any]], cpus: int | None) -> str:
+    """Real work: each setting's jobs/s against its ideal, the best peer of the same kind, and
+    the CPU bound (cores ÷ the worker's and its backends' CPU per job)."""
+    rows = select(results, workload="work")
+    if not rows:
+        return "Not measured in this run."
+    grouped = groups(rows, "kind", "system", "setting")
+    lines = []
+    for kind, system, setting in sorted(
+        grouped,
+        key=lambda k: (
+            KINDS.index(k[0]) if k[0] in KINDS else 99,
+            SYSTEM_ORDER.index(k[1]) if k[1] in SYSTEM_ORDER else 99,
+        ),
+    ):
+        rs = grouped[(kind, system, setting)]
+        m = med(rs, "jobs_per_s")
+        peer = best_setting(results, "work", PEERS, kind=kind)
+        cpu = med(rs, "worker_cpu_us_per_job") + med(rs, "pg_cpu_us_per_job")
+        bound = cpus * 1e6 / cpu if cpus and cpu > 0 else float("nan")
+        jobs = rs[0].get("jobs", rs[0].get("size"))
+        lines.append(
+            [
+                kind,
+                system,
+                setting,
+                rs[0].get("notes", ""),
+                f"{jobs:,}" if isinstance(jobs, int) else "–",
+                fmt_stats(stats(rs, "jobs_per_s")),
+                fmt(rs[0].get("ideal_jobs_per_s")),
+                f"{med(rs, 'efficiency'):.0%}" if not math.isnan(m) else "–",
+                f"{m / peer[2]:.2f}×" if peer and not math.isnan(m) else "–",
+                fmt(bound),
+                fmt(med(rs, "worker_cpu_us_per_job")),
+                fmt(med(rs, "pg_cpu_us_per_job")),
+                fmt(med(rs, "max_inflight")),
+                verified(rs),
+            ]
+        )
+    head = [
+        "work",
+        "system",
+        "setting",
+        "what",
+        "jobs",
+        "jobs/s median (min–max)",
+        "ideal jobs/s",
+        "of ideal",
+        "vs best peer",
+        "CPU bound jobs/s",
+        "worker CPU µs/job",
+        "PG CPU µs/job",
+        "max claimed-unrecorded",
+        "verified",
+    ]
+    return table(head, lines)
 
 
 def ceiling_section(results: list[dict[str, Any]], system: str = "sql-ceiling") -> str:
@@ -852,6 +930,22 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "## Drain",
         "",
         drain_section(results),
+        "",
+        "## Real work",
+        "",
+        "Drains whose handlers do the same work in every system (`bench/apps/work.py`, given by "
+        "the setting as `BENCH_WORK`): **async-io** awaits 5 ms (concurrency 100, 1 process), "
+        "**sync-io** sleeps 5 ms in a plain `def` handler, which the system runs in a thread "
+        "(concurrency 50, 1 process; PGQueuer has no sync handlers), **cpu** burns 1 ms of "
+        "the thread's CPU in pure Python in an async handler (2 processes). Jobs preloaded: "
+        + ", ".join(f"{k} {n:,}" for k, n in plan.work_jobs.items())
+        + f"; Procrastinate {plan.work_procrastinate:,}. **Ideal** = concurrency × processes ÷ "
+        "job time; for cpu, one job at a time per process (the GIL), at most one process per "
+        "core. **CPU bound** = cores ÷ (worker CPU + PG CPU per job): with the handlers' own "
+        "CPU in it, the most the cores allow at this run's cost per job; an ideal above it "
+        "cannot be reached on this machine. Verified like the drain (every job exactly once).",
+        "",
+        work_section(results, m.get("cpus")),
         "",
         "## Statements per job (a drain through a counting proxy)",
         "",

@@ -22,7 +22,7 @@ from psycopg import sql
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-WORKLOADS = {"enqueue", "drain", "statements", "latency", "scale", "longtx", "ceiling"}
+WORKLOADS = {"enqueue", "drain", "statements", "work", "latency", "scale", "longtx", "ceiling"}
 SYSTEMS = {"skiplock", "pgqueuer", "procrastinate", "sql-ceiling", "skiplock-sql", "sql-floor"}
 
 
@@ -98,6 +98,15 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     assert 0 < counted["skiplock"]["statements_per_job"] < 0.5
     assert counted["procrastinate"]["statements_per_job"] > 2
     assert all(r["connections"] >= 1 and r["round_trips_per_job"] > 0 for r in counted.values())
+    # Real work: skiplock's handlers that await and that sleep in a thread drained every job,
+    # each held to its ideal rate (concurrency x processes / job time).
+    work = {r["kind"]: r for r in results if r["workload"] == "work"}
+    assert set(work) == {"async-io", "sync-io"}
+    assert work["async-io"]["ideal_jobs_per_s"] == pytest.approx(100 / 0.005)
+    assert work["sync-io"]["ideal_jobs_per_s"] == pytest.approx(50 / 0.005)
+    assert all(
+        0 < r["efficiency"] == r["jobs_per_s"] / r["ideal_jobs_per_s"] for r in work.values()
+    )
     latencies = [r for r in results if r["workload"] == "latency"]
     assert all(len(r["samples_ms"]) == r["jobs"] > 0 for r in latencies)
     # Every worker spent CPU on the jobs it was sent one by one, and so did its backends.
@@ -180,6 +189,8 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
         "## Scale",
         "## Long transaction",
         "## Statements per job",
+        "## Real work",
+        "| Real work, sync-io: skiplock ≥ 90% of the ideal |",
     ):
         assert heading in report
     assert "NOT VERIFIED" not in report
