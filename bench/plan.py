@@ -277,7 +277,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         own_sql_batches=[10, 100],
         statements_jobs=20_000,
         statements_settings=every_setting,  # each drained once more, counted
-        work_jobs={"async-io": 20_000, "sync-io": 10_000, "cpu": 4000},
+        work_jobs={"async-io": 20_000, "sync-io": 10_000, "cpu": 2000},
         work_procrastinate=2000,
         work_settings=[*SK_WORK, *PGQ_WORK, *PR_WORK],
     )

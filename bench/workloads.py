@@ -319,7 +319,7 @@ def real_work(ctx: Context, system: System, setting: Setting, n: int, cores: int
     """A drain of ``n`` jobs whose handlers do ``setting.work``, against its ideal rate."""
     from .apps.work import parse
 
-    out = drain(ctx, system, setting, n)
+    out = drain(ctx, system, setting, n, timeout=30.0 + n / 50)  # 50 jobs/s would do
     ideal = work_ideal(setting, cores)
     out["kind"] = parse(setting.work)[0]
     out["ideal_jobs_per_s"] = ideal
