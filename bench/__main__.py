@@ -95,6 +95,27 @@ def focus(plan: Plan, wanted: set[str]) -> Plan:
     return plan
 
 
+def drop_unavailable(plan: Plan) -> dict[str, str]:
+    """Leave out the settings of systems that cannot run here (a broker not reachable, a
+    package not installed); returns why, by system."""
+    why: dict[str, str] = {}
+    for name, system in SYSTEMS.items():
+        reason = system.available()
+        if reason:
+            why[name] = reason
+
+    def keep(settings: list[Setting]) -> list[Setting]:
+        return [s for s in settings if s.system not in why]
+
+    plan.drain_settings = keep(plan.drain_settings)
+    plan.big_drain_settings = keep(plan.big_drain_settings)
+    plan.latency_settings = keep(plan.latency_settings)
+    plan.longtx_settings = keep(plan.longtx_settings)
+    plan.statements_settings = keep(plan.statements_settings)
+    plan.work_settings = keep(plan.work_settings)
+    return why
+
+
 class Runner:
     def __init__(self, ctx: Context, plan: Plan) -> None:
         self.ctx = ctx
@@ -193,6 +214,8 @@ class Runner:
             for rep in range(p.big_drain_repeat if big else p.repeat):
                 for setting in settings:
                     n = p.procrastinate_drain if setting.system == "procrastinate" else size
+                    if setting.system.startswith("celery") and p.celery_drain:
+                        n = min(n, p.celery_drain)
                     self.measure(
                         "drain",
                         setting.system,
@@ -426,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
         plan = focus(plan, {w.strip() for w in args.settings.split(",") if w.strip()})
     if args.sizes:
         plan.drain_sizes = [int(n) for n in args.sizes.split(",")]
+    skipped = drop_unavailable(plan)
+    for name, reason in skipped.items():
+        log.warning("skipping %s: %s", name, reason)
     log_dir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
     ctx = Context(db, log_dir, args.quick)
     runner = Runner(ctx, plan)
@@ -441,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         "server": server_info(server),
         "database": args.database,
         "worker_logs": str(log_dir),
+        "skipped": skipped,
     }
     meta["commit_ms"] = report.commit_latency(db)
     log.info("bench: %s, out=%s, logs=%s", "quick" if args.quick else "full", out, log_dir)

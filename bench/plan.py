@@ -145,6 +145,37 @@ PR_WORK = [
     ),
 ]
 
+# -- Celery (issue 48, item 3): its own worker, its documented throughput settings ------------
+
+
+def celery(broker: str, pool: str, concurrency: int, prefetch: int, acks_late: bool) -> Setting:
+    late = "-late" if acks_late else ""
+    return Setting(
+        f"celery-{broker}",
+        f"{pool}-c{concurrency}-p{prefetch}{late}",
+        concurrency=concurrency,
+        pool=pool,
+        prefetch=prefetch,
+        acks_late=acks_late,
+        notes=f"--pool {pool} --concurrency {concurrency} --prefetch-multiplier {prefetch}"
+        + (", task_acks_late" if acks_late else "")
+        + ", without gossip/mingle/heartbeat",
+    )
+
+
+CELERY_DRAIN = [
+    celery("redis", "prefork", 2, 4, False),  # its defaults, in 2 processes
+    celery("redis", "prefork", 2, 100, False),  # many short tasks: a larger prefetch
+    celery("redis", "prefork", 2, 1, True),  # its advice for reliability: acks late, prefetch 1
+    celery("redis", "threads", 10, 100, False),
+    celery("rabbitmq", "prefork", 2, 100, False),
+    celery("rabbitmq", "threads", 10, 100, False),
+]
+CELERY_LATENCY = [
+    celery("redis", "prefork", 2, 4, False),
+    celery("rabbitmq", "prefork", 2, 4, False),
+]
+
 SQL_FLOOR = Setting(
     "sql-floor",
     "listen-claim",
@@ -186,6 +217,8 @@ class Plan:
     work_jobs: dict[str, int] = field(default_factory=dict)
     work_procrastinate: int = 0
     work_settings: list[Setting] = field(default_factory=list)
+    # Celery drains this many instead (no bulk send: its preload is one message at a time)
+    celery_drain: int = 0
 
 
 def make_plan(quick: bool, repeat: int | None) -> Plan:
@@ -206,13 +239,14 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
                 SK_C100X2_DELETE_F150,
                 pgq(100, 2),
                 PR_DEFAULT,
+                CELERY_DRAIN[1],
             ],
             big_drain_settings=[],
             big_drain_repeat=1,
             procrastinate_drain=200,
             latency_rate=50.0,
             latency_seconds=1.0,
-            latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT, SQL_FLOOR],
+            latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT, CELERY_LATENCY[0], SQL_FLOOR],
             scale_background=10_000,
             scale_due=1000,
             scale_claims=20,
@@ -232,6 +266,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             work_jobs={"async-io": 500, "sync-io": 500, "cpu": 200},
             work_procrastinate=100,
             work_settings=SK_WORK[:2],
+            celery_drain=500,
         )
     pgq_all = [pgq(b, p) for b in (10, 100, 500) for p in (1, 2)]
     skiplock_all = [
@@ -242,7 +277,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         SK_C100X2_DELETE_F1000,
         SK_C100X2_DELETE_F150,
     ]
-    every_setting = [*skiplock_all, *pgq_all, PR_DEFAULT, PR_C10]
+    every_setting = [*skiplock_all, *pgq_all, PR_DEFAULT, PR_C10, *CELERY_DRAIN]
     return Plan(
         quick=False,
         repeat=repeat or 3,
@@ -262,7 +297,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         procrastinate_drain=2000,
         latency_rate=50.0,
         latency_seconds=10.0,
-        latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT, SQL_FLOOR],
+        latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT, *CELERY_LATENCY, SQL_FLOOR],
         scale_background=1_000_000,
         scale_due=10_000,
         scale_claims=300,
@@ -276,10 +311,12 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         ceiling_jobs={1: 4000, 10: 20_000, 100: 20_000},
         own_sql_batches=[10, 100],
         statements_jobs=20_000,
-        statements_settings=every_setting,  # each drained once more, counted
+        # each drained once more, counted (Celery sends no SQL)
+        statements_settings=[s for s in every_setting if not s.system.startswith("celery")],
         work_jobs={"async-io": 20_000, "sync-io": 10_000, "cpu": 2000},
         work_procrastinate=2000,
         work_settings=[*SK_WORK, *PGQ_WORK, *PR_WORK],
+        celery_drain=5000,
     )
 
 

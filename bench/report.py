@@ -17,8 +17,11 @@ from .db import BenchDatabase, connect
 from .plan import Plan
 from .scale import CASES
 
-PEERS = ("pgqueuer", "procrastinate")
+CELERY = ("celery-redis", "celery-rabbitmq")
+PEERS = ("pgqueuer", "procrastinate", *CELERY)
 COLORS = {
+    "celery-redis": "#d62728",
+    "celery-rabbitmq": "#9467bd",
     "skiplock": "#1f77b4",
     "pgqueuer": "#ff7f0e",
     "procrastinate": "#2ca02c",
@@ -173,6 +176,40 @@ def ceiling_alongside(results: list[dict[str, Any]], size: int, batch: int) -> b
 CEILING_WITHIN = 1.5  # a drain is to take at most this many times as long as the SQL ceiling
 
 
+def celery_targets(results: list[dict[str, Any]]) -> list[list[str]]:
+    """Issue 48's targets against Celery: skiplock's default drain ≥ 2x Celery's best setting;
+    its enqueue → start p50 ≤ 1.1x and p99 ≤ 1.5x Celery on Redis's."""
+    out: list[list[str]] = []
+    for size in sorted({r["size"] for r in select(results, workload="drain")}):
+        best = best_setting(results, "drain", CELERY, size=size)
+        sk = med(
+            select(results, workload="drain", system="skiplock", setting="default", size=size),
+            "jobs_per_s",
+        )
+        if best and not math.isnan(sk):
+            r = sk / best[2]
+            out.append(
+                [
+                    f"Drain {size:,}: skiplock default ≥ 2× the best Celery setting",
+                    f"{fmt(sk)} vs {fmt(best[2])} jobs/s ({best[0]} {best[1]}) = {r:.2f}×",
+                    verdict(r >= 2.0),
+                ]
+            )
+    sk_rows = select(results, workload="latency", system="skiplock", setting="default")
+    cr_rows = select(results, workload="latency", system="celery-redis")
+    if sk_rows and cr_rows:
+        for q, need in (("p50", 1.1), ("p99", 1.5)):
+            sk, cr = med(sk_rows, f"{q}_ms"), med(cr_rows, f"{q}_ms")
+            out.append(
+                [
+                    f"Latency {q} ≤ {need}× Celery on Redis's",
+                    f"{fmt(sk)} vs {fmt(cr)} ms = {sk / cr:.2f}×",
+                    verdict(sk / cr <= need),
+                ]
+            )
+    return out
+
+
 WORK_EFFICIENCY = 0.9  # real work, I/O rows: skiplock's jobs/s at least this share of the ideal
 
 
@@ -291,6 +328,7 @@ def targets(results: list[dict[str, Any]], plan: Plan, cpus: int | None = None) 
                     verdict(sk / pq >= need),
                 ]
             )
+    out += celery_targets(results)
     sk_rows = select(results, workload="latency", system="skiplock", setting="default")
     pq_rows = select(results, workload="latency", system="pgqueuer")
     if sk_rows and pq_rows:
@@ -926,6 +964,17 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "job can meet that target.",
         f"- Procrastinate drains {plan.procrastinate_drain:,} jobs instead of the listed size "
         "(it runs ~100–300 jobs/s here; its rate does not depend on the size at this scale).",
+        "- **Celery** (`celery-redis`, `celery-rabbitmq`): its own worker (`celery -A "
+        "bench.apps.celery_app worker`, prefork or threads pool, `--prefetch-multiplier`, "
+        "`task_acks_late` where named, without gossip/mingle/heartbeat), no result backend. "
+        "Its jobs are not in PostgreSQL: verified = the handlers' records (every job exactly "
+        "once) and nothing left in the broker (Redis: the queue and Celery's unacked hash; "
+        "RabbitMQ: the queue's ready messages once the worker has stopped); the drain ends when "
+        "every job has started and the broker holds none; claimed-unrecorded = Redis's unacked "
+        "messages (RabbitMQ: not measured). It has no bulk send, so it drains "
+        f"{plan.celery_drain:,} jobs (or the listed size, if smaller). Not in the statements, "
+        "enqueue and long-transaction workloads (no SQL); skipped when its broker is not "
+        "reachable (the run's `results.json` says why, under `meta.skipped`).",
         "",
         "## Drain",
         "",

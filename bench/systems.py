@@ -50,6 +50,9 @@ class Setting:
     extra: tuple[str, ...] = ()
     notes: str = ""
     work: str = ""  # the handler's work, "<kind>:<seconds>" (bench/apps/work.py); "" = no-op
+    pool: str = ""  # Celery --pool (prefork: concurrency = processes)
+    prefetch: int | None = None  # Celery --prefetch-multiplier
+    acks_late: bool = False  # Celery task_acks_late
 
     @property
     def key(self) -> str:
@@ -92,6 +95,23 @@ class System:
     def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
         """Problems found in the system's own tables after ``expected`` jobs should have run."""
         raise NotImplementedError
+
+    def unfinished(self, started: int, expected: int) -> bool:
+        """For a system without tables in PostgreSQL (``unfinished_sql`` empty): is anything
+        left, given how many jobs the handlers have started?"""
+        raise NotImplementedError
+
+    def inflight(self) -> int:
+        """Jobs claimed and not yet acknowledged (systems without ``inflight_sql``)."""
+        raise NotImplementedError
+
+    def ready(self, record_dir: Path, setting: Setting) -> bool:
+        """Are the started workers consuming? (Systems that say so: Celery.)"""
+        return True
+
+    def available(self) -> str | None:
+        """Why this system cannot run here (its broker is not reachable), or None."""
+        return None
 
 
 def _check(problems: list[str], what: str, got: object, want: object) -> None:
@@ -383,15 +403,157 @@ class SqlFloor(System):
         return problems
 
 
+# -- Celery ---------------------------------------------------------------------------------
+
+
+class _CeleryProducer(Producer):
+    """Celery has no async API and no bulk send: ``send_task`` per job, on one producer."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def one(self, n: int) -> None:
+        self.app.send_task("noop", kwargs={"n": n})
+
+    async def many(self, numbers: Sequence[int]) -> None:
+        with self.app.producer_or_acquire() as producer:
+            for n in numbers:
+                self.app.send_task("noop", kwargs={"n": n}, producer=producer)
+
+    async def close(self) -> None:
+        self.app.close()
+
+
+@dataclass
+class CeleryRedis(System):
+    """Celery's own worker on a Redis broker (a database number of the bench's own, flushed
+    before every run: ``$BENCH_CELERY_REDIS``, default ``redis://127.0.0.1:6379/11``)."""
+
+    name: ClassVar[str] = "celery-redis"
+    table: ClassVar[str] = ""
+    unfinished_sql: ClassVar[str] = ""
+    inflight_sql: ClassVar[str] = ""
+    broker_env: ClassVar[str] = "BENCH_CELERY_REDIS"
+    default_broker: ClassVar[str] = "redis://127.0.0.1:6379/11"
+
+    @property
+    def broker(self) -> str:
+        return os.environ.get(self.broker_env, self.default_broker)
+
+    def app(self) -> Any:
+        os.environ["BENCH_CELERY_BROKER"] = self.broker
+        from celery import Celery
+
+        app = Celery("bench", broker=self.broker, set_as_current=False)
+        app.conf.task_default_queue = "bench"  # as bench/apps/celery_app.py's
+        return app
+
+    def available(self) -> str | None:
+        try:
+            import celery  # noqa: F401
+        except ImportError:
+            return "celery is not installed (pip install -r bench/requirements.txt)"
+        try:
+            self.install(None)
+        except Exception as exc:
+            return f"{self.broker} is not reachable ({type(exc).__name__}: {exc})"
+        return None
+
+    def _redis(self) -> Any:
+        import redis
+
+        return redis.Redis.from_url(self.broker, socket_timeout=5)
+
+    def install(self, db: BenchDatabase | None) -> None:
+        with self._redis() as r:
+            r.flushdb()
+
+    def depth(self) -> tuple[int, int]:
+        """(messages waiting in the queue, messages delivered and not acknowledged)."""
+        with self._redis() as r:
+            return int(r.llen("bench")), int(r.hlen("unacked"))
+
+    def unfinished(self, started: int, expected: int) -> bool:
+        return started < expected or self.depth() != (0, 0)
+
+    def ready(self, record_dir: Path, setting: Setting) -> bool:
+        # one `celery worker` command per setting, whose main process says it is ready
+        return any(record_dir.glob("*.ready"))
+
+    def inflight(self) -> int:
+        return self.depth()[1]
+
+    async def producer(self, db: BenchDatabase) -> Producer:
+        return _CeleryProducer(self.app())
+
+    def worker_commands(self, db: BenchDatabase, setting: Setting) -> list[list[str]]:
+        cmd = [PY, "-m", "celery", "-A", "bench.apps.celery_app", "worker", "-Q", "bench"]
+        cmd += ["--pool", setting.pool or "prefork"]
+        if setting.concurrency is not None:
+            cmd += ["--concurrency", str(setting.concurrency)]
+        if setting.prefetch is not None:
+            cmd += ["--prefetch-multiplier", str(setting.prefetch)]
+        # Its documented optimisations for a worker that needs no cluster events.
+        cmd += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+        cmd += ["--loglevel", (setting.log_level or "WARNING").upper()]
+        return [cmd + list(setting.extra)]
+
+    def worker_env(self, setting: Setting) -> dict[str, str]:
+        return {
+            "BENCH_CELERY_BROKER": self.broker,
+            "BENCH_CELERY_ACKS_LATE": "1" if setting.acks_late else "",
+        }
+
+    def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
+        problems: list[str] = []
+        _check(problems, "messages left (queued, unacknowledged)", self.depth(), (0, 0))
+        return problems
+
+
+@dataclass
+class CeleryRabbit(CeleryRedis):
+    """Celery's own worker on RabbitMQ (``$BENCH_CELERY_AMQP``, default guest on localhost);
+    the queue is purged before every run."""
+
+    name: ClassVar[str] = "celery-rabbitmq"
+    broker_env: ClassVar[str] = "BENCH_CELERY_AMQP"
+    default_broker: ClassVar[str] = "amqp://guest:guest@127.0.0.1:5672//"
+
+    def install(self, db: BenchDatabase | None) -> None:
+        import kombu
+
+        with kombu.Connection(self.broker, connect_timeout=5) as conn:
+            kombu.Queue("bench", channel=conn.default_channel).declare()
+            conn.default_channel.queue_purge("bench")
+
+    def depth(self) -> tuple[int, int]:
+        """(messages ready in the queue, 0: RabbitMQ does not say how many are unacknowledged
+        without its management API; a stopped worker's unacknowledged ones return to ready)."""
+        import kombu
+
+        with kombu.Connection(self.broker, connect_timeout=5) as conn:
+            declared = conn.default_channel.queue_declare("bench", passive=True)
+            return int(declared.message_count), 0
+
+
 QUEUES: tuple[System, ...] = (Skiplock(), PgQueuer(), Procrastinate())
-SYSTEMS: dict[str, System] = {s.name: s for s in (*QUEUES, SqlFloor())}
+CELERY: tuple[System, ...] = (CeleryRedis(), CeleryRabbit())
+SYSTEMS: dict[str, System] = {s.name: s for s in (*QUEUES, *CELERY, SqlFloor())}
 
 
 def versions() -> dict[str, str]:
     from importlib.metadata import version
 
     out = {}
-    for dist in ("skiplock", "pgqueuer", "procrastinate", "psycopg", "asyncpg", "matplotlib"):
+    for dist in (
+        "skiplock",
+        "pgqueuer",
+        "procrastinate",
+        "celery",
+        "psycopg",
+        "asyncpg",
+        "matplotlib",
+    ):
         try:
             out[dist] = version(dist)
         except Exception:

@@ -254,9 +254,17 @@ def _drain(
         while True:
             s = mon.sample()
             if i % 3 == 0:
-                max_inflight = max(max_inflight, int(mon.execute(system.inflight_sql)[0]))
+                inflight = (
+                    mon.execute(system.inflight_sql)[0]
+                    if system.inflight_sql
+                    else system.inflight()
+                )
+                max_inflight = max(max_inflight, int(inflight))
             i += 1
-            if not s.probe:
+            pending = (
+                s.probe if system.unfinished_sql else system.unfinished(workers.started_so_far(), n)
+            )
+            if not pending:
                 break
             if not workers.alive():
                 problems.append("a worker process exited early:\n" + workers.log_tail())
@@ -362,6 +370,9 @@ def latency(
     try:
         workers.start()
         time.sleep(1.5 if ctx.quick else 3.0)  # started, connected, listening, idle
+        ready_by = time.monotonic() + 60
+        while not system.ready(workers.record_dir, setting) and time.monotonic() < ready_by:
+            time.sleep(0.1)
         if not workers.alive():
             problems.append("a worker process exited early:\n" + workers.log_tail())
         # What the workers and their backends spend per job at this rate (one claim and one
