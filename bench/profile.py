@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plan = make_plan(quick=False, repeat=1)
     settings = {s.label: s for s in plan.drain_settings + plan.big_drain_settings}
+    settings.update({s.label: s for s in plan.work_settings})  # real work, e.g. async-io-c100
     settings = {k: s for k, s in settings.items() if s.system == "skiplock"}
     if args.setting not in settings:
         parser.error(f"--setting: one of {', '.join(sorted(settings))}")

@@ -206,8 +206,8 @@ def drain(
     processes' pids once they are started (a profiler: ``bench/profile.py``); what it returns is
     called once they have exited.
 
-    Gives up after ``timeout`` seconds (default 30 s + 2 ms per job: 500 jobs/s would do)."""
-    timeout = timeout if timeout is not None else 30.0 + n / 500
+    Gives up after ``timeout`` seconds (default 30 s + 10 ms per job: 100 jobs/s would do)."""
+    timeout = timeout if timeout is not None else 30.0 + n / 100
     fresh(ctx, system)
     preload_s = preload(ctx, system, n)
     with contextlib.ExitStack() as stack:
