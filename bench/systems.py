@@ -426,8 +426,9 @@ class _CeleryProducer(Producer):
 
 @dataclass
 class CeleryRedis(System):
-    """Celery's own worker on a Redis broker (a database number of the bench's own, flushed
-    before every run: ``$BENCH_CELERY_REDIS``, default ``redis://127.0.0.1:6379/11``)."""
+    """Celery's own worker on a Redis broker (``$BENCH_CELERY_REDIS``, default
+    ``redis://127.0.0.1:6379/11``); its queue and keys are named after the bench's database
+    and deleted before every run."""
 
     name: ClassVar[str] = "celery-redis"
     table: ClassVar[str] = ""
@@ -436,16 +437,18 @@ class CeleryRedis(System):
     broker_env: ClassVar[str] = "BENCH_CELERY_REDIS"
     default_broker: ClassVar[str] = "redis://127.0.0.1:6379/11"
 
+    queue: str = "bench-probe"  # set by install(): named after the bench's database
+
     @property
     def broker(self) -> str:
         return os.environ.get(self.broker_env, self.default_broker)
 
     def app(self) -> Any:
-        os.environ["BENCH_CELERY_BROKER"] = self.broker
         from celery import Celery
 
         app = Celery("bench", broker=self.broker, set_as_current=False)
-        app.conf.task_default_queue = "bench"  # as bench/apps/celery_app.py's
+        app.conf.task_default_queue = self.queue  # as bench/apps/celery_app.py's
+        app.conf.broker_transport_options = {"global_keyprefix": f"{self.queue}:"}
         return app
 
     def available(self) -> str | None:
@@ -465,13 +468,16 @@ class CeleryRedis(System):
         return redis.Redis.from_url(self.broker, socket_timeout=5)
 
     def install(self, db: BenchDatabase | None) -> None:
+        self.queue = f"bench-{db.name}" if db else "bench-probe"
         with self._redis() as r:
-            r.flushdb()
+            for key in r.scan_iter(match=f"{self.queue}:*"):
+                r.delete(key)
 
     def depth(self) -> tuple[int, int]:
         """(messages waiting in the queue, messages delivered and not acknowledged)."""
         with self._redis() as r:
-            return int(r.llen("bench")), int(r.hlen("unacked"))
+            prefix = f"{self.queue}:"
+            return int(r.llen(prefix + self.queue)), int(r.hlen(prefix + "unacked"))
 
     def unfinished(self, started: int, expected: int) -> bool:
         return started < expected or self.depth() != (0, 0)
@@ -487,7 +493,7 @@ class CeleryRedis(System):
         return _CeleryProducer(self.app())
 
     def worker_commands(self, db: BenchDatabase, setting: Setting) -> list[list[str]]:
-        cmd = [PY, "-m", "celery", "-A", "bench.apps.celery_app", "worker", "-Q", "bench"]
+        cmd = [PY, "-m", "celery", "-A", "bench.apps.celery_app", "worker", "-Q", self.queue]
         cmd += ["--pool", setting.pool or "prefork"]
         if setting.concurrency is not None:
             cmd += ["--concurrency", str(setting.concurrency)]
@@ -501,6 +507,7 @@ class CeleryRedis(System):
     def worker_env(self, setting: Setting) -> dict[str, str]:
         return {
             "BENCH_CELERY_BROKER": self.broker,
+            "BENCH_CELERY_QUEUE": self.queue,
             "BENCH_CELERY_ACKS_LATE": "1" if setting.acks_late else "",
         }
 
@@ -522,9 +529,10 @@ class CeleryRabbit(CeleryRedis):
     def install(self, db: BenchDatabase | None) -> None:
         import kombu
 
+        self.queue = f"bench-{db.name}" if db else "bench-probe"
         with kombu.Connection(self.broker, connect_timeout=5) as conn:
-            kombu.Queue("bench", channel=conn.default_channel).declare()
-            conn.default_channel.queue_purge("bench")
+            kombu.Queue(self.queue, channel=conn.default_channel).declare()
+            conn.default_channel.queue_purge(self.queue)
 
     def depth(self) -> tuple[int, int]:
         """(messages ready in the queue, 0: RabbitMQ does not say how many are unacknowledged
@@ -532,7 +540,7 @@ class CeleryRabbit(CeleryRedis):
         import kombu
 
         with kombu.Connection(self.broker, connect_timeout=5) as conn:
-            declared = conn.default_channel.queue_declare("bench", passive=True)
+            declared = conn.default_channel.queue_declare(self.queue, passive=True)
             return int(declared.message_count), 0
 
 

@@ -11,25 +11,42 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_shutdown, worker_ready
+from celery.signals import worker_process_init, worker_process_shutdown, worker_ready
 
 from . import work
 from .record import dump, record
 
-QUEUE = "bench"
+# Named after the bench's database, so that two runs at once (another helper's, a test's) never
+# share a queue; on Redis every key of the transport (its unacked hash too) gets that prefix.
+QUEUE = os.environ.get("BENCH_CELERY_QUEUE", "bench")
 
 app = Celery("bench", broker=os.environ.get("BENCH_CELERY_BROKER", "redis://127.0.0.1:6379/11"))
 app.conf.update(
     task_default_queue=QUEUE,
+    broker_transport_options={"global_keyprefix": f"{QUEUE}:"},
     task_ignore_result=True,
     task_acks_late=os.environ.get("BENCH_CELERY_ACKS_LATE", "") == "1",
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
 )
+
+
+@worker_process_init.connect
+def _records_on_sigterm(**_: Any) -> None:
+    """A prefork child that the pool terminates on shutdown dies of SIGTERM without any exit
+    hook: write its records first."""
+
+    def written_then_default(signum: int, frame: Any) -> None:
+        dump()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, written_then_default)
 
 
 @worker_ready.connect

@@ -65,7 +65,7 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
         env=env,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=330,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
 
