@@ -28,7 +28,7 @@ from .apps.work import parse as parse_work
 from .db import BenchDatabase, default_dsn, server_info
 from .plan import Plan, make_plan, plan_from_dict
 from .systems import QUEUES, SYSTEMS, Setting, versions
-from .workloads import Context, drain, enqueue, latency, long_transaction, real_work
+from .workloads import Context, drain, enqueue, latency, long_transaction, real_work, work_floor
 
 WORKLOADS = ("enqueue", "drain", "statements", "work", "latency", "scale", "longtx", "ceiling")
 
@@ -265,6 +265,17 @@ class Runner:
                     kind=kind,
                     notes=setting.notes,
                 )
+                if setting.system == "skiplock" and kind in ("async-io", "sync-io"):
+                    self.measure(
+                        "work",
+                        "no-queue",
+                        setting.label,
+                        rep,
+                        lambda st=setting, n=n: work_floor(st, n, cores),
+                        size=n,
+                        kind=kind,
+                        notes="the same work in coroutines or threads of one process, no queue",
+                    )
 
     def ceiling_alongside(self, size: int, rep: int) -> None:
         """The SQL ceiling at the batch size the drain targets compare with, right after each

@@ -365,11 +365,13 @@ def targets(results: list[dict[str, Any]], plan: Plan, cpus: int | None = None) 
         if not rows:
             continue
         eff = med(rows, "efficiency")
+        floor = med(select(results, workload="work", system="no-queue", kind=kind), "efficiency")
         out.append(
             [
                 f"Real work, {kind}: skiplock ≥ {WORK_EFFICIENCY:.0%} of the ideal",
                 f"{fmt(med(rows, 'jobs_per_s'))} vs {fmt(rows[0]['ideal_jobs_per_s'])} jobs/s "
-                f"({rows[0]['setting']}) = {eff:.0%}",
+                f"({rows[0]['setting']}) = {eff:.0%}"
+                + ("" if math.isnan(floor) else f"; the same work with no queue: {floor:.0%}"),
                 verdict(eff >= WORK_EFFICIENCY),
             ]
         )
@@ -509,7 +511,7 @@ def drain_section(results: list[dict[str, Any]]) -> str:
     return "\n\n".join(parts)
 
 
-SYSTEM_ORDER = ("skiplock", "pgqueuer", "procrastinate")
+SYSTEM_ORDER = ("skiplock", "pgqueuer", "procrastinate", *CELERY, "no-queue")
 
 
 def work_section(results: list[dict[str, Any]], cpus: int | None) -> str:
@@ -992,7 +994,11 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "job time; for cpu, one job at a time per process (the GIL), at most one process per "
         "core. **CPU bound** = cores ÷ (worker CPU + PG CPU per job): with the handlers' own "
         "CPU in it, the most the cores allow at this run's cost per job; an ideal above it "
-        "cannot be reached on this machine. Verified like the drain (every job exactly once).",
+        "cannot be reached on this machine. Verified like the drain (every job exactly once). "
+        "**no-queue** is the same work with no queue: the coroutines or threads of one process "
+        "taking the jobs from a counter (`bench/apps/work.py`, `floor`), run right after "
+        "skiplock's row: what the timers and wake-ups allow here, the most any queue's row "
+        "could show.",
         "",
         work_section(results, m.get("cpus")),
         "",

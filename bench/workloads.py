@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import statistics
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -333,6 +334,33 @@ def real_work(ctx: Context, system: System, setting: Setting, n: int, cores: int
     out["ideal_jobs_per_s"] = ideal
     out["efficiency"] = out["jobs_per_s"] / ideal
     return out
+
+
+def work_floor(setting: Setting, n: int, cores: int) -> dict[str, Any]:
+    """The same I/O work with no queue (``bench.apps.work.floor`` in a process of its own):
+    how close to the ideal the event loop's timers or the threads' wake-ups get here now."""
+    from .apps.work import parse
+    from .systems import PY, REPO
+
+    kind, _ = parse(setting.work)
+    proc = subprocess.run(
+        [PY, "-m", "bench.apps.work", setting.work, str(setting.concurrency), str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    rate = float(proc.stdout.strip())
+    ideal = work_ideal(setting, cores)
+    return {
+        "jobs": n,
+        "jobs_per_s": rate,
+        "kind": kind,
+        "ideal_jobs_per_s": ideal,
+        "efficiency": rate / ideal,
+        "verified": True,  # the slots took exactly n jobs between them
+        "problems": [],
+    }
 
 
 # -- 3. latency -----------------------------------------------------------------------------

@@ -12,7 +12,9 @@ The setting under test gives it to every worker process as ``BENCH_WORK=<kind>:<
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import time
 
 KINDS = ("async-io", "sync-io", "cpu")
@@ -38,3 +40,51 @@ def burn(seconds: float) -> None:
     while time.thread_time() < end:
         for _ in range(100):
             pass
+
+
+def floor(kind: str, seconds: float, concurrency: int, jobs: int) -> float:
+    """Jobs/s of the same work with no queue at all: ``concurrency`` coroutines (async-io) or
+    threads (sync-io) doing ``jobs`` jobs between them in this process. What the event loop's
+    timers or the threads' wake-ups allow on this machine now, below the ideal."""
+    if kind == "async-io":
+
+        async def run() -> None:
+            left = [jobs]
+
+            async def slot() -> None:
+                while left[0] > 0:
+                    left[0] -= 1
+                    await asyncio.sleep(seconds)
+
+            await asyncio.gather(*(slot() for _ in range(concurrency)))
+
+        t0 = time.perf_counter()
+        asyncio.run(run())
+        return jobs / (time.perf_counter() - t0)
+    if kind == "sync-io":
+        left = [jobs]
+        lock = threading.Lock()
+
+        def slot() -> None:
+            while True:
+                with lock:
+                    if left[0] <= 0:
+                        return
+                    left[0] -= 1
+                time.sleep(seconds)
+
+        threads = [threading.Thread(target=slot) for _ in range(concurrency)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return jobs / (time.perf_counter() - t0)
+    raise ValueError(f"no floor for {kind!r}")
+
+
+if __name__ == "__main__":  # python -m bench.apps.work async-io:0.005 100 20000
+    import sys
+
+    k, s = parse(sys.argv[1])
+    print(floor(k, s, int(sys.argv[2]), int(sys.argv[3])))
