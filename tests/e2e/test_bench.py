@@ -47,7 +47,8 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
             f"install the benchmarks' peers: pip install -r bench/requirements.txt ({module})"
         )
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # this checkout's bench and skiplock (an editable install may point at another checkout)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "src")])}
     proc = subprocess.run(
         [
             sys.executable,
