@@ -24,7 +24,16 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOADS = {"enqueue", "drain", "statements", "work", "latency", "scale", "longtx", "ceiling"}
-SYSTEMS = {"skiplock", "pgqueuer", "procrastinate", "sql-ceiling", "skiplock-sql", "sql-floor"}
+# (no-queue: the real-work rows' floor, the same sleeps with no queue)
+SYSTEMS = {
+    "skiplock",
+    "pgqueuer",
+    "procrastinate",
+    "sql-ceiling",
+    "skiplock-sql",
+    "sql-floor",
+    "no-queue",
+}
 
 
 @pytest.fixture
@@ -107,8 +116,10 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     assert all(r["connections"] >= 1 and r["round_trips_per_job"] > 0 for r in counted.values())
     # Real work: skiplock's handlers that await and that sleep in a thread drained every job,
     # each held to its ideal rate (concurrency x processes / job time).
-    work = {r["kind"]: r for r in results if r["workload"] == "work"}
+    work = {r["kind"]: r for r in results if r["workload"] == "work" and r["system"] == "skiplock"}
     assert set(work) == {"async-io", "sync-io"}
+    floors = {r["kind"] for r in results if r["workload"] == "work" and r["system"] == "no-queue"}
+    assert floors == {"async-io", "sync-io"}
     assert work["async-io"]["ideal_jobs_per_s"] == pytest.approx(100 / 0.005)
     assert work["sync-io"]["ideal_jobs_per_s"] == pytest.approx(50 / 0.005)
     assert all(
