@@ -458,6 +458,7 @@ class CeleryRedis(System):
             return "celery is not installed (pip install -r bench/requirements.txt)"
         try:
             self.install(None)
+            self.forget()
         except Exception as exc:
             return f"{self.broker} is not reachable ({type(exc).__name__}: {exc})"
         return None
@@ -469,9 +470,7 @@ class CeleryRedis(System):
 
     def install(self, db: BenchDatabase | None) -> None:
         self.queue = f"bench-{db.name}" if db else "bench-probe"
-        with self._redis() as r:
-            for key in r.scan_iter(match=f"{self.queue}:*"):
-                r.delete(key)
+        self.forget()
 
     def depth(self) -> tuple[int, int]:
         """(messages waiting in the queue, messages delivered and not acknowledged)."""
@@ -514,7 +513,13 @@ class CeleryRedis(System):
     def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
         problems: list[str] = []
         _check(problems, "messages left (queued, unacknowledged)", self.depth(), (0, 0))
+        self.forget()  # every run has a queue of its own: none is left behind in the broker
         return problems
+
+    def forget(self) -> None:
+        with self._redis() as r:
+            for key in r.scan_iter(match=f"{self.queue}:*"):
+                r.delete(key)
 
 
 @dataclass
@@ -533,6 +538,12 @@ class CeleryRabbit(CeleryRedis):
         with kombu.Connection(self.broker, connect_timeout=5) as conn:
             kombu.Queue(self.queue, channel=conn.default_channel).declare()
             conn.default_channel.queue_purge(self.queue)
+
+    def forget(self) -> None:
+        import kombu
+
+        with kombu.Connection(self.broker, connect_timeout=5) as conn:
+            conn.default_channel.queue_delete(self.queue)
 
     def depth(self) -> tuple[int, int]:
         """(messages ready in the queue, 0: RabbitMQ does not say how many are unacknowledged
