@@ -99,8 +99,17 @@ def drop_unavailable(plan: Plan) -> dict[str, str]:
     """Leave out the settings of systems that cannot run here (a broker not reachable, a
     package not installed); returns why, by system."""
     why: dict[str, str] = {}
+    planned = {
+        s.system
+        for s in plan.drain_settings
+        + plan.big_drain_settings
+        + plan.latency_settings
+        + plan.longtx_settings
+        + plan.statements_settings
+        + plan.work_settings
+    }
     for name, system in SYSTEMS.items():
-        reason = system.available()
+        reason = system.available() if name in planned else None
         if reason:
             why[name] = reason
 

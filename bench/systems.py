@@ -536,6 +536,7 @@ class CeleryRabbit(CeleryRedis):
 
         self.queue = f"bench-{db.name}" if db else "bench-probe"
         with kombu.Connection(self.broker, connect_timeout=5) as conn:
+            conn.ensure_connection(max_retries=1)  # a broker that is not there: fail at once
             kombu.Queue(self.queue, channel=conn.default_channel).declare()
             conn.default_channel.queue_purge(self.queue)
 
