@@ -274,7 +274,11 @@ class Runner:
                     kind=kind,
                     notes=setting.notes,
                 )
-                if setting.system == "skiplock" and kind in ("async-io", "sync-io"):
+                if (
+                    setting.system == "skiplock"
+                    and kind in ("async-io", "sync-io")
+                    and not setting.extra
+                ):
                     self.measure(
                         "work",
                         "no-queue",

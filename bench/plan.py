@@ -85,6 +85,15 @@ SK_WORK = [
     ),
     Setting(
         "skiplock",
+        "async-io-c100-p100",
+        concurrency=100,
+        log_level="WARNING",
+        work=ASYNC_IO,
+        extra=("--prefetch", "100"),
+        notes="async-io-c100 with --prefetch 100 (the default claims up to 500 ahead)",
+    ),
+    Setting(
+        "skiplock",
         "sync-io-c50",
         concurrency=50,
         log_level="WARNING",
@@ -265,7 +274,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             # handlers of each kind run in the full plan, the CPU burn in tests/unit)
             work_jobs={"async-io": 500, "sync-io": 500, "cpu": 200},
             work_procrastinate=100,
-            work_settings=SK_WORK[:2],
+            work_settings=[SK_WORK[0], SK_WORK[2]],
             celery_drain=500,
         )
     pgq_all = [pgq(b, p) for b in (10, 100, 500) for p in (1, 2)]

@@ -360,9 +360,10 @@ def targets(results: list[dict[str, Any]], plan: Plan, cpus: int | None = None) 
                     verdict(m / base <= 1.5),
                 ]
             )
-    for kind in ("async-io", "sync-io"):
-        rows = select(results, workload="work", system="skiplock", kind=kind)
-        if not rows:
+    for (kind, _), rows in groups(
+        select(results, workload="work", system="skiplock"), "kind", "setting"
+    ).items():
+        if kind not in ("async-io", "sync-io"):
             continue
         eff = med(rows, "efficiency")
         floor = med(select(results, workload="work", system="no-queue", kind=kind), "efficiency")
