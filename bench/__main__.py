@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import platform
 import subprocess
 import sys
@@ -23,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from . import ceiling, own_sql, report, scale
+from .apps.work import parse as parse_work
 from .db import BenchDatabase, default_dsn, server_info
 from .plan import Plan, make_plan, plan_from_dict
 from .systems import QUEUES, SYSTEMS, Setting, versions
-from .workloads import Context, drain, enqueue, latency, long_transaction
+from .workloads import Context, drain, enqueue, latency, long_transaction, real_work, work_floor
 
-WORKLOADS = ("enqueue", "drain", "statements", "latency", "scale", "longtx", "ceiling")
+WORKLOADS = ("enqueue", "drain", "statements", "work", "latency", "scale", "longtx", "ceiling")
 
 log = logging.getLogger("bench")
 
@@ -89,7 +91,38 @@ def focus(plan: Plan, wanted: set[str]) -> Plan:
     plan.latency_settings = keep(plan.latency_settings)
     plan.longtx_settings = keep(plan.longtx_settings)
     plan.statements_settings = keep(plan.statements_settings)
+    plan.work_settings = keep(plan.work_settings)
     return plan
+
+
+def drop_unavailable(plan: Plan) -> dict[str, str]:
+    """Leave out the settings of systems that cannot run here (a broker not reachable, a
+    package not installed); returns why, by system."""
+    why: dict[str, str] = {}
+    planned = {
+        s.system
+        for s in plan.drain_settings
+        + plan.big_drain_settings
+        + plan.latency_settings
+        + plan.longtx_settings
+        + plan.statements_settings
+        + plan.work_settings
+    }
+    for name, system in SYSTEMS.items():
+        reason = system.available() if name in planned else None
+        if reason:
+            why[name] = reason
+
+    def keep(settings: list[Setting]) -> list[Setting]:
+        return [s for s in settings if s.system not in why]
+
+    plan.drain_settings = keep(plan.drain_settings)
+    plan.big_drain_settings = keep(plan.big_drain_settings)
+    plan.latency_settings = keep(plan.latency_settings)
+    plan.longtx_settings = keep(plan.longtx_settings)
+    plan.statements_settings = keep(plan.statements_settings)
+    plan.work_settings = keep(plan.work_settings)
+    return why
 
 
 class Runner:
@@ -190,6 +223,8 @@ class Runner:
             for rep in range(p.big_drain_repeat if big else p.repeat):
                 for setting in settings:
                     n = p.procrastinate_drain if setting.system == "procrastinate" else size
+                    if setting.system.startswith("celery") and p.celery_drain:
+                        n = min(n, p.celery_drain)
                     self.measure(
                         "drain",
                         setting.system,
@@ -218,6 +253,42 @@ class Runner:
                 size=n,
                 notes=setting.notes,
             )
+
+    def work(self) -> None:
+        """Real work: each setting drains jobs whose handlers await, sleep in a thread or burn
+        CPU (bench/apps/work.py), against its ideal rate; repetitions outside, so the systems
+        take turns."""
+        p = self.plan
+        cores = len(os.sched_getaffinity(0))
+        for rep in range(p.repeat):
+            for setting in p.work_settings:
+                kind = parse_work(setting.work)[0]
+                n = p.work_procrastinate if setting.system == "procrastinate" else p.work_jobs[kind]
+                self.measure(
+                    "work",
+                    setting.system,
+                    setting.label,
+                    rep,
+                    lambda st=setting, n=n: real_work(self.ctx, SYSTEMS[st.system], st, n, cores),
+                    size=n,
+                    kind=kind,
+                    notes=setting.notes,
+                )
+                if (
+                    setting.system == "skiplock"
+                    and kind in ("async-io", "sync-io")
+                    and not setting.extra
+                ):
+                    self.measure(
+                        "work",
+                        "no-queue",
+                        setting.label,
+                        rep,
+                        lambda st=setting, n=n: work_floor(st, n, cores),
+                        size=n,
+                        kind=kind,
+                        notes="the same work in coroutines or threads of one process, no queue",
+                    )
 
     def ceiling_alongside(self, size: int, rep: int) -> None:
         """The SQL ceiling at the batch size the drain targets compare with, right after each
@@ -346,7 +417,7 @@ def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "platform": platform.platform(),
         "python": sys.version.split()[0],
-        "cpus": len(__import__("os").sched_getaffinity(0)),
+        "cpus": len(os.sched_getaffinity(0)),
     }
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -402,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
         plan = focus(plan, {w.strip() for w in args.settings.split(",") if w.strip()})
     if args.sizes:
         plan.drain_sizes = [int(n) for n in args.sizes.split(",")]
+    skipped = drop_unavailable(plan)
+    for name, reason in skipped.items():
+        log.warning("skipping %s: %s", name, reason)
     log_dir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
     ctx = Context(db, log_dir, args.quick)
     runner = Runner(ctx, plan)
@@ -417,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         "server": server_info(server),
         "database": args.database,
         "worker_logs": str(log_dir),
+        "skipped": skipped,
     }
     meta["commit_ms"] = report.commit_latency(db)
     log.info("bench: %s, out=%s, logs=%s", "quick" if args.quick else "full", out, log_dir)

@@ -79,6 +79,123 @@ def pgq(batch: int, processes: int) -> Setting:
 
 PR_DEFAULT = Setting("procrastinate", "default", notes="CLI defaults: concurrency 1")
 PR_C10 = Setting("procrastinate", "c10", concurrency=10, notes="--concurrency 10")
+# -- real work (issue 48, item 2): each job awaits, sleeps in a thread, or burns CPU ------------
+
+ASYNC_IO = "async-io:0.005"  # each job awaits 5 ms
+SYNC_IO = "sync-io:0.005"  # each job sleeps 5 ms in a thread (a plain `def` handler)
+CPU = "cpu:0.001"  # each job burns 1 ms of this thread's CPU in pure Python
+
+SK_WORK = [
+    Setting(
+        "skiplock",
+        "async-io-c100",
+        concurrency=100,
+        log_level="WARNING",
+        work=ASYNC_IO,
+        notes="async handler awaits 5 ms; concurrency 100, 1 process, log WARNING",
+    ),
+    Setting(
+        "skiplock",
+        "async-io-c100-p100",
+        concurrency=100,
+        log_level="WARNING",
+        work=ASYNC_IO,
+        extra=("--prefetch", "100"),
+        notes="async-io-c100 with --prefetch 100 (the default claims up to 500 ahead)",
+    ),
+    Setting(
+        "skiplock",
+        "sync-io-c50",
+        concurrency=50,
+        log_level="WARNING",
+        work=SYNC_IO,
+        notes="`def` handler sleeps 5 ms; concurrency 50, 1 process, log WARNING",
+    ),
+    Setting(
+        "skiplock",
+        "cpu-c10x2",
+        concurrency=10,
+        processes=2,
+        log_level="WARNING",
+        work=CPU,
+        notes="async handler burns 1 ms CPU; concurrency 10, --processes 2, log WARNING",
+    ),
+]
+PGQ_WORK = [
+    Setting(
+        "pgqueuer",
+        "async-io-c100",
+        batch=50,
+        concurrency=100,
+        work=ASYNC_IO,
+        notes="awaits 5 ms; --batch-size 50 --max-concurrent-tasks 100, 1 process",
+    ),
+    Setting(
+        "pgqueuer",
+        "cpu-c10x2",
+        batch=5,
+        concurrency=10,
+        processes=2,
+        work=CPU,
+        notes="burns 1 ms CPU; --batch-size 5 --max-concurrent-tasks 10, 2 processes",
+    ),
+]
+PR_WORK = [
+    Setting(
+        "procrastinate",
+        "async-io-c100",
+        concurrency=100,
+        work=ASYNC_IO,
+        notes="async task awaits 5 ms; --concurrency 100, 1 process",
+    ),
+    Setting(
+        "procrastinate",
+        "sync-io-c50",
+        concurrency=50,
+        work=SYNC_IO,
+        notes="`def` task sleeps 5 ms (in the loop's default executor); --concurrency 50",
+    ),
+    Setting(
+        "procrastinate",
+        "cpu-c10x2",
+        concurrency=10,
+        processes=2,
+        work=CPU,
+        notes="async task burns 1 ms CPU; --concurrency 10, 2 processes",
+    ),
+]
+
+# -- Celery (issue 48, item 3): its own worker, its documented throughput settings ------------
+
+
+def celery(broker: str, pool: str, concurrency: int, prefetch: int, acks_late: bool) -> Setting:
+    late = "-late" if acks_late else ""
+    return Setting(
+        f"celery-{broker}",
+        f"{pool}-c{concurrency}-p{prefetch}{late}",
+        concurrency=concurrency,
+        pool=pool,
+        prefetch=prefetch,
+        acks_late=acks_late,
+        notes=f"--pool {pool} --concurrency {concurrency} --prefetch-multiplier {prefetch}"
+        + (", task_acks_late" if acks_late else "")
+        + ", without gossip/mingle/heartbeat",
+    )
+
+
+CELERY_DRAIN = [
+    celery("redis", "prefork", 2, 4, False),  # its defaults, in 2 processes
+    celery("redis", "prefork", 2, 100, False),  # many short tasks: a larger prefetch
+    celery("redis", "prefork", 2, 1, True),  # its advice for reliability: acks late, prefetch 1
+    celery("redis", "threads", 10, 100, False),
+    celery("rabbitmq", "prefork", 2, 100, False),
+    celery("rabbitmq", "threads", 10, 100, False),
+]
+CELERY_LATENCY = [
+    celery("redis", "prefork", 2, 4, False),
+    celery("rabbitmq", "prefork", 2, 4, False),
+]
+
 SQL_FLOOR = Setting(
     "sql-floor",
     "listen-claim",
@@ -116,6 +233,12 @@ class Plan:
     # A drain per setting through the counting proxy (bench/wire.py): statements per job.
     statements_jobs: int = 0
     statements_settings: list[Setting] = field(default_factory=list)
+    # Real work (bench/apps/work.py): jobs per drain by kind of work, Procrastinate's instead.
+    work_jobs: dict[str, int] = field(default_factory=dict)
+    work_procrastinate: int = 0
+    work_settings: list[Setting] = field(default_factory=list)
+    # Celery drains this many instead (no bulk send: its preload is one message at a time)
+    celery_drain: int = 0
 
 
 def make_plan(quick: bool, repeat: int | None) -> Plan:
@@ -137,13 +260,14 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
                 SK_C100X2_DELETE_F150,
                 pgq(100, 2),
                 PR_DEFAULT,
+                CELERY_DRAIN[1],
             ],
             big_drain_settings=[],
             big_drain_repeat=1,
             procrastinate_drain=200,
             latency_rate=50.0,
             latency_seconds=1.0,
-            latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT, SQL_FLOOR],
+            latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT, CELERY_LATENCY[0], SQL_FLOOR],
             scale_background=10_000,
             scale_due=1000,
             scale_claims=20,
@@ -158,6 +282,12 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             own_sql_batches=[10, 100],
             statements_jobs=1000,
             statements_settings=[SK_DEFAULT, pgq(100, 2), PR_DEFAULT],
+            # skiplock's I/O rows only (each drain costs seconds of set-up in CI; the peers'
+            # handlers of each kind run in the full plan, the CPU burn in tests/unit)
+            work_jobs={"async-io": 500, "sync-io": 500, "cpu": 200},
+            work_procrastinate=100,
+            work_settings=[SK_WORK[0], SK_WORK[2]],
+            celery_drain=500,
         )
     pgq_all = [pgq(b, p) for b in (10, 100, 500) for p in (1, 2)]
     skiplock_all = [
@@ -171,7 +301,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         SK_C100X2_DELETE_F1000,
         SK_C100X2_DELETE_F150,
     ]
-    every_setting = [*skiplock_all, *pgq_all, PR_DEFAULT, PR_C10]
+    every_setting = [*skiplock_all, *pgq_all, PR_DEFAULT, PR_C10, *CELERY_DRAIN]
     return Plan(
         quick=False,
         repeat=repeat or 3,
@@ -191,7 +321,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         procrastinate_drain=2000,
         latency_rate=50.0,
         latency_seconds=10.0,
-        latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT, SQL_FLOOR],
+        latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT, *CELERY_LATENCY, SQL_FLOOR],
         scale_background=1_000_000,
         scale_due=10_000,
         scale_claims=300,
@@ -205,7 +335,12 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         ceiling_jobs={1: 4000, 10: 20_000, 100: 20_000},
         own_sql_batches=[10, 100],
         statements_jobs=20_000,
-        statements_settings=every_setting,  # each drained once more, counted
+        # each drained once more, counted (Celery sends no SQL)
+        statements_settings=[s for s in every_setting if not s.system.startswith("celery")],
+        work_jobs={"async-io": 20_000, "sync-io": 10_000, "cpu": 2000},
+        work_procrastinate=2000,
+        work_settings=[*SK_WORK, *PGQ_WORK, *PR_WORK],
+        celery_drain=5000,
     )
 
 
@@ -218,6 +353,7 @@ def plan_from_dict(d: dict[str, Any]) -> Plan:
         "latency_settings",
         "longtx_settings",
         "statements_settings",
+        "work_settings",
     ):
         d[name] = [Setting(**{**s, "extra": tuple(s.get("extra", ()))}) for s in d.get(name, [])]
     s = d["scale_setting"]

@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=3, help="heaviest frames shown per part")
     args = parser.parse_args(argv)
     plan = make_plan(quick=False, repeat=1)
-    settings = {s.label: s for s in plan.drain_settings + plan.big_drain_settings}
-    settings = {k: s for k, s in settings.items() if s.system == "skiplock"}
+    every = plan.drain_settings + plan.big_drain_settings + plan.work_settings  # + real work
+    settings = {s.label: s for s in every if s.system == "skiplock"}
     if args.setting not in settings:
         parser.error(f"--setting: one of {', '.join(sorted(settings))}")
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-profile-"))

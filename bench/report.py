@@ -12,12 +12,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .apps.work import KINDS
 from .db import BenchDatabase, connect
 from .plan import Plan
 from .scale import CASES
 
-PEERS = ("pgqueuer", "procrastinate")
+CELERY = ("celery-redis", "celery-rabbitmq")
+PEERS = ("pgqueuer", "procrastinate", *CELERY)
 COLORS = {
+    "celery-redis": "#d62728",
+    "celery-rabbitmq": "#9467bd",
     "skiplock": "#1f77b4",
     "pgqueuer": "#ff7f0e",
     "procrastinate": "#2ca02c",
@@ -174,6 +178,43 @@ SYNC_WITHIN = 0.8  # a sync task's drain against the same task's as an async def
 SYNC_TWINS = (("sync", "default"), ("x2-sync", "x2"))
 
 
+def celery_targets(results: list[dict[str, Any]]) -> list[list[str]]:
+    """Issue 48's targets against Celery: skiplock's default drain ≥ 2x Celery's best setting;
+    its enqueue → start p50 ≤ 1.1x and p99 ≤ 1.5x Celery on Redis's."""
+    out: list[list[str]] = []
+    for size in sorted({r["size"] for r in select(results, workload="drain")}):
+        best = best_setting(results, "drain", CELERY, size=size)
+        sk = med(
+            select(results, workload="drain", system="skiplock", setting="default", size=size),
+            "jobs_per_s",
+        )
+        if best and not math.isnan(sk):
+            r = sk / best[2]
+            out.append(
+                [
+                    f"Drain {size:,}: skiplock default ≥ 2× the best Celery setting",
+                    f"{fmt(sk)} vs {fmt(best[2])} jobs/s ({best[0]} {best[1]}) = {r:.2f}×",
+                    verdict(r >= 2.0),
+                ]
+            )
+    sk_rows = select(results, workload="latency", system="skiplock", setting="default")
+    cr_rows = select(results, workload="latency", system="celery-redis")
+    if sk_rows and cr_rows:
+        for q, need in (("p50", 1.1), ("p99", 1.5)):
+            sk, cr = med(sk_rows, f"{q}_ms"), med(cr_rows, f"{q}_ms")
+            out.append(
+                [
+                    f"Latency {q} ≤ {need}× Celery on Redis's",
+                    f"{fmt(sk)} vs {fmt(cr)} ms = {sk / cr:.2f}×",
+                    verdict(sk / cr <= need),
+                ]
+            )
+    return out
+
+
+WORK_EFFICIENCY = 0.9  # real work, I/O rows: skiplock's jobs/s at least this share of the ideal
+
+
 def verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("**met**" if ok else "**missed**")
 
@@ -312,6 +353,7 @@ def targets(results: list[dict[str, Any]], plan: Plan, cpus: int | None = None) 
                     verdict(sk / pq >= need),
                 ]
             )
+    out += celery_targets(results)
     sk_rows = select(results, workload="latency", system="skiplock", setting="default")
     pq_rows = select(results, workload="latency", system="pgqueuer")
     if sk_rows and pq_rows:
@@ -343,6 +385,22 @@ def targets(results: list[dict[str, Any]], plan: Plan, cpus: int | None = None) 
                     verdict(m / base <= 1.5),
                 ]
             )
+    for (kind, _), rows in groups(
+        select(results, workload="work", system="skiplock"), "kind", "setting"
+    ).items():
+        if kind not in ("async-io", "sync-io"):
+            continue
+        eff = med(rows, "efficiency")
+        floor = med(select(results, workload="work", system="no-queue", kind=kind), "efficiency")
+        out.append(
+            [
+                f"Real work, {kind}: skiplock ≥ {WORK_EFFICIENCY:.0%} of the ideal",
+                f"{fmt(med(rows, 'jobs_per_s'))} vs {fmt(rows[0]['ideal_jobs_per_s'])} jobs/s "
+                f"({rows[0]['setting']}) = {eff:.0%}"
+                + ("" if math.isnan(floor) else f"; the same work with no queue: {floor:.0%}"),
+                verdict(eff >= WORK_EFFICIENCY),
+            ]
+        )
     rows = select(results, workload="longtx", system="skiplock")
     if rows:
         r = med(rows, "during_over_before")
@@ -477,6 +535,67 @@ def drain_section(results: list[dict[str, Any]]) -> str:
                 "median; the targets compare with these): " + "; ".join(figures) + "."
             )
     return "\n\n".join(parts)
+
+
+SYSTEM_ORDER = ("skiplock", "pgqueuer", "procrastinate", *CELERY, "no-queue")
+
+
+def work_section(results: list[dict[str, Any]], cpus: int | None) -> str:
+    """Real work: each setting's jobs/s against its ideal, the best peer of the same kind, and
+    the CPU bound (cores ÷ the worker's and its backends' CPU per job)."""
+    rows = select(results, workload="work")
+    if not rows:
+        return "Not measured in this run."
+    grouped = groups(rows, "kind", "system", "setting")
+    lines = []
+    for kind, system, setting in sorted(
+        grouped,
+        key=lambda k: (
+            KINDS.index(k[0]) if k[0] in KINDS else 99,
+            SYSTEM_ORDER.index(k[1]) if k[1] in SYSTEM_ORDER else 99,
+        ),
+    ):
+        rs = grouped[(kind, system, setting)]
+        m = med(rs, "jobs_per_s")
+        peer = best_setting(results, "work", PEERS, kind=kind)
+        cpu = med(rs, "worker_cpu_us_per_job") + med(rs, "pg_cpu_us_per_job")
+        bound = cpus * 1e6 / cpu if cpus and cpu > 0 else float("nan")
+        jobs = rs[0].get("jobs", rs[0].get("size"))
+        lines.append(
+            [
+                kind,
+                system,
+                setting,
+                rs[0].get("notes", ""),
+                f"{jobs:,}" if isinstance(jobs, int) else "–",
+                fmt_stats(stats(rs, "jobs_per_s")),
+                fmt(rs[0].get("ideal_jobs_per_s")),
+                f"{med(rs, 'efficiency'):.0%}" if not math.isnan(m) else "–",
+                f"{m / peer[2]:.2f}×" if peer and not math.isnan(m) else "–",
+                fmt(bound),
+                fmt(med(rs, "worker_cpu_us_per_job")),
+                fmt(med(rs, "pg_cpu_us_per_job")),
+                fmt(med(rs, "max_inflight")),
+                verified(rs),
+            ]
+        )
+    head = [
+        "work",
+        "system",
+        "setting",
+        "what",
+        "jobs",
+        "jobs/s median (min–max)",
+        "ideal jobs/s",
+        "of ideal",
+        "vs best peer",
+        "CPU bound jobs/s",
+        "worker CPU µs/job",
+        "PG CPU µs/job",
+        "max claimed-unrecorded",
+        "verified",
+    ]
+    return table(head, lines)
 
 
 def ceiling_section(results: list[dict[str, Any]], system: str = "sql-ceiling") -> str:
@@ -874,10 +993,41 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "job can meet that target.",
         f"- Procrastinate drains {plan.procrastinate_drain:,} jobs instead of the listed size "
         "(it runs ~100–300 jobs/s here; its rate does not depend on the size at this scale).",
+        "- **Celery** (`celery-redis`, `celery-rabbitmq`): its own worker (`celery -A "
+        "bench.apps.celery_app worker`, prefork or threads pool, `--prefetch-multiplier`, "
+        "`task_acks_late` where named, without gossip/mingle/heartbeat), no result backend. "
+        "Its jobs are not in PostgreSQL: verified = the handlers' records (every job exactly "
+        "once) and nothing left in the broker (Redis: the queue and Celery's unacked hash; "
+        "RabbitMQ: the queue's ready messages once the worker has stopped); the drain ends when "
+        "every job has started and the broker holds none; claimed-unrecorded = Redis's unacked "
+        "messages (RabbitMQ: not measured). It has no bulk send, so it drains "
+        f"{plan.celery_drain:,} jobs (or the listed size, if smaller). Not in the statements, "
+        "enqueue and long-transaction workloads (no SQL); skipped when its broker is not "
+        "reachable (the run's `results.json` says why, under `meta.skipped`).",
         "",
         "## Drain",
         "",
         drain_section(results),
+        "",
+        "## Real work",
+        "",
+        "Drains whose handlers do the same work in every system (`bench/apps/work.py`, given by "
+        "the setting as `BENCH_WORK`): **async-io** awaits 5 ms (concurrency 100, 1 process), "
+        "**sync-io** sleeps 5 ms in a plain `def` handler, which the system runs in a thread "
+        "(concurrency 50, 1 process; PGQueuer has no sync handlers), **cpu** burns 1 ms of "
+        "the thread's CPU in pure Python in an async handler (2 processes). Jobs preloaded: "
+        + ", ".join(f"{k} {n:,}" for k, n in plan.work_jobs.items())
+        + f"; Procrastinate {plan.work_procrastinate:,}. **Ideal** = concurrency × processes ÷ "
+        "job time; for cpu, one job at a time per process (the GIL), at most one process per "
+        "core. **CPU bound** = cores ÷ (worker CPU + PG CPU per job): with the handlers' own "
+        "CPU in it, the most the cores allow at this run's cost per job; an ideal above it "
+        "cannot be reached on this machine. Verified like the drain (every job exactly once). "
+        "**no-queue** is the same work with no queue: the coroutines or threads of one process "
+        "taking the jobs from a counter (`bench/apps/work.py`, `floor`), run right after "
+        "skiplock's row: what the timers and wake-ups allow here, the most any queue's row "
+        "could show.",
+        "",
+        work_section(results, m.get("cpus")),
         "",
         "## Statements per job (a drain through a counting proxy)",
         "",

@@ -49,6 +49,7 @@ class Workers:
             self.db,
             {
                 "BENCH_RECORD_DIR": str(self.record_dir),
+                "BENCH_WORK": self.setting.work,
                 **self.system.worker_env(self.setting),
             },
         )
@@ -88,6 +89,15 @@ class Workers:
                 p.kill()
                 p.wait()
         return [p.returncode for p in self.procs]
+
+    def exits(self) -> list[tuple[int, int | None]]:
+        """(pid, exit code) of each started command."""
+        return [(p.pid, p.returncode) for p in self.procs]
+
+    def ran_jobs(self, pid: int) -> bool:
+        """Did the process ``pid`` itself start a job? (Its count page exists from its first
+        record.)"""
+        return (self.record_dir / f"{pid}.count").exists()
 
     def records(self) -> tuple[list[int], list[float]]:
         return load(self.record_dir)

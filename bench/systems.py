@@ -43,13 +43,17 @@ class Setting:
     system: str
     label: str
     processes: int = 1
-    concurrency: int | None = None  # skiplock, Procrastinate
+    concurrency: int | None = None  # skiplock, Procrastinate; PGQueuer --max-concurrent-tasks
     batch: int | None = None  # PGQueuer --batch-size
     completion: str = "keep"  # skiplock App(completion=...)
     handler: str = "async"  # skiplock: the no-op task as an ``async def`` or a plain ``def``
     log_level: str | None = None
     extra: tuple[str, ...] = ()
     notes: str = ""
+    work: str = ""  # the handler's work, "<kind>:<seconds>" (bench/apps/work.py); "" = no-op
+    pool: str = ""  # Celery --pool (prefork: concurrency = processes)
+    prefetch: int | None = None  # Celery --prefetch-multiplier
+    acks_late: bool = False  # Celery task_acks_late
 
     @property
     def key(self) -> str:
@@ -92,6 +96,23 @@ class System:
     def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
         """Problems found in the system's own tables after ``expected`` jobs should have run."""
         raise NotImplementedError
+
+    def unfinished(self, started: int, expected: int) -> bool:
+        """For a system without tables in PostgreSQL (``unfinished_sql`` empty): is anything
+        left, given how many jobs the handlers have started?"""
+        raise NotImplementedError
+
+    def inflight(self) -> int:
+        """Jobs claimed and not yet acknowledged (systems without ``inflight_sql``)."""
+        raise NotImplementedError
+
+    def ready(self, record_dir: Path, setting: Setting) -> bool:
+        """Are the started workers consuming? (Systems that say so: Celery.)"""
+        return True
+
+    def available(self) -> str | None:
+        """Why this system cannot run here (its broker is not reachable), or None."""
+        return None
 
 
 def _check(problems: list[str], what: str, got: object, want: object) -> None:
@@ -226,6 +247,8 @@ class PgQueuer(System):
         cmd = [PY, "-m", "bench.apps.pgqueuer_worker", "bench.apps.pgqueuer_app:factory"]
         if setting.batch is not None:
             cmd += ["--batch-size", str(setting.batch)]
+        if setting.concurrency is not None:
+            cmd += ["--max-concurrent-tasks", str(setting.concurrency)]
         cmd += list(setting.extra)
         return [cmd for _ in range(setting.processes)]
 
@@ -381,15 +404,177 @@ class SqlFloor(System):
         return problems
 
 
+# -- Celery ---------------------------------------------------------------------------------
+
+
+class _CeleryProducer(Producer):
+    """Celery has no async API and no bulk send: ``send_task`` per job, on one producer."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def one(self, n: int) -> None:
+        self.app.send_task("noop", kwargs={"n": n})
+
+    async def many(self, numbers: Sequence[int]) -> None:
+        with self.app.producer_or_acquire() as producer:
+            for n in numbers:
+                self.app.send_task("noop", kwargs={"n": n}, producer=producer)
+
+    async def close(self) -> None:
+        self.app.close()
+
+
+@dataclass
+class CeleryRedis(System):
+    """Celery's own worker on a Redis broker (``$BENCH_CELERY_REDIS``, default
+    ``redis://127.0.0.1:6379/11``); its queue and keys are named after the bench's database
+    and deleted before every run."""
+
+    name: ClassVar[str] = "celery-redis"
+    table: ClassVar[str] = ""
+    unfinished_sql: ClassVar[str] = ""
+    inflight_sql: ClassVar[str] = ""
+    broker_env: ClassVar[str] = "BENCH_CELERY_REDIS"
+    default_broker: ClassVar[str] = "redis://127.0.0.1:6379/11"
+
+    queue: str = "bench-probe"  # set by install(): named after the bench's database
+
+    @property
+    def broker(self) -> str:
+        return os.environ.get(self.broker_env, self.default_broker)
+
+    def app(self) -> Any:
+        from celery import Celery
+
+        app = Celery("bench", broker=self.broker, set_as_current=False)
+        app.conf.task_default_queue = self.queue  # as bench/apps/celery_app.py's
+        app.conf.broker_transport_options = {"global_keyprefix": f"{self.queue}:"}
+        return app
+
+    def available(self) -> str | None:
+        try:
+            import celery  # noqa: F401
+        except ImportError:
+            return "celery is not installed (pip install -r bench/requirements.txt)"
+        try:
+            self.install(None)
+            self.forget()
+        except Exception as exc:
+            return f"{self.broker} is not reachable ({type(exc).__name__}: {exc})"
+        return None
+
+    def _redis(self) -> Any:
+        import redis
+
+        return redis.Redis.from_url(self.broker, socket_timeout=5)
+
+    def install(self, db: BenchDatabase | None) -> None:
+        self.queue = f"bench-{db.name}" if db else "bench-probe"
+        self.forget()
+
+    def depth(self) -> tuple[int, int]:
+        """(messages waiting in the queue, messages delivered and not acknowledged)."""
+        with self._redis() as r:
+            prefix = f"{self.queue}:"
+            return int(r.llen(prefix + self.queue)), int(r.hlen(prefix + "unacked"))
+
+    def unfinished(self, started: int, expected: int) -> bool:
+        return started < expected or self.depth() != (0, 0)
+
+    def ready(self, record_dir: Path, setting: Setting) -> bool:
+        # one `celery worker` command per setting, whose main process says it is ready
+        return any(record_dir.glob("*.ready"))
+
+    def inflight(self) -> int:
+        return self.depth()[1]
+
+    async def producer(self, db: BenchDatabase) -> Producer:
+        return _CeleryProducer(self.app())
+
+    def worker_commands(self, db: BenchDatabase, setting: Setting) -> list[list[str]]:
+        cmd = [PY, "-m", "celery", "-A", "bench.apps.celery_app", "worker", "-Q", self.queue]
+        cmd += ["--pool", setting.pool or "prefork"]
+        if setting.concurrency is not None:
+            cmd += ["--concurrency", str(setting.concurrency)]
+        if setting.prefetch is not None:
+            cmd += ["--prefetch-multiplier", str(setting.prefetch)]
+        # Its documented optimisations for a worker that needs no cluster events.
+        cmd += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+        cmd += ["--loglevel", (setting.log_level or "WARNING").upper()]
+        return [cmd + list(setting.extra)]
+
+    def worker_env(self, setting: Setting) -> dict[str, str]:
+        return {
+            "BENCH_CELERY_BROKER": self.broker,
+            "BENCH_CELERY_QUEUE": self.queue,
+            "BENCH_CELERY_ACKS_LATE": "1" if setting.acks_late else "",
+        }
+
+    def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
+        problems: list[str] = []
+        _check(problems, "messages left (queued, unacknowledged)", self.depth(), (0, 0))
+        self.forget()  # every run has a queue of its own: none is left behind in the broker
+        return problems
+
+    def forget(self) -> None:
+        with self._redis() as r:
+            for key in r.scan_iter(match=f"{self.queue}:*"):
+                r.delete(key)
+
+
+@dataclass
+class CeleryRabbit(CeleryRedis):
+    """Celery's own worker on RabbitMQ (``$BENCH_CELERY_AMQP``, default guest on localhost);
+    the queue is purged before every run."""
+
+    name: ClassVar[str] = "celery-rabbitmq"
+    broker_env: ClassVar[str] = "BENCH_CELERY_AMQP"
+    default_broker: ClassVar[str] = "amqp://guest:guest@127.0.0.1:5672//"
+
+    def install(self, db: BenchDatabase | None) -> None:
+        import kombu
+
+        self.queue = f"bench-{db.name}" if db else "bench-probe"
+        with kombu.Connection(self.broker, connect_timeout=5) as conn:
+            conn.ensure_connection(max_retries=1)  # a broker that is not there: fail at once
+            kombu.Queue(self.queue, channel=conn.default_channel).declare()
+            conn.default_channel.queue_purge(self.queue)
+
+    def forget(self) -> None:
+        import kombu
+
+        with kombu.Connection(self.broker, connect_timeout=5) as conn:
+            conn.default_channel.queue_delete(self.queue)
+
+    def depth(self) -> tuple[int, int]:
+        """(messages ready in the queue, 0: RabbitMQ does not say how many are unacknowledged
+        without its management API; a stopped worker's unacknowledged ones return to ready)."""
+        import kombu
+
+        with kombu.Connection(self.broker, connect_timeout=5) as conn:
+            declared = conn.default_channel.queue_declare(self.queue, passive=True)
+            return int(declared.message_count), 0
+
+
 QUEUES: tuple[System, ...] = (Skiplock(), PgQueuer(), Procrastinate())
-SYSTEMS: dict[str, System] = {s.name: s for s in (*QUEUES, SqlFloor())}
+CELERY: tuple[System, ...] = (CeleryRedis(), CeleryRabbit())
+SYSTEMS: dict[str, System] = {s.name: s for s in (*QUEUES, *CELERY, SqlFloor())}
 
 
 def versions() -> dict[str, str]:
     from importlib.metadata import version
 
     out = {}
-    for dist in ("skiplock", "pgqueuer", "procrastinate", "psycopg", "asyncpg", "matplotlib"):
+    for dist in (
+        "skiplock",
+        "pgqueuer",
+        "procrastinate",
+        "celery",
+        "psycopg",
+        "asyncpg",
+        "matplotlib",
+    ):
         try:
             out[dist] = version(dist)
         except Exception:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import statistics
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -209,8 +211,8 @@ def drain(
     called once they have exited.  ``workers_db`` is how the workers reach the database (default
     ``ctx.db``), ``prefix`` goes before their command lines (``ip netns exec NS``: bench/rtt.py).
 
-    Gives up after ``timeout`` seconds (default 30 s + 2 ms per job: 500 jobs/s would do)."""
-    timeout = timeout if timeout is not None else 30.0 + n / 500
+    Gives up after ``timeout`` seconds (default 30 s + 10 ms per job: 100 jobs/s would do)."""
+    timeout = timeout if timeout is not None else 30.0 + n / 100
     fresh(ctx, system)
     preload_s = preload(ctx, system, n)
     with contextlib.ExitStack() as stack:
@@ -260,9 +262,17 @@ def _drain(
         while True:
             s = mon.sample()
             if i % 3 == 0:
-                max_inflight = max(max_inflight, int(mon.execute(system.inflight_sql)[0]))
+                inflight = (
+                    mon.execute(system.inflight_sql)[0]
+                    if system.inflight_sql
+                    else system.inflight()
+                )
+                max_inflight = max(max_inflight, int(inflight))
             i += 1
-            if not s.probe:
+            pending = (
+                s.probe if system.unfinished_sql else system.unfinished(workers.started_so_far(), n)
+            )
+            if not pending:
                 break
             if not workers.alive():
                 problems.append("a worker process exited early:\n" + workers.log_tail())
@@ -284,7 +294,12 @@ def _drain(
             problems += system.verify(conn, n, setting)
         numbers, starts = workers.records()
         problems += check_records(numbers, range(n))
-        if any(c not in (0, None) for c in codes):
+        if any(c not in (0, None) for c in codes if c != -signal.SIGTERM) or any(
+            c == -signal.SIGTERM and workers.ran_jobs(pid) for pid, c in workers.exits()
+        ):
+            # A process the SIGTERM found still starting (a short drain that the other
+            # processes finished) dies of it before installing its handler: harmless if it
+            # never ran a job; one that did would also show in the records.
             problems.append(f"worker exit codes {codes}")
         t_first = min(starts) if starts else t_end
         seconds = t_end - t_first if starts and not problems else float("nan")
@@ -304,6 +319,60 @@ def _drain(
             workers.stop(timeout=5)
         workers.cleanup()
         mon.close()
+
+
+# -- real work ------------------------------------------------------------------------------
+
+
+def work_ideal(setting: Setting, cores: int) -> float:
+    """The most jobs/s a setting's work allows: concurrency x processes / job time; for CPU
+    work, one job at a time per process (the GIL) and no more processes than cores."""
+    from .apps.work import parse
+
+    kind, seconds = parse(setting.work)
+    slots = (setting.concurrency or 10) * setting.processes
+    if kind == "cpu":
+        slots = min(slots, setting.processes, cores)
+    return slots / seconds
+
+
+def real_work(ctx: Context, system: System, setting: Setting, n: int, cores: int) -> dict[str, Any]:
+    """A drain of ``n`` jobs whose handlers do ``setting.work``, against its ideal rate."""
+    from .apps.work import parse
+
+    out = drain(ctx, system, setting, n, timeout=30.0 + n / 50)  # 50 jobs/s would do
+    ideal = work_ideal(setting, cores)
+    out["kind"] = parse(setting.work)[0]
+    out["ideal_jobs_per_s"] = ideal
+    out["efficiency"] = out["jobs_per_s"] / ideal
+    return out
+
+
+def work_floor(setting: Setting, n: int, cores: int) -> dict[str, Any]:
+    """The same I/O work with no queue (``bench.apps.work.floor`` in a process of its own):
+    how close to the ideal the event loop's timers or the threads' wake-ups get here now."""
+    from .apps.work import parse
+    from .systems import PY, REPO
+
+    kind, _ = parse(setting.work)
+    proc = subprocess.run(
+        [PY, "-m", "bench.apps.work", setting.work, str(setting.concurrency), str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    rate = float(proc.stdout.strip())
+    ideal = work_ideal(setting, cores)
+    return {
+        "jobs": n,
+        "jobs_per_s": rate,
+        "kind": kind,
+        "ideal_jobs_per_s": ideal,
+        "efficiency": rate / ideal,
+        "verified": True,  # the slots took exactly n jobs between them
+        "problems": [],
+    }
 
 
 # -- 3. latency -----------------------------------------------------------------------------
@@ -359,6 +428,9 @@ def latency(
     try:
         workers.start()
         time.sleep(1.5 if ctx.quick else 3.0)  # started, connected, listening, idle
+        ready_by = time.monotonic() + 60
+        while not system.ready(workers.record_dir, setting) and time.monotonic() < ready_by:
+            time.sleep(0.1)
         if not workers.alive():
             problems.append("a worker process exited early:\n" + workers.log_tail())
         # What the workers and their backends spend per job at this rate (one claim and one

@@ -69,6 +69,11 @@ def started_so_far(directory: Path) -> int:
     return total
 
 
+def dump() -> None:
+    """Write this process's records now (also done at exit)."""
+    _dump()
+
+
 def _dump() -> None:
     directory = os.environ.get("BENCH_RECORD_DIR")
     if not directory:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 
 from skiplock import App
 
+from . import work
 from .record import record
 
 SCHEMA = "skiplock"
@@ -17,11 +20,33 @@ app = App(
     completion=os.environ.get("BENCH_COMPLETION", "keep"),  # type: ignore[arg-type]
 )
 
+# The task is named "noop" whatever it does, so that every workload enqueues the same way;
+# the real-work settings give it work through BENCH_WORK (bench/apps/work.py).
+if work.KIND == "sync-io":
 
-if os.environ.get("BENCH_HANDLER", "async") == "sync":
+    @app.task(name="noop", queue=QUEUE)
+    def sleeps(n: int) -> None:
+        record(n)
+        time.sleep(work.SECONDS)
+
+elif work.KIND == "async-io":
+
+    @app.task(name="noop", queue=QUEUE)
+    async def awaits(n: int) -> None:
+        record(n)
+        await asyncio.sleep(work.SECONDS)
+
+elif work.KIND == "cpu":
+
+    @app.task(name="noop", queue=QUEUE)
+    async def burns(n: int) -> None:
+        record(n)
+        work.burn(work.SECONDS)
+
+elif os.environ.get("BENCH_HANDLER", "async") == "sync":
     # The same no-op as a plain def: run in the worker's task threads.
     @app.task(name="noop", queue=QUEUE)
-    def noop(n: int) -> None:
+    def noop_sync(n: int) -> None:
         record(n)
 
 else:

@@ -1,0 +1,70 @@
+# ruff: noqa: RUF001  (the report's figures use its typographic signs)
+"""The bench's real-work workload without a database: the work a handler is given, the ideal
+rate each setting is held to, and how the report shows both (the drains themselves run in
+tests/e2e/test_bench.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from bench.apps.work import burn, parse
+from bench.plan import CPU, PGQ_WORK, PR_WORK, SK_WORK, make_plan
+from bench.report import targets, work_section
+from bench.workloads import work_ideal
+
+
+def test_the_work_is_read_from_the_setting() -> None:
+    assert parse("") == ("", 0.0)
+    assert parse("async-io:0.005") == ("async-io", 0.005)
+    assert parse(CPU) == ("cpu", 0.001)
+    with pytest.raises(ValueError, match="not one of"):
+        parse("network:1")
+
+
+def test_burn_spends_the_threads_cpu_not_the_wall_clock() -> None:
+    c0 = time.thread_time()
+    burn(0.02)
+    spent = time.thread_time() - c0
+    assert 0.02 <= spent < 0.05
+
+
+def test_the_ideal_is_concurrency_times_processes_over_the_job_time() -> None:
+    ideal = {(s.system, s.label): work_ideal(s, cores=2) for s in SK_WORK + PGQ_WORK + PR_WORK}
+    assert ideal[("skiplock", "async-io-c100")] == pytest.approx(20_000)
+    assert ideal[("pgqueuer", "async-io-c100")] == pytest.approx(20_000)
+    assert ideal[("skiplock", "sync-io-c50")] == pytest.approx(10_000)
+    assert ideal[("procrastinate", "sync-io-c50")] == pytest.approx(10_000)
+    # CPU work: one job at a time per process (the GIL), no more processes than cores
+    assert ideal[("skiplock", "cpu-c10x2")] == pytest.approx(2000)
+    (cpu,) = [s for s in SK_WORK if s.label == "cpu-c10x2"]
+    assert work_ideal(cpu, cores=1) == pytest.approx(1000)
+
+
+def row(system: str, setting: str, kind: str, jobs_per_s: float, ideal: float) -> dict[str, Any]:
+    return {
+        "workload": "work", "system": system, "setting": setting, "kind": kind,
+        "jobs": 1000, "size": 1000, "jobs_per_s": jobs_per_s, "ideal_jobs_per_s": ideal,
+        "efficiency": jobs_per_s / ideal, "worker_cpu_us_per_job": 150.0,
+        "pg_cpu_us_per_job": 50.0, "max_inflight": 10, "verified": True,
+    }  # fmt: skip
+
+
+def test_the_report_holds_skiplocks_io_rows_to_nine_tenths_of_the_ideal() -> None:
+    results = [
+        row("skiplock", "async-io-c100", "async-io", 19_000, 20_000),
+        row("pgqueuer", "async-io-c100", "async-io", 9_500, 20_000),
+        row("skiplock", "sync-io-c50", "sync-io", 5_000, 10_000),
+        row("skiplock", "cpu-c10x2", "cpu", 1_000, 2_000),
+    ]
+    lines = {t[0]: t for t in targets(results, make_plan(quick=True, repeat=None))}
+    met = lines["Real work, async-io: skiplock ≥ 90% of the ideal"]
+    assert met[1] == "19,000 vs 20,000 jobs/s (async-io-c100) = 95%"
+    assert met[2] == "**met**"
+    assert lines["Real work, sync-io: skiplock ≥ 90% of the ideal"][2] == "**missed**"
+    assert not any("cpu" in t for t in lines)  # CPU work has no such target
+    section = work_section(results, cpus=2)
+    (sk,) = [line for line in section.splitlines() if line.startswith("| async-io | skiplock")]
+    # 95 % of the ideal, twice the best peer's rate, 2 cores / 200 µs per job
+    assert "| 20,000 | 95% | 2.00× | 10,000 |" in sk
