@@ -75,3 +75,22 @@ def test_concurrent_first_sync_uses_open_one_pool(
         for pool in opened:
             pool.close()  # type: ignore[attr-defined]
     assert len(opened) == 1, f"{len(opened)} pools opened by 4 concurrent first uses"
+
+
+def test_an_app_closed_in_one_event_loop_opens_again_in_another(pg_dsn: str, schema: str) -> None:
+    """Racing first uses in one ``asyncio.run``, then again in the next, with the app closed
+    between: the second loop gets a pool (a lock waited on in the first loop is not reused)."""
+    app = App(pg_dsn, schema)
+
+    async def race() -> None:
+        async def use() -> None:
+            async with app.async_client.connection() as conn:
+                await conn.execute("SELECT pg_sleep(0.02)")
+
+        try:
+            await asyncio.gather(*(use() for _ in range(3)))
+        finally:
+            await app.close_async()
+
+    asyncio.run(race())
+    asyncio.run(race())

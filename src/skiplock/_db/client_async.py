@@ -133,6 +133,9 @@ class AsyncClient:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+        # An asyncio lock that was waited on is bound to that event loop; the next pool may
+        # be opened in another (asyncio.run again).
+        self._opening = PoolLock()
 
     async def enqueue_many(
         self, jobs: Sequence[NewJob], conn: AsyncCallerConnection | None = None

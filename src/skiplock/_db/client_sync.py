@@ -132,6 +132,9 @@ class SyncClient:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        # An asyncio lock that was waited on is bound to that event loop; the next pool may
+        # be opened in another (asyncio.run again).
+        self._opening = PoolLock()
 
     def enqueue_many(
         self, jobs: Sequence[NewJob], conn: CallerConnection | None = None
