@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 
-from skiplock._db.payload import INT_MAX
+from skiplock._db.bounds import INT_MAX
 from skiplock.errors import ConfigurationError
 
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

@@ -9,6 +9,12 @@ from contextlib import ExitStack
 from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, cast, overload
 
 from skiplock._app_admin import JobAdmin
+from skiplock._db.bounds import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    check_queue_name,
+    check_schema_name,
+    check_task_name,
+)
 from skiplock._db.caller_connection import AsyncCallerConnection, CallerConnection
 from skiplock._db.client_async import AsyncClient
 from skiplock._db.client_sync import SyncClient
@@ -21,12 +27,6 @@ from skiplock._db.enqueue import (
     build_job,
     build_jobs,
     with_provided_meta,
-)
-from skiplock._db.payload import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    check_queue_name,
-    check_schema_name,
-    check_task_name,
 )
 from skiplock._db.sql import Queries
 from skiplock._db.store_async import AsyncStore

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from skiplock._db.payload import check_queue_name, check_task_name
+from skiplock._db.bounds import check_queue_name, check_task_name
 from skiplock.job import JobStatus
 
 # Jobs per statement: small enough that a batch's locks and WAL stay short, large enough that a

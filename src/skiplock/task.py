@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, Ty
 
 from psycopg import AsyncConnection
 
+from skiplock._db.bounds import check_queue_name
 from skiplock._db.caller_connection import AsyncCallerConnection, CallerConnection
 from skiplock._db.enqueue import EnqueueOptions, build_job
-from skiplock._db.payload import check_queue_name
 from skiplock._runtime.progress import ProgressSlot, checked_progress
 from skiplock.errors import ConfigurationError, InvalidArguments
 from skiplock.job import Enqueued, Job

@@ -31,9 +31,9 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from skiplock._db.bounds import check_queue_name
 from skiplock._db.client_async import open_pool
 from skiplock._db.migrations import all_migrations, check_migrated
-from skiplock._db.payload import check_queue_name
 from skiplock._db.queue_locks import QueueLockWaits
 from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.capacity import Capacity

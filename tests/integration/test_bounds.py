@@ -19,14 +19,14 @@ from helpers.bad_rows import insert_sql
 from helpers.bad_rows import nested_payload as nested
 from skiplock import App, InvalidName, InvalidPayload, Worker
 from skiplock._cli.main import main as cli_main
-from skiplock._db.connections import translate
-from skiplock._db.payload import (
+from skiplock._db.bounds import (
     EARLIEST_TIME,
     LATEST_TIME,
     MAX_JSON_DEPTH,
     MAX_JSON_INT_DIGITS,
     MAX_KEY_LENGTH,
 )
+from skiplock._db.connections import translate
 
 
 def count_jobs(db: psycopg.Connection[Any], schema: str) -> int:

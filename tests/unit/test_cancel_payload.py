@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from skiplock._db.payload import check_queue_name
+from skiplock._db.bounds import check_queue_name
 from skiplock._db.wakeups import cancel_payload
 from skiplock.errors import InvalidName
 

@@ -11,13 +11,8 @@ from typing import Any
 import pytest
 
 from skiplock import InvalidPayload
-from skiplock._db.payload import (
-    MAX_JSON_DEPTH,
-    MAX_JSON_INT_DIGITS,
-    encode_payload,
-    encode_payloads,
-    json_shape_error,
-)
+from skiplock._db.bounds import MAX_JSON_DEPTH, MAX_JSON_INT_DIGITS
+from skiplock._db.payload import encode_payload, encode_payloads, json_shape_error
 
 
 def nested(depth: int, leaf: Any = 1, *, kind: str = "list") -> Any:

@@ -1,4 +1,5 @@
-"""Name validation and payload encoding (skiplock._db.payload): pure, no database."""
+"""Name validation and payload encoding (skiplock._db.bounds and skiplock._db.payload): pure,
+no database."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from skiplock import InvalidName, InvalidPayload, SkiplockError
 from skiplock._db import payload as payload_module
-from skiplock._db.payload import (
+from skiplock._db.bounds import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     check_delay,
     check_max_attempts,
@@ -22,10 +23,8 @@ from skiplock._db.payload import (
     check_queue_name,
     check_schema_name,
     check_task_name,
-    encode_payload,
-    encode_payloads,
-    load_json,
 )
+from skiplock._db.payload import encode_payload, encode_payloads, load_json
 
 INJECTION = '"; DROP TABLE x; --'
 

@@ -20,14 +20,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from skiplock._db.bounds import BIGINT_MAX, INT_MAX, check_key, check_queue_name, check_schema_name
 from skiplock._db.enqueue import EnqueueOptions, NewJob, NewJobs, build_job
-from skiplock._db.payload import (
-    BIGINT_MAX,
-    INT_MAX,
-    check_key,
-    check_queue_name,
-    check_schema_name,
-)
 from skiplock._rate_limit import describe, parse_concurrency_limit, parse_rate
 from skiplock.app import DEFAULT_RETENTION, App
 from skiplock.errors import ConfigurationError, InvalidArguments, InvalidName, InvalidPayload

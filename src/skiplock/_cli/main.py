@@ -17,8 +17,8 @@ from skiplock._cli import jobs as job_actions_cli
 from skiplock._cli import status as status_cli
 from skiplock._cli import worker as worker_cli
 from skiplock._cli.admin import dsn_option, schema_option
+from skiplock._db.bounds import check_schema_name
 from skiplock._db.migrations import all_migrations, render_sql
-from skiplock._db.payload import check_schema_name
 from skiplock._doctor import command as doctor
 from skiplock.errors import SkiplockError
 from skiplock.observability import _exporter as metrics_exporter

@@ -24,6 +24,7 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 
 from skiplock._db.attempt_log import attempt_history
+from skiplock._db.bounds import BIGINT_MAX, INT_MAX, check_key
 from skiplock._db.caller_connection import CallerConnection, caller_connection
 from skiplock._db.connections import connect_kwargs, server_watch_settings, unavailable
 from skiplock._db.enqueue import NewJob, NewJobs
@@ -35,7 +36,7 @@ from skiplock._db.job_charts import (
 )
 from skiplock._db.job_search import SEARCH_SCAN, FoundJobs
 from skiplock._db.migrations import all_migrations
-from skiplock._db.payload import BIGINT_MAX, INT_MAX, check_key, load_json
+from skiplock._db.payload import load_json
 from skiplock._db.presence import is_silent
 from skiplock._db.store_sync import ARCHIVE_PARTITIONS_AHEAD, SyncStore
 from skiplock._db.wakeups import cancel_payload

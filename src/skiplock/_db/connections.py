@@ -34,7 +34,7 @@ import psycopg
 from psycopg import conninfo, pq
 
 from skiplock._db import embedded
-from skiplock._db.payload import TABLE_BOUNDS
+from skiplock._db.bounds import TABLE_BOUNDS
 from skiplock.errors import (
     ConfigurationError,
     DatabaseUnavailable,

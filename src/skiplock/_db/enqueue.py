@@ -7,8 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from skiplock._db.payload import (
-    Default,
+from skiplock._db.bounds import (
     check_delay,
     check_key,
     check_max_attempts,
@@ -17,10 +16,8 @@ from skiplock._db.payload import (
     check_seconds_ahead,
     check_task_name,
     check_time,
-    encode_meta,
-    encode_payload,
-    encode_payloads,
 )
+from skiplock._db.payload import Default, encode_meta, encode_payload, encode_payloads
 from skiplock.job import Enqueued
 
 

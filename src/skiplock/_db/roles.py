@@ -14,7 +14,7 @@ from typing import Any
 
 from psycopg import Connection, sql
 
-from skiplock._db.payload import check_schema_name
+from skiplock._db.bounds import check_schema_name
 from skiplock._db.sql import parse_blocks
 from skiplock.errors import InvalidName
 

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from skiplock._cli.admin import console as cli_console
 from skiplock._cli.admin import dsn_option, schema_option
+from skiplock._db.bounds import check_schema_name
 from skiplock._db.connections import resolve_dsn
-from skiplock._db.payload import check_schema_name
 from skiplock._doctor.findings import STATUS_ORDER, Finding, Thresholds, worst
 from skiplock._doctor.runner import Doctor
 from skiplock.app import DEFAULT_RETENTION

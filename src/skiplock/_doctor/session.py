@@ -11,9 +11,9 @@ from typing import Any
 import psycopg
 from psycopg import Connection
 
+from skiplock._db.bounds import check_schema_name
 from skiplock._db.connections import connect_kwargs, unavailable
 from skiplock._db.doctor import DoctorStatements
-from skiplock._db.payload import check_schema_name
 from skiplock._db.sql import Queries
 from skiplock._db.store_sync import SyncStore
 from skiplock._doctor.findings import Thresholds

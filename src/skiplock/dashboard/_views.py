@@ -21,9 +21,9 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from skiplock._cli.admin import job_dict
+from skiplock._db.bounds import check_queue_name, check_task_name
 from skiplock._db.job_charts import CHART_MINUTES, MAX_CHART_MINUTES
 from skiplock._db.job_search import SEARCH_SCAN, payload_filter
-from skiplock._db.payload import check_queue_name, check_task_name
 from skiplock._rate_limit import parse_concurrency_limit, parse_rate, written
 from skiplock.app import App
 from skiplock.bulk import JobFilter

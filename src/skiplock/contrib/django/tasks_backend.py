@@ -96,7 +96,7 @@ class SkiplockBackend(fw.BaseTaskBackend):  # type: ignore[misc]  # the framewor
     def validate_task(self, task: Any) -> None:
         super().validate_task(task)
         try:
-            from skiplock._db.payload import check_queue_name
+            from skiplock._db.bounds import check_queue_name
 
             check_queue_name(task.queue_name)
         except InvalidName as exc:
