@@ -32,22 +32,18 @@ from skiplock._db.sql import Queries
 from skiplock._db.store_async import AsyncStore
 from skiplock._db.store_sync import SyncStore
 from skiplock._runtime.periodic import PeriodicTask, Schedule
+from skiplock._task_settings import (
+    ExceptionTypes,
+    WorkerModel,
+    checked_serializer,
+    checked_settings,
+)
 from skiplock.errors import ConfigurationError, UnknownTask
 from skiplock.events import JobEvent
 from skiplock.job import Enqueued
 from skiplock.retry import RetryPolicy
 from skiplock.serializer import DEFAULT_SERIALIZER, Serializer
-from skiplock.task import (
-    ContextTask,
-    EnqueueHook,
-    ExceptionTypes,
-    JobContext,
-    JobHook,
-    Task,
-    WorkerModel,
-    checked_serializer,
-    checked_settings,
-)
+from skiplock.task import ContextTask, EnqueueHook, JobContext, JobHook, Task
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from psycopg import AsyncConnection
 
-from skiplock._db.bounds import check_queue_name
 from skiplock._db.caller_connection import AsyncCallerConnection, CallerConnection
-from skiplock._db.enqueue import EnqueueOptions, build_job
+from skiplock._db.enqueue import EnqueueOptions
 from skiplock._runtime.progress import ProgressSlot, checked_progress
-from skiplock.errors import ConfigurationError, InvalidArguments
+from skiplock._task_arguments import ArgumentCheck, uncallable
+from skiplock._task_settings import TaskSettings
+from skiplock.errors import ConfigurationError
 from skiplock.job import Enqueued, Job
-from skiplock.retry import ExponentialBackoff, RetryPolicy
 from skiplock.serializer import Arguments, PlainJSON, Serializer
 
 if TYPE_CHECKING:
@@ -31,9 +30,7 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-WorkerModel = Literal["lease", "held"]
 RESERVED_ARGUMENTS = frozenset({"conn"})
-ExceptionTypes = type[BaseException] | Iterable[type[BaseException]]
 # Given the job a worker is about to run, a context manager to run its task in (App.around_job).
 JobHook = Callable[[Job], AbstractContextManager[object]]
 # An App.around_enqueue hook: (task name, queue, number of jobs) -> a context manager.
@@ -107,194 +104,6 @@ class JobContext:
         self._progress.set(*checked_progress(fraction, status))
 
 
-@dataclass(frozen=True)
-class TaskSettings:
-    name: str
-    options: EnqueueOptions
-    retry: RetryPolicy
-    model: WorkerModel | None
-    pass_context: bool
-    timeout: float | None = None
-    secret: frozenset[str] = frozenset()
-    store_result: bool = False
-    retry_on: tuple[type[BaseException], ...] = (Exception,)
-    no_retry_on: tuple[type[BaseException], ...] = ()
-    serializer: Serializer | None = None  # None: the app's
-
-
-def exception_types(value: ExceptionTypes, option: str) -> tuple[type[BaseException], ...]:
-    """An exception class or an iterable of them, as a tuple for ``isinstance``."""
-    found: tuple[object, ...]
-    if isinstance(value, (type, str)):
-        found = (value,)
-    else:
-        try:
-            found = tuple(value)
-        except TypeError:
-            found = (value,)
-    for cls in found:
-        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
-            raise ConfigurationError(
-                f"{option} takes exception classes (one, or a tuple of them), got {cls!r}"
-            )
-    return cast(tuple[type[BaseException], ...], found)
-
-
-def checked_settings(
-    app: TaskApp,
-    name: str,
-    *,
-    queue: str | None,
-    priority: int,
-    max_attempts: int,
-    retry: RetryPolicy | None,
-    model: WorkerModel | None,
-    pass_context: bool,
-    timeout: float | None,
-    secret: Iterable[str],
-    store_result: bool,
-    retry_on: ExceptionTypes,
-    no_retry_on: ExceptionTypes,
-    serializer: Serializer | None = None,
-) -> TaskSettings:
-    """The settings of a task registered with :meth:`App.task`, each option checked."""
-    if model not in (None, "lease", "held"):
-        raise ConfigurationError(f"model must be 'lease' or 'held', got {model!r}")
-    checked_serializer(serializer)
-    options = EnqueueOptions(
-        queue=check_queue_name(queue or app.default_queue),
-        priority=priority,
-        max_attempts=max_attempts,
-    )
-    build_job(name, {}, options, max_payload_bytes=app.max_payload_bytes)
-    if timeout is not None and not timeout > 0:
-        raise ConfigurationError(f"timeout must be > 0 seconds, got {timeout!r}")
-    if isinstance(secret, str):
-        raise ConfigurationError("secret must be a list of field names, not a string")
-    if store_result and app.completion == "delete":
-        raise ConfigurationError(
-            f"task {name!r} stores its result, but this app deletes done jobs "
-            "(completion='delete'): keep them (completion='keep' or 'archive')"
-        )
-    return TaskSettings(
-        name,
-        options,
-        retry or ExponentialBackoff(),
-        model,
-        pass_context,
-        timeout,
-        frozenset(secret),
-        store_result,
-        exception_types(retry_on, "retry_on"),
-        exception_types(no_retry_on, "no_retry_on"),
-        serializer,
-    )
-
-
-def checked_serializer(serializer: Serializer | None) -> Serializer | None:
-    """``serializer`` if it has what a :class:`~skiplock.serializer.Serializer` has."""
-    if isinstance(serializer, type):
-        raise ConfigurationError(
-            f"serializer takes an instance, not the class: {serializer.__name__}()"
-        )
-    if serializer is not None and not isinstance(serializer, Serializer):
-        raise ConfigurationError(
-            f"serializer must have encode(value) and decoder(annotation) methods (see "
-            f"skiplock.serializer.Serializer), got {serializer!r}"
-        )
-    return serializer
-
-
-class ArgumentCheck:
-    """Whether a payload binds to a task function's parameters the way the worker calls it:
-    ``fn(**payload)``, or ``fn(ctx, **payload)`` for a task that takes its context."""
-
-    def __init__(self, name: str, fn: Callable[..., Any], pass_context: bool) -> None:
-        self.name = name
-        self.signature: inspect.Signature = inspect.signature(fn)
-        self.context_args: tuple[Any, ...] = (None,) if pass_context else ()
-        params = list(self.signature.parameters.values())
-        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        # Sets for a quick yes on each enqueue; a no is confirmed (and worded) by bind().
-        self.impossible: bool = False
-        if pass_context and positional:
-            params.remove(positional[0])
-        elif pass_context and not any(p.kind == p.VAR_POSITIONAL for p in params):
-            self.impossible = True  # no parameter for the context
-        self.taken: set[str] = {p.name for p in positional[:1] if pass_context}
-        self.var_keyword: bool = any(p.kind == p.VAR_KEYWORD for p in params)
-        named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        self.accepted: set[str] = {p.name for p in named}
-        self.required: set[str] = {p.name for p in named if p.default is p.empty}
-        self.impossible |= any(p.kind == p.POSITIONAL_ONLY and p.default is p.empty for p in params)
-        # The parameters a positional argument of enqueue() fills, by name in the payload.
-        self.by_position: list[str] = [
-            p.name for p in itertools.takewhile(lambda p: p.kind == p.POSITIONAL_OR_KEYWORD, params)
-        ]
-
-    def named(self, conn: Any, args: tuple[Any, ...], payload: dict[str, Any]) -> dict[str, Any]:
-        """``payload`` with ``args`` (given by position after ``conn``, as the typed enqueue
-        allows) under the names of the parameters they fill: a job's payload is a JSON object."""
-        # A payload given as enqueue()'s only argument lands in conn: say so.  (With arguments by
-        # name beside it, conn's own check says what conn must be.)
-        if not payload and not args and isinstance(conn, (Mapping, str, int, float, list, tuple)):
-            raise InvalidArguments(
-                f"task {self.name!r}: enqueue()'s first positional argument is conn, a database "
-                f"connection, not a {type(conn).__name__}: give the task's arguments by name "
-                f"(it takes {', '.join(self.signature.parameters)})"
-            )
-        if not args:
-            return payload
-        if len(args) > len(self.by_position):
-            raise InvalidArguments(
-                f"task {self.name!r} takes at most {len(self.by_position)} positional "
-                f"argument{'s' * (len(self.by_position) != 1)} in a payload, got {len(args)}"
-            )
-        positional = dict(zip(self.by_position, args, strict=False))
-        twice = positional.keys() & payload.keys()
-        if twice:
-            raise InvalidArguments(
-                f"task {self.name!r} got {', '.join(map(repr, sorted(twice)))} twice, "
-                "by position and by name"
-            )
-        return {**positional, **payload}
-
-    def check(self, payload: Mapping[str, Any]) -> None:
-        """Raise :class:`InvalidArguments` unless the worker's call would bind ``payload``
-        (one set comparison or two per payload: this runs for every job of a bulk enqueue)."""
-        if type(payload) is not dict and not isinstance(payload, Mapping):
-            return  # encode_payload refuses it, saying why
-        keys = payload.keys()
-        fits = keys.isdisjoint(self.taken) if self.var_keyword else keys <= self.accepted
-        if fits and self.required <= keys and not self.impossible:
-            return
-        self._refuse(payload)
-
-    def _refuse(self, payload: Mapping[str, Any]) -> None:
-        """bind() has the last word (it raises for what the sets only suspect) and the words."""
-        keys = payload.keys()
-        unexpected = keys & self.taken if self.var_keyword else keys - self.accepted
-        problems = [
-            f"{what} {', '.join(map(repr, sorted(names)))}"
-            for what, names in (
-                ("unexpected argument" + "s" * (len(unexpected) > 1), unexpected),
-                ("missing argument" + "s" * (len(self.required - keys) > 1), self.required - keys),
-            )
-            if names
-        ]
-        try:
-            self.signature.bind(*self.context_args, **payload)
-            return
-        except TypeError as exc:
-            problem = "; ".join(problems) or str(exc)
-        params = ", ".join(
-            str(p.replace(annotation=p.empty)) for p in self.signature.parameters.values()
-        )
-        raise InvalidArguments(
-            f"task {self.name!r} cannot take these arguments: {problem} (it takes {params})"
-        )
-
-
 class Task(Generic[P, R]):
     """A registered task.  Calling it runs the function directly; ``enqueue`` makes a job.
 
@@ -324,7 +133,7 @@ class Task(Generic[P, R]):
         )
         if self.arguments.impossible:
             raise ConfigurationError(
-                _uncallable(settings.name, self.arguments.signature, settings.pass_context)
+                uncallable(settings.name, self.arguments.signature, settings.pass_context)
             )
 
     @property
@@ -435,24 +244,6 @@ class Task(Generic[P, R]):
         conn: AsyncCallerConnection | None = None,
     ) -> list[Enqueued]:
         return await self._call().enqueue_many_async(payloads, conn=conn)
-
-
-def _uncallable(name: str, signature: inspect.Signature, pass_context: bool) -> str:
-    """Why no job can call a function of this signature (see :class:`ArgumentCheck`)."""
-    params = list(signature.parameters.values())
-    takes_context = any(
-        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
-    )
-    if pass_context and not takes_context:
-        return (
-            f"task {name!r} is declared with pass_context=True, so the worker passes the job's "
-            "context as its first parameter, which it lacks: add one (ctx: JobContext)"
-        )
-    stuck = [p.name for p in params if p.kind == p.POSITIONAL_ONLY and p.default is p.empty]
-    return (
-        f"task {name!r} has the positional-only parameter {stuck[-1]!r} without a default, "
-        "which no job can fill: the worker passes a job's payload by name"
-    )
 
 
 class ContextTask(Task[P, R]):

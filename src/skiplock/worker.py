@@ -57,11 +57,11 @@ from skiplock._runtime.recycling import Recycling
 from skiplock._runtime.slots import Slots
 from skiplock._runtime.task_threads import TaskThreads
 from skiplock._runtime.worker_state import WorkerState
+from skiplock._task_settings import WorkerModel
 from skiplock.app import App
 from skiplock.errors import SkiplockError
 from skiplock.events import JobEvent, WorkerStats, new_worker_id
 from skiplock.job import Job
-from skiplock.task import WorkerModel
 
 log: logging.Logger = logging.getLogger("skiplock.worker")
 

@@ -18,7 +18,7 @@ from helpers.bad_rows import insert_row, job_state, nested
 from helpers.stores import SyncStore
 from skiplock import App, JobStatus, Worker
 from skiplock.job import UnrunnableJob
-from skiplock.task import WorkerModel
+from skiplock._task_settings import WorkerModel
 
 GOOD = 9  # good jobs claimed together with the poison row
 RUN_TIMEOUT = 60.0  # seconds a burst worker gets; a poisoned one used to hang or die

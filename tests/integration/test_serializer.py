@@ -21,8 +21,8 @@ import pytest
 from psycopg import sql
 
 from skiplock import App, ConfigurationError, InvalidPayload, JobContext, JobStatus, Worker
+from skiplock._task_settings import WorkerModel
 from skiplock.serializer import JSONSerializer, PlainJSON
-from skiplock.task import WorkerModel
 
 
 class Tier(enum.Enum):

@@ -12,7 +12,7 @@ import pytest
 
 from helpers.bad_rows import job_state
 from skiplock import App, Worker
-from skiplock.task import WorkerModel
+from skiplock._task_settings import WorkerModel
 
 GOOD = 9
 RUN_TIMEOUT = 60.0

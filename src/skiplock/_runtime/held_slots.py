@@ -33,10 +33,10 @@ from skiplock._runtime.queue_turns import QueueTurns
 from skiplock._runtime.recycling import Recycling
 from skiplock._runtime.running import RunningJob
 from skiplock._runtime.worker_state import WorkerState
+from skiplock._task_settings import WorkerModel
 from skiplock.app import App
 from skiplock.errors import QueueLockBusy, SkiplockError
 from skiplock.job import Job
-from skiplock.task import WorkerModel
 
 log = logging.getLogger("skiplock.worker")
 

@@ -24,11 +24,11 @@ from skiplock._runtime.execution import Outcome, run_job, unrunnable
 from skiplock._runtime.running import RunningJob
 from skiplock._runtime.task_threads import TaskThreads
 from skiplock._runtime.worker_state import WorkerState
+from skiplock._task_settings import WorkerModel
 from skiplock.app import App
 from skiplock.errors import UnknownTask
 from skiplock.events import JobEvent, WorkerStats, finished_level, log_event
 from skiplock.job import Job, UnrunnableJob
-from skiplock.task import WorkerModel
 
 log = logging.getLogger("skiplock.worker")
 

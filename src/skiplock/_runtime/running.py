@@ -12,8 +12,8 @@ from typing import Any, Literal
 from psycopg import AsyncConnection
 
 from skiplock._runtime.progress import ProgressSlot
+from skiplock._task_settings import WorkerModel
 from skiplock.job import Job
-from skiplock.task import WorkerModel
 
 log = logging.getLogger("skiplock.worker")
 

@@ -11,8 +11,8 @@ import asyncio
 from collections import deque
 
 from skiplock._runtime.running import RunningJob
+from skiplock._task_settings import WorkerModel
 from skiplock.job import Job
-from skiplock.task import WorkerModel
 
 
 class WorkerState:
