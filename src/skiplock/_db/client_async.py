@@ -20,11 +20,16 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 from psycopg.types.json import set_json_loads
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from skiplock._db.attempt_log import attempt_history
 from skiplock._db.caller_connection import AsyncCallerConnection, caller_connection_async
-from skiplock._db.connections import connect_kwargs, server_watch_settings, unavailable
+from skiplock._db.connections import (
+    CLIENT_POOL_MAX,
+    connect_kwargs,
+    server_watch_settings,
+    unavailable,
+)
 from skiplock._db.enqueue import NewJob, NewJobs
 from skiplock._db.job_charts import (
     CHART_MINUTES,
@@ -49,7 +54,7 @@ from skiplock.bulk import (
 )
 from skiplock.job import Enqueued, Job
 
-POOL_MAX_SIZE = 4
+POOL_MAX_SIZE = CLIENT_POOL_MAX
 # Pauses (seconds) before trying again to cancel a job whose row another session has locked:
 # a pending-looking row for a moment (a claim's lock), after which it is taken for a running
 # held-lock job's; a running leased job's row for about 3 s (a heartbeat's or an outcome's
@@ -91,7 +96,18 @@ async def open_pool(
         configure=configure,
         open=False,
     )
-    await pool.open(wait=True, timeout=15)
+    try:
+        await pool.open(wait=True, timeout=15)
+    except PoolTimeout:
+        # The probe got in but the pool's first connections did not (the last slots went
+        # meanwhile, say): one more direct try names the reason, where there is one.
+        await pool.close()
+        try:
+            probe = await AsyncConnection.connect(dsn, **kwargs)
+        except psycopg.OperationalError as exc:
+            raise unavailable(exc, dsn) from None
+        await probe.close()
+        raise
     return pool
 
 

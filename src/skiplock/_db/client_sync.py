@@ -21,11 +21,16 @@ from typing import Any
 import psycopg
 from psycopg import Connection
 from psycopg.types.json import set_json_loads
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from skiplock._db.attempt_log import attempt_history
 from skiplock._db.caller_connection import CallerConnection, caller_connection
-from skiplock._db.connections import connect_kwargs, server_watch_settings, unavailable
+from skiplock._db.connections import (
+    CLIENT_POOL_MAX,
+    connect_kwargs,
+    server_watch_settings,
+    unavailable,
+)
 from skiplock._db.enqueue import NewJob, NewJobs
 from skiplock._db.job_charts import (
     CHART_MINUTES,
@@ -50,7 +55,7 @@ from skiplock.bulk import (
 )
 from skiplock.job import Enqueued, Job
 
-POOL_MAX_SIZE = 4
+POOL_MAX_SIZE = CLIENT_POOL_MAX
 # Pauses (seconds) before trying again to cancel a job whose row another session has locked:
 # a pending-looking row for a moment (a claim's lock), after which it is taken for a running
 # held-lock job's; a running leased job's row for about 3 s (a heartbeat's or an outcome's
@@ -92,7 +97,18 @@ def open_pool(
         configure=configure,
         open=False,
     )
-    pool.open(wait=True, timeout=15)
+    try:
+        pool.open(wait=True, timeout=15)
+    except PoolTimeout:
+        # The probe got in but the pool's first connections did not (the last slots went
+        # meanwhile, say): one more direct try names the reason, where there is one.
+        pool.close()
+        try:
+            probe = Connection.connect(dsn, **kwargs)
+        except psycopg.OperationalError as exc:
+            raise unavailable(exc, dsn) from None
+        probe.close()
+        raise
     return pool
 
 
