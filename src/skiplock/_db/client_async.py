@@ -391,6 +391,12 @@ class AsyncClient:
         async with self.connection(conn) as c:
             return await self.store.queue_status(c)
 
+    async def read_lag(self) -> dict[str, Any]:
+        """How stale this client's reads are: ``standby``, ``lag_seconds`` (None on a primary,
+        or a standby that replayed nothing yet), ``replayed_commit`` and ``receiving``."""
+        async with self.connection() as c:
+            return await self.store.session_read_lag(c)
+
     async def list_workers(self, conn: AsyncConnection[Any] | None = None) -> list[dict[str, Any]]:
         """The workers that reported themselves (see presence.py), oldest first; ``seen_ago``
         is how many seconds ago each last did, ``silent`` whether that is too long ago."""

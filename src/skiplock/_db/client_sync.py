@@ -384,6 +384,12 @@ class SyncClient:
         with self.connection(conn) as c:
             return self.store.queue_status(c)
 
+    def read_lag(self) -> dict[str, Any]:
+        """How stale this client's reads are: ``standby``, ``lag_seconds`` (None on a primary,
+        or a standby that replayed nothing yet), ``replayed_commit`` and ``receiving``."""
+        with self.connection() as c:
+            return self.store.session_read_lag(c)
+
     def list_workers(self, conn: Connection[Any] | None = None) -> list[dict[str, Any]]:
         """The workers that reported themselves (see presence.py), oldest first; ``seen_ago``
         is how many seconds ago each last did, ``silent`` whether that is too long ago."""

@@ -49,6 +49,9 @@ from skiplock.errors import (
 )
 
 ENV_VARS = ("SKIPLOCK_DATABASE_URL", "DATABASE_URL")
+# A second database URL for reads that may be stale (a standby): ``App(read_dsn=...)``,
+# ``--read-dsn``, else this variable; none: reads go where writes do.
+READ_ENV_VAR = "SKIPLOCK_READ_DATABASE_URL"
 PREPARED_STATEMENTS_VAR = "SKIPLOCK_PREPARED_STATEMENTS"
 CONNECT_TIMEOUT = 5
 # libpq settings for every connection skiplock opens (ignored on Unix sockets): probe an idle
@@ -90,6 +93,12 @@ def resolve_dsn(explicit: str | None = None) -> str:
         if candidate:
             return check_dsn(candidate)
     return embedded.start()
+
+
+def resolve_read_dsn(explicit: str | None = None) -> str | None:
+    """The read DSN (see :data:`READ_ENV_VAR`), or None."""
+    candidate = explicit or os.environ.get(READ_ENV_VAR)
+    return check_dsn(candidate) if candidate else None
 
 
 def check_dsn(dsn: str) -> str:
