@@ -321,3 +321,43 @@ def test_a_worker_stopped_while_it_waits_for_a_slot_exits_cleanly(
     finally:
         for conn in taken:
             conn.close()
+
+
+def test_a_fleet_larger_than_the_server_allows_runs_every_job_once_without_a_restart(
+    tmp_path: Path, server: Server, schema: str
+) -> None:
+    """Six worker processes at concurrency 10 could hold 48 sessions; other sessions leave
+    their role 10 of its 26 slots.  The processes that find no slot at start wait for one (they
+    used to exit 1, for the supervisor to restart them again and again), the pools of those
+    that started stop growing at the limit and wait for a connection, none exits, and every
+    job runs once."""
+    app = App(server.worker_dsn, schema)
+    tasks = _stubs(app)
+    ids = [e.id for e in tasks["leased"].enqueue_many([{"ms": 20.0}] * 1500)]
+    processes, left_free = 6, 10
+    assert processes * worker_connections(10) > left_free
+    others = [psycopg.connect(server.worker_dsn)
+              for _ in range(MAX_CONNECTIONS - RESERVED - left_free - 1)]  # fmt: skip
+    supervisor, log = _start_worker(
+        tmp_path, server, schema, "--queues", "leased", "--concurrency", "10",
+        "--processes", str(processes), name="fleet",
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _left(app) == 0, timeout=180, what=lambda: _left(app))
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            rows = conn.execute(
+                f'SELECT status, attempts, count(*) FROM "{schema}".jobs'
+                " WHERE id = ANY(%s) GROUP BY 1, 2",
+                (ids,),
+            ).fetchall()
+    finally:
+        code = _stop(supervisor)
+        app.sync_client.close()
+        for conn in others:
+            conn.close()
+    text = log.read_text()
+    print(f"at the limit: {text.count('cannot start')} waits at start logged")
+    assert rows == [("done", 1, len(ids))], rows
+    assert "cannot start" in text, text[-3000:]
+    assert "restarting in" not in text, text[-3000:]
+    assert code == 0, text[-3000:]
