@@ -33,7 +33,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from skiplock._db.client_async import open_pool
-from skiplock._db.connections import WORKER_POOL_MIN, worker_pool_max
+from skiplock._db.connections import WORKER_APPLICATION_NAME, WORKER_POOL_MIN, worker_pool_max
 from skiplock._db.migrations import all_migrations, check_migrated
 from skiplock._db.payload import check_queue_name
 from skiplock._db.queue_locks import QueueLockWaits
@@ -360,6 +360,7 @@ class Worker:
                     min_size=WORKER_POOL_MIN,
                     max_size=max_size,
                     prepare=self.app.prepared_statements,
+                    application_name=WORKER_APPLICATION_NAME,
                 )
             except NoConnectionSlot as exc:
                 wait = delay * random.uniform(0.5, 1.0)

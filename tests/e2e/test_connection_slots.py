@@ -238,8 +238,16 @@ def test_sessions_per_worker_process_stay_within_the_doctors_figure(
         ).run()
         return next(f for f in found if f.check == "connections")
 
+    # An enqueuer's session (named skiplock, not a worker's) stays beside the fleet.
+    enqueuer = App(server.worker_dsn, schema)
+    try:
+        _stubs(enqueuer)["mark"].enqueue()
+        with_enqueuer = connections(1).details["others"]
+    finally:
+        enqueuer.close()
     small = connections(1)
     others = small.details["others"]
+    assert with_enqueuer == others + 1, (with_enqueuer, others)
     assert small.details["usable"] == usable
     assert small.details["headroom"] == usable - others - per
     assert small.status == "ok", small

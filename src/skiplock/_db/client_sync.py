@@ -65,15 +65,22 @@ RUNNING_ROW_RETRY_PAUSES = (*CANCEL_RETRY_PAUSES, *(0.25,) * 11)
 
 
 def open_pool(
-    dsn: str, store: SyncStore, *, min_size: int, max_size: int, prepare: bool = True
+    dsn: str,
+    store: SyncStore,
+    *,
+    min_size: int,
+    max_size: int,
+    prepare: bool = True,
+    application_name: str = "skiplock",
 ) -> ConnectionPool:
     """A pool of autocommit connections, or :class:`DatabaseUnavailable` saying why not;
-    ``prepare=False``: no prepared statements (behind a transaction-mode pooler).
+    ``prepare=False``: no prepared statements (behind a transaction-mode pooler);
+    ``application_name`` unless the DSN names one.
 
     Each connection has the server watch for its client going silent (``session_watch_client``)
     and send timestamps in UTC (``session_use_utc``), except behind a transaction-mode pooler,
     where a session setting would land on a server connection that other clients share."""
-    kwargs = connect_kwargs(dsn, prepare=prepare)
+    kwargs = connect_kwargs(dsn, prepare=prepare, application_name=application_name)
     watch = server_watch_settings(dsn) if prepare else None
 
     def configure(conn: Connection[Any]) -> None:

@@ -72,6 +72,7 @@ DEAD_PEER_PARAMS = {
 # short session that sends it a probe notification.  An App's client (enqueue, status, the
 # dashboard) opens a pool of up to CLIENT_POOL_MAX.
 WORKER_POOL_MIN = 2
+WORKER_APPLICATION_NAME = "skiplock-worker"  # a worker's pooled sessions (the listener's differ)
 WORKER_POOL_MAX = 6
 CLIENT_POOL_MAX = 4
 # What a server says when it has no slot for a new session (SQLSTATE 53300, which libpq does
@@ -153,9 +154,13 @@ def prepared_statements_setting(explicit: bool | None = None) -> bool:
     )
 
 
-def connect_kwargs(dsn: str, *, prepare: bool = True) -> dict[str, Any]:
+def connect_kwargs(
+    dsn: str, *, prepare: bool = True, application_name: str = "skiplock"
+) -> dict[str, Any]:
     """Keyword arguments for every connection skiplock opens itself; ``prepare=False`` keeps
-    psycopg from preparing statements on it (see the module's doc)."""
+    psycopg from preparing statements on it (see the module's doc).  ``application_name``
+    unless the DSN names one: ``skiplock``, ``skiplock-worker`` for a worker's pool (which
+    ``skiplock doctor`` counts as the fleet's)."""
     params = conninfo.conninfo_to_dict(dsn)
     extra: dict[str, Any] = {"autocommit": True}
     if not prepare:
@@ -166,7 +171,7 @@ def connect_kwargs(dsn: str, *, prepare: bool = True) -> dict[str, Any]:
         if key not in params:  # the DSN's own settings win, each one
             extra[key] = value
     if "application_name" not in params:
-        extra["application_name"] = "skiplock"
+        extra["application_name"] = application_name
     return extra
 
 

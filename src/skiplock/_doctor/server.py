@@ -77,9 +77,10 @@ def check_connections(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
 
 
 def _fleet_headroom(row: dict[str, Any], usable: int, workers: int, per_worker: int) -> Finding:
-    """The slots a fleet of ``workers`` processes leaves: the sessions that are not skiplock's
-    stay, skiplock's own (this doctor's included) are counted as the fleet's, at its most."""
-    others = row["in_use"] - row["skiplock_sessions"]
+    """The slots a fleet of ``workers`` processes leaves: the sessions of workers running now
+    (named ``skiplock-worker`` and ``skiplock-listener``) are counted as the fleet's, at its
+    most, and this doctor's end with it; every other session stays (enqueuers, dashboards)."""
+    others = row["in_use"] - row["worker_sessions"] - row["own_sessions"]
     need = workers * per_worker
     headroom = usable - others - need
     details = {**row, "usable": usable, "others": others, "fleet_needs": need,
@@ -88,14 +89,15 @@ def _fleet_headroom(row: dict[str, Any], usable: int, workers: int, per_worker: 
         f"a fleet of {workers} worker processes needs up to {need} connections ({per_worker} "
         f"each); {usable} slots usable (max_connections {row['max_connections']} less "
         f"{row['reserved']} reserved for superusers), {others} held by other sessions: "
-        f"headroom {headroom}"
+        f"headroom {headroom} (the workers' sessions now: {row['worker_sessions']}, "
+        f"{row['listeners']} of them listeners)"
     )
     if headroom >= per_worker:
         return Finding("connections", "ok", message, "", details)
     return Finding(
         "connections",
         "fail" if headroom < 0 else "warn",
-        message + (" (the fleet exhausts the server)" if headroom < 0 else ""),
+        message + ("; the fleet exhausts the server" if headroom < 0 else ""),
         "raise max_connections (needs a restart), run fewer worker processes with a higher "
         "--concurrency each, or put a session-mode pooler in front of enqueuers; a worker "
         "that finds no slot waits for one, with backoff",
