@@ -18,7 +18,12 @@ from skiplock._db.bounds import (
 )
 from skiplock._db.client_async import AsyncClient
 from skiplock._db.client_sync import SyncClient
-from skiplock._db.connections import check_dsn, prepared_statements_setting, resolve_dsn
+from skiplock._db.connections import (
+    check_dsn,
+    prepared_statements_setting,
+    resolve_dsn,
+    resolve_read_dsn,
+)
 from skiplock._db.enqueue import (
     EnqueueOptions,
     MetaProvider,
@@ -89,6 +94,10 @@ class App(JobEnqueue, JobAdmin):
     ``serializer`` turns task arguments and results into JSON and back (a task may have its
     own): by default a :class:`~skiplock.serializer.JSONSerializer`, which takes datetimes,
     UUIDs, Decimals, enums, dataclasses and pydantic models (see docs/tasks.md).
+    ``read_dsn`` (else ``SKIPLOCK_READ_DATABASE_URL``): a standby that ``skiplock status``,
+    ``skiplock jobs list``, the dashboard's pages and the metrics exporter read from, through
+    :attr:`read_sync_client` / :attr:`read_async_client`; everything that writes (enqueue,
+    actions, workers) stays on ``dsn`` (see docs/operations.md, "Reads from a standby").
     """
 
     def __init__(
@@ -102,6 +111,7 @@ class App(JobEnqueue, JobAdmin):
         retention: Mapping[str, float | None] | None = None,
         prepared_statements: bool | None = None,
         serializer: Serializer | None = None,
+        read_dsn: str | None = None,
     ) -> None:
         self.serializer: Serializer = checked_serializer(serializer) or DEFAULT_SERIALIZER
         if completion not in COMPLETIONS:
@@ -109,6 +119,7 @@ class App(JobEnqueue, JobAdmin):
         if max_payload_bytes <= 0:
             raise ConfigurationError("max_payload_bytes must be > 0")
         self._dsn = check_dsn(dsn) if dsn else None
+        self._read_dsn = resolve_read_dsn(read_dsn)
         self.schema: str = check_schema_name(schema)
         self.completion: Completion = completion
         self.max_payload_bytes = max_payload_bytes
@@ -138,6 +149,17 @@ class App(JobEnqueue, JobAdmin):
         self.async_client: AsyncClient = AsyncClient(
             lambda: self.dsn, AsyncStore(self.queries), prepare=self.prepared_statements
         )
+        # Clients on the read DSN, opened only when there is one.
+        self._read_sync = SyncClient(
+            lambda: self._read_dsn or self.dsn,
+            SyncStore(self.queries),
+            prepare=self.prepared_statements,
+        )
+        self._read_async = AsyncClient(
+            lambda: self._read_dsn or self.dsn,
+            AsyncStore(self.queries),
+            prepare=self.prepared_statements,
+        )
 
     def __repr__(self) -> str:
         return f"<skiplock.App schema={self.schema!r} tasks={sorted(self.tasks)}>"
@@ -152,6 +174,27 @@ class App(JobEnqueue, JobAdmin):
     def use_dsn(self, dsn: str) -> None:
         """Point the app at another database (the CLI's ``--dsn``); only before first use."""
         self._dsn = check_dsn(dsn)
+
+    @property
+    def read_dsn(self) -> str | None:
+        """The database the read-only views read from, None when they read from :attr:`dsn`."""
+        return self._read_dsn
+
+    def use_read_dsn(self, dsn: str | None) -> None:
+        """Have the read-only views read from ``dsn`` (the CLI's ``--read-dsn``); only before
+        first use."""
+        self._read_dsn = resolve_read_dsn(dsn)
+
+    @property
+    def read_sync_client(self) -> SyncClient:
+        """The client for reads that may be stale: on :attr:`read_dsn` when set, else the app's
+        own :attr:`sync_client` (no second pool)."""
+        return self._read_sync if self._read_dsn else self.sync_client
+
+    @property
+    def read_async_client(self) -> AsyncClient:
+        """:attr:`read_sync_client`'s async twin."""
+        return self._read_async if self._read_dsn else self.async_client
 
     # -- tasks ---------------------------------------------------------------------------
 
@@ -415,6 +458,8 @@ class App(JobEnqueue, JobAdmin):
 
     def close(self) -> None:
         self.sync_client.close()
+        self._read_sync.close()
 
     async def close_async(self) -> None:
         await self.async_client.close()
+        await self._read_async.close()

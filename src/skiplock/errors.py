@@ -25,6 +25,13 @@ class DatabaseUnavailable(SkiplockError):
     """PostgreSQL could not be reached or refused the connection."""
 
 
+class NoConnectionSlot(DatabaseUnavailable):
+    """PostgreSQL refused a new session for want of a free slot: ``max_connections`` (less the
+    ones reserved for superusers) are all in use, or a role's or database's connection limit is
+    reached.  It passes once other sessions end; a worker waits for it (with backoff) instead of
+    exiting."""
+
+
 class QueueLockBusy(SkiplockError):
     """A claim of a queue with a concurrency or rate limit could not go ahead: another session
     held the queue's claim lock (its row of the ``queues`` table) past the claim's lock

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -33,6 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from skiplock._db.bounds import check_queue_name
 from skiplock._db.client_async import open_pool
+from skiplock._db.connections import WORKER_APPLICATION_NAME, WORKER_POOL_MIN, worker_pool_max
 from skiplock._db.migrations import all_migrations, check_migrated
 from skiplock._db.queue_locks import QueueLockWaits
 from skiplock._db.store_async import AsyncStore
@@ -59,11 +61,15 @@ from skiplock._runtime.task_threads import TaskThreads
 from skiplock._runtime.worker_state import WorkerState
 from skiplock._task_settings import WorkerModel
 from skiplock.app import App
-from skiplock.errors import SkiplockError
+from skiplock.errors import NoConnectionSlot, SkiplockError
 from skiplock.events import JobEvent, WorkerStats, new_worker_id
 from skiplock.job import Job
 
 log: logging.Logger = logging.getLogger("skiplock.worker")
+
+# Seconds between tries to start on a server with no connection slot free: doubling from the
+# first, jittered, up to the last (a fleet restarted at once does not come back in step).
+NO_SLOT_BACKOFF = (1.0, 30.0)
 
 __all__ = ["JobEvent", "Worker", "WorkerStats", "new_worker_id"]
 
@@ -178,10 +184,11 @@ class Worker:
         dsn = self.app.dsn
         held = self._claims_held(queues)
         executor = TaskThreads(self.concurrency)
-        pool_size = 6 + (self.concurrency if held else 0)
-        pool = self._pool = await open_pool(
-            dsn, self.store, min_size=2, max_size=pool_size, prepare=self.app.prepared_statements
-        )
+        opened = await self._open_pool(dsn, worker_pool_max(self.concurrency, held))
+        if opened is None:  # stopped while it waited for a connection slot
+            executor.shutdown(wait=False)
+            return self.stats
+        pool = self._pool = opened
         try:
             await self._check_schema()
         except BaseException:
@@ -339,6 +346,32 @@ class Worker:
             executor.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped: %s", self.worker_id, self.stats)
         return self.stats
+
+    async def _open_pool(self, dsn: str, max_size: int) -> AsyncConnectionPool | None:
+        """The worker's pool; while the server has no connection slot free, say so and try
+        again with backoff (a slot frees when any session ends: exiting, to be restarted at
+        once, would only add to the load).  None: :meth:`stop` came first."""
+        delay, longest = NO_SLOT_BACKOFF
+        while True:
+            try:
+                return await open_pool(
+                    dsn,
+                    self.store,
+                    min_size=WORKER_POOL_MIN,
+                    max_size=max_size,
+                    prepare=self.app.prepared_statements,
+                    application_name=WORKER_APPLICATION_NAME,
+                )
+            except NoConnectionSlot as exc:
+                wait = delay * random.uniform(0.5, 1.0)
+                log.warning("worker %s cannot start: %s; trying again in %.1fs",
+                            self.worker_id, exc, wait)  # fmt: skip
+            ends = asyncio.get_running_loop().time() + wait
+            while not self.state.stopping and asyncio.get_running_loop().time() < ends:
+                await asyncio.sleep(min(0.1, ends - asyncio.get_running_loop().time()))
+            if self.state.stopping:
+                return None
+            delay = min(delay * 2, longest)
 
     def _claims_held(self, queues: list[str]) -> bool:
         return claims_held(self.app, self.model, queues)

@@ -17,8 +17,8 @@ import pytest
 from helpers.bad_rows import insert_row, job_state, nested
 from helpers.stores import SyncStore
 from skiplock import App, JobStatus, Worker
-from skiplock.job import UnrunnableJob
 from skiplock._task_settings import WorkerModel
+from skiplock.job import UnrunnableJob
 
 GOOD = 9  # good jobs claimed together with the poison row
 RUN_TIMEOUT = 60.0  # seconds a burst worker gets; a poisoned one used to hang or die

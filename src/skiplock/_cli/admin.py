@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from skiplock._db.bounds import BIGINT_MAX, INT_MAX, check_key, check_queue_name, check_schema_name
+from skiplock._db.connections import READ_ENV_VAR
 from skiplock._db.enqueue import EnqueueOptions, NewJob, NewJobs, build_job
 from skiplock._rate_limit import describe, parse_concurrency_limit, parse_rate
 from skiplock.app import DEFAULT_RETENTION, App
@@ -46,15 +47,42 @@ schema_option = click.option(
     help="Schema holding skiplock's tables.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+read_dsn_option = click.option(
+    "--read-dsn",
+    envvar=READ_ENV_VAR,
+    show_envvar=True,
+    help="A standby to read from, its lag shown (default: read from --dsn).",
+)
 
 
 @contextmanager
-def open_app(dsn: str | None, schema: str) -> Iterator[App]:
-    app = App(dsn, schema)
+def open_app(dsn: str | None, schema: str, read_dsn: str | None = None) -> Iterator[App]:
+    app = App(dsn, schema, read_dsn=read_dsn)
     try:
         yield app
     finally:
         app.close()
+
+
+def describe_read_lag(lag: dict[str, Any]) -> str:
+    """How stale reads from the read DSN are, in a sentence (see ``session_read_lag``)."""
+    if not lag["standby"]:
+        return "read from the read DSN, which is not a standby: current"
+    seconds = lag["lag_seconds"]
+    if seconds is None:
+        text = "read from a standby that has replayed nothing since it started: staleness unknown"
+    else:
+        text = f"read from a standby {seconds:.1f}s behind the primary"
+    if not lag["receiving"]:
+        text += " (it receives no WAL now: it may be further behind)"
+    return text
+
+
+def read_staleness(app: App) -> str | None:
+    """:func:`describe_read_lag` of the app's read DSN; None when it has none."""
+    if app.read_dsn is None:
+        return None
+    return describe_read_lag(app.read_sync_client.read_lag())
 
 
 def console(*, stderr: bool = False) -> Console:
@@ -99,6 +127,7 @@ def jobs() -> None:
 
 @jobs.command("list")
 @dsn_option
+@read_dsn_option
 @schema_option
 @json_option
 @click.option("--queue")
@@ -112,6 +141,7 @@ def jobs() -> None:
 )
 def jobs_list(
     dsn: str | None,
+    read_dsn: str | None,
     schema: str,
     as_json: bool,
     queue: str | None,
@@ -121,14 +151,17 @@ def jobs_list(
     before: int | None,
 ) -> None:
     """The newest jobs matching the filters."""
-    with open_app(dsn, schema) as app:
-        found = app.sync_client.list_jobs(
+    with open_app(dsn, schema, read_dsn) as app:
+        found = app.read_sync_client.list_jobs(
             queue=queue, status=job_status, task=task, limit=limit, before=before
         )
+        stale = read_staleness(app)
     if as_json:
         emit_json([job_dict(j) for j in found])
+        if stale is not None:
+            click.echo(stale, err=True)
         return
-    table = Table(title=plural(len(found), "job"))
+    table = Table(title=plural(len(found), "job"), caption=stale)
     for column in ("id", "queue", "task", "status", "attempts", "run_at", "last error"):
         table.add_column(column)
     for j in found:

@@ -8,7 +8,7 @@ import socket
 import click
 
 from skiplock._app_loader import load_app
-from skiplock._cli.admin import dsn_option
+from skiplock._cli.admin import dsn_option, read_dsn_option
 from skiplock._db.bounds import check_schema_name
 from skiplock._db.migrations import check_migrated
 from skiplock.app import App
@@ -20,6 +20,7 @@ DEFAULT_PORT = 8089
 @click.command("dashboard")
 @click.argument("app_spec", metavar="[APP]", required=False, envvar="SKIPLOCK_APP")
 @dsn_option
+@read_dsn_option
 @click.option(
     "--schema",
     envvar="SKIPLOCK_SCHEMA",
@@ -45,6 +46,7 @@ DEFAULT_PORT = 8089
 def command(
     app_spec: str | None,
     dsn: str | None,
+    read_dsn: str | None,
     schema: str | None,
     host: str,
     port: int,
@@ -53,7 +55,9 @@ def command(
 ) -> None:
     """Serve the web dashboard: queues, jobs, errors; retry, cancel, pause, resume.
 
-    With APP (module:attribute) it hides the payload fields the app's tasks mark secret.
+    With APP (module:attribute) it hides the payload fields the app's tasks mark secret.  With
+    --read-dsn its pages read from that standby, each saying how far behind it is; actions
+    still go to --dsn.
     """
     try:
         import uvicorn
@@ -80,6 +84,8 @@ def command(
         )
     if dsn:
         app.use_dsn(dsn)
+    if read_dsn:
+        app.use_read_dsn(read_dsn)
     missing = app.sync_client.pending_migrations()  # also: the server is reachable
     app.close()
     check_migrated(app.schema, missing)

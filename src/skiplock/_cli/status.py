@@ -16,7 +16,16 @@ import click
 from rich.live import Live
 from rich.table import Table
 
-from skiplock._cli.admin import console, dsn_option, emit_json, json_option, open_app, schema_option
+from skiplock._cli.admin import (
+    console,
+    dsn_option,
+    emit_json,
+    json_option,
+    open_app,
+    read_dsn_option,
+    read_staleness,
+    schema_option,
+)
 from skiplock._db.presence import SILENT_AFTER
 from skiplock._runtime.queue_settings import describe_settings
 from skiplock.app import App
@@ -24,6 +33,7 @@ from skiplock.app import App
 
 @click.command()
 @dsn_option
+@read_dsn_option
 @schema_option
 @json_option
 @click.option(
@@ -33,18 +43,25 @@ from skiplock.app import App
     help="Show it again every SECONDS until Ctrl-C: redrawn in place on a terminal, else one "
     "table (or, with --json, one line of JSON) each time.",
 )
-def status(dsn: str | None, schema: str, as_json: bool, watch: float | None) -> None:
-    """Jobs per queue and state, the oldest due job's age, and last minute's throughput."""
-    with open_app(dsn, schema) as app:
+def status(
+    dsn: str | None, read_dsn: str | None, schema: str, as_json: bool, watch: float | None
+) -> None:
+    """Jobs per queue and state, the oldest due job's age, and last minute's throughput.
+
+    With --read-dsn (a standby) it reads there and says how far behind the primary it is."""
+    with open_app(dsn, schema, read_dsn) as app:
         if watch is not None:
             with stop_requested() as stopped:
                 watch_status(app, schema, watch, as_json, stopped)
             return
-        rows = app.sync_client.queue_status()
+        rows = app.read_sync_client.queue_status()
+        stale = read_staleness(app)
     if as_json:
         emit_json(rows)
+        if stale is not None:
+            click.echo(stale, err=True)
         return
-    console().print(status_table(rows, schema))
+    console().print(status_table(rows, schema, stale))
 
 
 @contextmanager
@@ -84,25 +101,34 @@ def watch_status(
 ) -> None:
     """``status --watch``: until ``stopped()``."""
     out = console()
+    reader = app.read_sync_client
+
+    def table() -> Table:
+        return status_table(reader.queue_status(), schema, read_staleness(app))
+
     if out.is_terminal and not as_json:
-        with Live(status_table(app.sync_client.queue_status(), schema), console=out) as live:
+        with Live(table(), console=out) as live:
             while sleep_unless(stopped, every):
-                live.update(status_table(app.sync_client.queue_status(), schema))
+                live.update(table())
         return
     while True:
-        rows = app.sync_client.queue_status()
+        rows = reader.queue_status()
+        stale = read_staleness(app)
         if as_json:
-            click.echo(json.dumps({"at": datetime.now(UTC).isoformat(), "queues": rows}))
+            line = {"at": datetime.now(UTC).isoformat(), "queues": rows}
+            click.echo(json.dumps(line | ({"read": stale} if stale is not None else {})))
         else:
-            out.print(status_table(rows, schema))
+            out.print(status_table(rows, schema, stale))
         sys.stdout.flush()
         if not sleep_unless(stopped, every):
             return
 
 
-def status_table(rows: list[dict[str, Any]], schema: str) -> Table:
+def status_table(rows: list[dict[str, Any]], schema: str, stale: str | None = None) -> Table:
     estimated = any(row["finished_estimated"] for row in rows)
     caption = f"at {datetime.now().astimezone():%H:%M:%S}"
+    if stale is not None:
+        caption += f", {stale}"
     if estimated:
         caption += "; ~ failed, done and cancelled estimated from a sample of the jobs table"
     table = Table(title=f"skiplock queues (schema {schema})", caption=caption)
@@ -124,23 +150,27 @@ def status_table(rows: list[dict[str, Any]], schema: str) -> Table:
 
 @click.command()
 @dsn_option
+@read_dsn_option
 @schema_option
 @json_option
-def workers(dsn: str | None, schema: str, as_json: bool) -> None:
+def workers(dsn: str | None, read_dsn: str | None, schema: str, as_json: bool) -> None:
     """The running workers: host, pid, queues, jobs running and finished, when last seen.
 
     A worker reports itself every few seconds and removes itself when it stops; one that has
     not reported for a while (killed, its host lost) is shown as silent until it is forgotten
     an hour later.
     """
-    with open_app(dsn, schema) as app:
-        rows = app.sync_client.list_workers()
+    with open_app(dsn, schema, read_dsn) as app:
+        rows = app.read_sync_client.list_workers()
+        stale = read_staleness(app)
     if as_json:
         emit_json(rows)
     elif not rows:
         console().print(f"no worker has reported itself in schema {schema!r}")
     else:
         console().print(workers_table(rows, schema))
+    if stale is not None:
+        click.echo(stale, err=True)
 
 
 def workers_table(rows: list[dict[str, Any]], schema: str) -> Table:

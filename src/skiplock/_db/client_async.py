@@ -20,12 +20,17 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 from psycopg.types.json import set_json_loads
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from skiplock._db.attempt_log import attempt_history
 from skiplock._db.bounds import BIGINT_MAX, INT_MAX, check_key
 from skiplock._db.caller_connection import AsyncCallerConnection, caller_connection_async
-from skiplock._db.connections import connect_kwargs, server_watch_settings, unavailable
+from skiplock._db.connections import (
+    CLIENT_POOL_MAX,
+    connect_kwargs,
+    server_watch_settings,
+    unavailable,
+)
 from skiplock._db.enqueue import NewJob, NewJobs
 from skiplock._db.job_charts import (
     CHART_MINUTES,
@@ -50,7 +55,7 @@ from skiplock.bulk import (
 )
 from skiplock.job import Enqueued, Job
 
-POOL_MAX_SIZE = 4
+POOL_MAX_SIZE = CLIENT_POOL_MAX
 # Pauses (seconds) before trying again to cancel a job whose row another session has locked:
 # a pending-looking row for a moment (a claim's lock), after which it is taken for a running
 # held-lock job's; a running leased job's row for about 3 s (a heartbeat's or an outcome's
@@ -60,15 +65,22 @@ RUNNING_ROW_RETRY_PAUSES = (*CANCEL_RETRY_PAUSES, *(0.25,) * 11)
 
 
 async def open_pool(
-    dsn: str, store: AsyncStore, *, min_size: int, max_size: int, prepare: bool = True
+    dsn: str,
+    store: AsyncStore,
+    *,
+    min_size: int,
+    max_size: int,
+    prepare: bool = True,
+    application_name: str = "skiplock",
 ) -> AsyncConnectionPool:
     """A pool of autocommit connections, or :class:`DatabaseUnavailable` saying why not;
-    ``prepare=False``: no prepared statements (behind a transaction-mode pooler).
+    ``prepare=False``: no prepared statements (behind a transaction-mode pooler);
+    ``application_name`` unless the DSN names one.
 
     Each connection has the server watch for its client going silent (``session_watch_client``)
     and send timestamps in UTC (``session_use_utc``), except behind a transaction-mode pooler,
     where a session setting would land on a server connection that other clients share."""
-    kwargs = connect_kwargs(dsn, prepare=prepare)
+    kwargs = connect_kwargs(dsn, prepare=prepare, application_name=application_name)
     watch = server_watch_settings(dsn) if prepare else None
 
     async def configure(conn: AsyncConnection[Any]) -> None:
@@ -92,7 +104,18 @@ async def open_pool(
         configure=configure,
         open=False,
     )
-    await pool.open(wait=True, timeout=15)
+    try:
+        await pool.open(wait=True, timeout=15)
+    except PoolTimeout:
+        # The probe got in but the pool's first connections did not (the last slots went
+        # meanwhile, say): one more direct try names the reason, where there is one.
+        await pool.close()
+        try:
+            probe = await AsyncConnection.connect(dsn, **kwargs)
+        except psycopg.OperationalError as exc:
+            raise unavailable(exc, dsn) from None
+        await probe.close()
+        raise
     return pool
 
 
@@ -375,6 +398,12 @@ class AsyncClient:
     async def queue_status(self, conn: AsyncConnection[Any] | None = None) -> list[dict[str, Any]]:
         async with self.connection(conn) as c:
             return await self.store.queue_status(c)
+
+    async def read_lag(self) -> dict[str, Any]:
+        """How stale this client's reads are: ``standby``, ``lag_seconds`` (None on a primary,
+        or a standby that replayed nothing yet), ``replayed_commit`` and ``receiving``."""
+        async with self.connection() as c:
+            return await self.store.session_read_lag(c)
 
     async def list_workers(self, conn: AsyncConnection[Any] | None = None) -> list[dict[str, Any]]:
         """The workers that reported themselves (see presence.py), oldest first; ``seen_ago``

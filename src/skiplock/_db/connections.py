@@ -21,6 +21,11 @@ therefore give up after ~10 s without an acknowledgement (TCP keepalives and
 ``tcp_user_timeout``, see :data:`DEAD_PEER_PARAMS`), and their sessions ask the server to do
 the same (:func:`server_watch_settings`).  A setting the DSN names keeps its value, at both
 ends (``keepalives=0`` turns the probes off, ``tcp_user_timeout=0`` the timeout).
+
+Connection slots: how many sessions a worker process and a client open at most
+(:func:`worker_connections`, :data:`CLIENT_POOL_MAX`) is defined here, for the worker, the
+client and ``skiplock doctor``'s headroom figure to agree; a server out of slots is told apart
+(:func:`no_slot`) so that a worker waits for one rather than exits.
 """
 
 from __future__ import annotations
@@ -39,10 +44,14 @@ from skiplock.errors import (
     ConfigurationError,
     DatabaseUnavailable,
     InvalidPayload,
+    NoConnectionSlot,
     SchemaNotMigrated,
 )
 
 ENV_VARS = ("SKIPLOCK_DATABASE_URL", "DATABASE_URL")
+# A second database URL for reads that may be stale (a standby): ``App(read_dsn=...)``,
+# ``--read-dsn``, else this variable; none: reads go where writes do.
+READ_ENV_VAR = "SKIPLOCK_READ_DATABASE_URL"
 PREPARED_STATEMENTS_VAR = "SKIPLOCK_PREPARED_STATEMENTS"
 CONNECT_TIMEOUT = 5
 # libpq settings for every connection skiplock opens (ignored on Unix sockets): probe an idle
@@ -57,6 +66,25 @@ DEAD_PEER_PARAMS = {
     "keepalives_count": 3,
     "tcp_user_timeout": 10_000,  # milliseconds; libpq 12 and later
 }
+# Sessions a worker process opens (docs/operations.md, "Connections"): a pool of
+# WORKER_POOL_MIN to WORKER_POOL_MAX connections, and one more per slot for held-lock jobs
+# (each keeps its transaction's connection); one listener; and, while the listener starts, one
+# short session that sends it a probe notification.  An App's client (enqueue, status, the
+# dashboard) opens a pool of up to CLIENT_POOL_MAX.
+WORKER_POOL_MIN = 2
+WORKER_APPLICATION_NAME = "skiplock-worker"  # a worker's pooled sessions (the listener's differ)
+WORKER_POOL_MAX = 6
+CLIENT_POOL_MAX = 4
+# What a server says when it has no slot for a new session (SQLSTATE 53300, which libpq does
+# not pass on for a refused connection): max_connections reached, the slots left reserved for
+# superusers (or, from PostgreSQL 16, for pg_use_reserved_connections), a role's or database's
+# CONNECTION LIMIT reached.
+NO_SLOT_MESSAGES = (
+    "too many clients already",
+    "remaining connection slots are reserved",
+    "too many connections for role",
+    "too many connections for database",
+)
 _ON = ("1", "true", "on", "yes")
 _OFF = ("0", "false", "off", "no")
 
@@ -66,6 +94,12 @@ def resolve_dsn(explicit: str | None = None) -> str:
         if candidate:
             return check_dsn(candidate)
     return embedded.start()
+
+
+def resolve_read_dsn(explicit: str | None = None) -> str | None:
+    """The read DSN (see :data:`READ_ENV_VAR`), or None."""
+    candidate = explicit or os.environ.get(READ_ENV_VAR)
+    return check_dsn(candidate) if candidate else None
 
 
 def check_dsn(dsn: str) -> str:
@@ -120,9 +154,13 @@ def prepared_statements_setting(explicit: bool | None = None) -> bool:
     )
 
 
-def connect_kwargs(dsn: str, *, prepare: bool = True) -> dict[str, Any]:
+def connect_kwargs(
+    dsn: str, *, prepare: bool = True, application_name: str = "skiplock"
+) -> dict[str, Any]:
     """Keyword arguments for every connection skiplock opens itself; ``prepare=False`` keeps
-    psycopg from preparing statements on it (see the module's doc)."""
+    psycopg from preparing statements on it (see the module's doc).  ``application_name``
+    unless the DSN names one: ``skiplock``, ``skiplock-worker`` for a worker's pool (which
+    ``skiplock doctor`` counts as the fleet's)."""
     params = conninfo.conninfo_to_dict(dsn)
     extra: dict[str, Any] = {"autocommit": True}
     if not prepare:
@@ -133,7 +171,7 @@ def connect_kwargs(dsn: str, *, prepare: bool = True) -> dict[str, Any]:
         if key not in params:  # the DSN's own settings win, each one
             extra[key] = value
     if "application_name" not in params:
-        extra["application_name"] = "skiplock"
+        extra["application_name"] = application_name
     return extra
 
 
@@ -159,7 +197,31 @@ def server_watch_settings(dsn: str) -> dict[str, str] | None:
     }
 
 
+def worker_pool_max(concurrency: int, held: bool) -> int:
+    """The most connections a worker process's pool opens."""
+    return WORKER_POOL_MAX + (concurrency if held else 0)
+
+
+def worker_connections(concurrency: int, *, held: bool = False, listen: bool = True) -> int:
+    """The most sessions one worker process holds at once: its pool, its listener and the
+    listener's probe (see :data:`WORKER_POOL_MIN`)."""
+    return worker_pool_max(concurrency, held) + (2 if listen else 0)
+
+
+def no_slot(exc: BaseException) -> bool:
+    """Whether a refused connection was refused for want of a free slot on the server."""
+    text = str(exc)
+    return any(message in text for message in NO_SLOT_MESSAGES)
+
+
 def unavailable(exc: BaseException, dsn: str) -> DatabaseUnavailable:
+    if no_slot(exc):
+        return NoConnectionSlot(
+            f"PostgreSQL at {redact(dsn)} has no connection slot free: {_first_line(exc)}. "
+            "Its max_connections (less superuser_reserved_connections) are in use; "
+            "`skiplock doctor --workers N` shows the headroom: raise max_connections, or run "
+            "fewer worker processes with a higher --concurrency each"
+        )
     return DatabaseUnavailable(
         f"cannot connect to PostgreSQL at {redact(dsn)}: {_first_line(exc)}. Check that the "
         "server is running and the URL (--dsn / SKIPLOCK_DATABASE_URL) is right"

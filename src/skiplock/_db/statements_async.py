@@ -36,6 +36,11 @@ class AsyncSchemaStatements(AsyncSeam):
         """Have timestamps come back in UTC (the fastest for psycopg to read: see runtime.sql)."""
         await self._fetch(conn, "session_use_utc", {})
 
+    async def session_read_lag(self, conn: AsyncConnection[Any]) -> dict[str, Any]:
+        """How stale reads on ``conn`` are (see runtime.sql)."""
+        rows = await self._fetch(conn, "session_read_lag", {}, row_factory=dict_row)
+        return dict(rows[0])
+
     async def migration_apply(
         self, conn: AsyncConnection[Any], migrations: Sequence[tuple[int, str, Any]]
     ) -> list[int]:

@@ -35,6 +35,11 @@ class SyncSchemaStatements(SyncSeam):
         """Have timestamps come back in UTC (the fastest for psycopg to read: see runtime.sql)."""
         self._fetch(conn, "session_use_utc", {})
 
+    def session_read_lag(self, conn: Connection[Any]) -> dict[str, Any]:
+        """How stale reads on ``conn`` are (see runtime.sql)."""
+        rows = self._fetch(conn, "session_read_lag", {}, row_factory=dict_row)
+        return dict(rows[0])
+
     def migration_apply(
         self, conn: Connection[Any], migrations: Sequence[tuple[int, str, Any]]
     ) -> list[int]:

@@ -12,7 +12,7 @@ from rich.table import Table
 from skiplock._cli.admin import console as cli_console
 from skiplock._cli.admin import dsn_option, schema_option
 from skiplock._db.bounds import check_schema_name
-from skiplock._db.connections import resolve_dsn
+from skiplock._db.connections import resolve_dsn, worker_connections
 from skiplock._doctor.findings import STATUS_ORDER, Finding, Thresholds, worst
 from skiplock._doctor.runner import Doctor
 from skiplock.app import DEFAULT_RETENTION
@@ -85,6 +85,28 @@ def _print(findings: list[Finding], schema: str) -> None:
     help="Seconds to wait for the LISTEN probe's notification.",
 )
 @click.option(
+    "--workers",
+    type=click.IntRange(1),
+    default=None,
+    help="Worker processes in the fleet (all hosts): report the connection headroom they "
+    "leave, at their most sessions each (see --concurrency, --model, --poll-only).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1),
+    default=10,
+    show_default=True,
+    help="The workers' --concurrency (held-lock workers keep a connection per slot).",
+)
+@click.option(
+    "--model",
+    type=click.Choice(["lease", "held"]),
+    default="lease",
+    show_default=True,
+    help="The workers' model.",
+)
+@click.option("--poll-only", is_flag=True, help="The workers run with --poll-only (no listener).")
+@click.option(
     "--fail-on",
     type=click.Choice(["warn", "fail"]),
     default="warn",
@@ -99,6 +121,10 @@ def command(
     lease_grace: float,
     retention: tuple[str, ...],
     listen_timeout: float,
+    workers: int | None,
+    concurrency: int,
+    model: str,
+    poll_only: bool,
     fail_on: str,
 ) -> None:
     """Check a live database for what slows or stops the queue, and say how to fix it.
@@ -110,6 +136,10 @@ def command(
         lease_grace=lease_grace,
         retention=_parse_retention(retention),
         listen_timeout=listen_timeout,
+        connections_per_worker=worker_connections(
+            concurrency, held=model == "held", listen=not poll_only
+        ),
+        workers=workers,
     )
     schema = check_schema_name(schema)
     findings = Doctor(resolve_dsn(dsn), schema, thresholds).run()

@@ -37,7 +37,10 @@ finding is at or above ``--fail-on`` (default ``warn``), else 0; it cannot conne
 - ``listen``: a notification sent from a second connection reaches a listening one within
   ``listen_timeout`` seconds (a transaction-mode pooler breaks this);
 - ``connections``: free connection slots for at least two more worker processes
-  (``connections_per_worker`` each, see docs/operations.md); ``fail`` below one.
+  (``connections_per_worker`` each, see docs/operations.md); ``fail`` below one.  Given the
+  fleet's size (``workers``), the headroom is what the slots not reserved for superusers leave
+  once the sessions that are not skiplock's and the fleet's at their most are counted:
+  ``warn`` below one more worker process's worth, ``fail`` below none.
 
 The pieces: :mod:`skiplock._doctor.findings` (:class:`Finding`, :class:`Thresholds`),
 :mod:`skiplock._doctor.runner` (:class:`Doctor`, which runs the checks of

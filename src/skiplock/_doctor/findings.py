@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from skiplock._db.connections import worker_connections
 from skiplock.app import DEFAULT_RETENTION
 
 Status = Literal["ok", "warn", "fail"]
@@ -27,7 +28,10 @@ class Thresholds:
     retention: Mapping[str, float | None] = field(default_factory=lambda: dict(DEFAULT_RETENTION))
     retention_grace: float = 3600.0
     listen_timeout: float = 1.0
-    connections_per_worker: int = 7
+    # A worker process's sessions at most, at the CLI's defaults (--concurrency 10, leased).
+    connections_per_worker: int = worker_connections(10)
+    # The fleet's worker processes (``--workers``), whose sessions the headroom is judged by.
+    workers: int | None = None
     lock_seconds: float = 5.0
 
 

@@ -53,6 +53,8 @@ def check_connections(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
     per_worker = doctor.thresholds.connections_per_worker
     row = doctor.statements.doctor_connections(conn)[0]
     usable = row["max_connections"] - row["reserved"]
+    if doctor.thresholds.workers is not None:
+        return _fleet_headroom(row, usable, doctor.thresholds.workers, per_worker)
     free = usable - row["in_use"]
     room = max(free, 0) // per_worker
     details = {**row, "free": free, "room_for_workers": room}
@@ -70,6 +72,35 @@ def check_connections(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
         message,
         "raise max_connections (needs a restart), run fewer worker processes with a "
         "higher --concurrency each, or put a session-mode pooler in front of enqueuers",
+        details,
+    )
+
+
+def _fleet_headroom(row: dict[str, Any], usable: int, workers: int, per_worker: int) -> Finding:
+    """The slots a fleet of ``workers`` processes leaves: the sessions of workers running now
+    (named ``skiplock-worker`` and ``skiplock-listener``) are counted as the fleet's, at its
+    most, and this doctor's end with it; every other session stays (enqueuers, dashboards)."""
+    others = row["in_use"] - row["worker_sessions"] - row["own_sessions"]
+    need = workers * per_worker
+    headroom = usable - others - need
+    details = {**row, "usable": usable, "others": others, "fleet_needs": need,
+               "headroom": headroom, "workers": workers, "per_worker": per_worker}  # fmt: skip
+    message = (
+        f"a fleet of {workers} worker processes needs up to {need} connections ({per_worker} "
+        f"each); {usable} slots usable (max_connections {row['max_connections']} less "
+        f"{row['reserved']} reserved for superusers), {others} held by other sessions: "
+        f"headroom {headroom} (the workers' sessions now: {row['worker_sessions']}, "
+        f"{row['listeners']} of them listeners)"
+    )
+    if headroom >= per_worker:
+        return Finding("connections", "ok", message, "", details)
+    return Finding(
+        "connections",
+        "fail" if headroom < 0 else "warn",
+        message + ("; the fleet exhausts the server" if headroom < 0 else ""),
+        "raise max_connections (needs a restart), run fewer worker processes with a higher "
+        "--concurrency each, or put a session-mode pooler in front of enqueuers; a worker "
+        "that finds no slot waits for one, with backoff",
         details,
     )
 

@@ -3,9 +3,13 @@ its attempts, workers) and its actions (retry, cancel, pause, resume, a queue's 
 and rate limits, and retry, cancel or delete every job a filter selects, after a page that
 says how many that is).
 
-It reads and changes jobs only through the App's client, with the CLI's own statements: no SQL
-of its own.  Lists are pages of :data:`PAGE_SIZE` jobs, newest first, paged by id; a search by
-a payload field reads at most :data:`~skiplock._db.job_search.SEARCH_SCAN` jobs a page.
+It reads and changes jobs only through the App's clients, with the CLI's own statements: no SQL
+of its own.  Pages read through the app's read client (a standby, when the app has a read DSN:
+each page then says how far behind the primary it is); every action, the pages that lead to one
+(a queue's settings, a bulk action's count) and the page an action redirects to read and write
+on the primary.  Lists are pages of :data:`PAGE_SIZE` jobs,
+newest first, paged by id; a search by a payload field reads at most
+:data:`~skiplock._db.job_search.SEARCH_SCAN` jobs a page.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from skiplock._cli.admin import job_dict
+from skiplock._cli.admin import describe_read_lag, job_dict
 from skiplock._db.bounds import check_queue_name, check_task_name
+from skiplock._db.client_async import AsyncClient
 from skiplock._db.job_charts import CHART_MINUTES, MAX_CHART_MINUTES
 from skiplock._db.job_search import SEARCH_SCAN, payload_filter
 from skiplock._rate_limit import parse_concurrency_limit, parse_rate, written
@@ -64,7 +69,8 @@ class Views:
 
     def __init__(self, app: App, templates: Jinja2Templates, *, read_only: bool) -> None:
         self.app = app
-        self.client = app.async_client
+        self.client = app.async_client  # actions, on the primary
+        self.reader = app.read_async_client  # pages, on the read DSN if there is one
         self.templates = templates
         self.read_only = read_only
 
@@ -111,13 +117,13 @@ class Views:
             shown["payload"] = {k: "***" if k in secret else v for k, v in job.payload.items()}
         return shown
 
-    async def _shown_in_full(self, job: Job) -> dict[str, Any]:
+    async def _shown_in_full(self, job: Job, reader: AsyncClient) -> dict[str, Any]:
         """:meth:`shown`, with the jobs a waiting job depends on (id -> state)."""
         shown = self.shown(job)
-        waits_for = await self.client.waits_for(job.id) if job.status == "waiting" else []
+        waits_for = await reader.waits_for(job.id) if job.status == "waiting" else []
         shown["waits_for"] = {str(dep): status for dep, status in waits_for}
-        shown["attempt_history"] = await self.client.attempts(job)
-        shown["progress"] = await self.client.progress(job)
+        shown["attempt_history"] = await reader.attempts(job)
+        shown["progress"] = await reader.progress(job)
         return shown
 
     async def _listed(
@@ -129,15 +135,19 @@ class Views:
         before = _int_param(request, "before")
         payload = _payload_param(request)
         if payload is None:
-            found = await self.client.list_jobs(**filters, limit=PAGE_SIZE, before=before)
+            found = await self._reader(request).list_jobs(**filters, limit=PAGE_SIZE, before=before)
             following = found[-1].id if len(found) == PAGE_SIZE else None
             return filters, found, following, None
-        searched = await self.client.search_jobs(
+        searched = await self._reader(request).search_jobs(
             payload, **filters, limit=PAGE_SIZE, before=before, scan=SEARCH_SCAN
         )
         return filters, searched.jobs, searched.next_before, searched.scanned
 
-    def _page(self, request: Request, name: str, **context: Any) -> Response:
+    async def _page(
+        self, request: Request, name: str, *, primary: bool = False, **context: Any
+    ) -> Response:
+        """The page ``name``; ``primary``: its figures were read on the primary, not the read
+        DSN (else the page says how stale they may be)."""
         notice = request.query_params.get("notice")
         text = None
         if notice in NOTICES:
@@ -156,31 +166,44 @@ class Views:
                 "read_only": self.read_only,
                 "schema": self.app.schema,
                 "notice": text,
+                "stale": None if primary or _after_action(request) else await self._staleness(),
                 **context,
             },
         )
 
+    def _reader(self, request: Request) -> AsyncClient:
+        """Where a page reads: the read client, except on the page an action of this dashboard
+        redirected to (it carries the action's notice), which shows the change on the primary."""
+        return self.client if _after_action(request) else self.reader
+
+    async def _staleness(self) -> str | None:
+        """How stale the pages' reads are, when they come from a read DSN (None: the primary)."""
+        if self.app.read_dsn is None:
+            return None
+        return describe_read_lag(await self.reader.read_lag())
+
     async def queues(self, request: Request) -> Response:
         refresh = _int_param(request, "refresh")
-        rows = await self.client.queue_status()
-        history = await self.client.finished_per_minute(CHART_MINUTES)
+        reader = self._reader(request)
+        rows = await reader.queue_status()
+        history = await reader.finished_per_minute(CHART_MINUTES)
         charts = {
             queue: queue_charts(queue, n, history.minutes, series)
             for n, (queue, series) in enumerate(history.queues.items())
         }
-        return self._page(
+        return await self._page(
             request,
             "queues.html",
             queues=rows,
-            workers=await self._workers(),
+            workers=await self._workers(reader),
             refresh=refresh and max(refresh, 2),
             history=history,
             charts=charts,
         )
 
-    async def _workers(self) -> list[dict[str, Any]]:
+    async def _workers(self, reader: AsyncClient) -> list[dict[str, Any]]:
         """The workers table's rows, as JSON can carry them."""
-        rows = await self.client.list_workers()
+        rows = await reader.list_workers()
         for row in rows:
             for name in ("started_at", "seen_at"):
                 row[name] = row[name].isoformat()
@@ -194,7 +217,7 @@ class Views:
         key, value = (request.query_params.get(k) or "" for k in ("key", "value"))
         kept = {k: v for k, v in {**filters, "key": key, "value": value}.items() if v}
         more = urlencode({**kept, "before": following}) if following is not None else None
-        return self._page(
+        return await self._page(
             request,
             "jobs.html",
             jobs=[self.shown(j) for j in found],
@@ -209,10 +232,11 @@ class Views:
         )
 
     async def job(self, request: Request) -> Response:
-        found = await self.client.get_job(_job_id(request))
+        reader = self._reader(request)
+        found = await reader.get_job(_job_id(request))
         if found is None:
             raise HTTPException(404, f"no job {request.path_params['job_id']}")
-        return self._page(request, "job.html", job=await self._shown_in_full(found))
+        return await self._page(request, "job.html", job=await self._shown_in_full(found, reader))
 
     async def queue(self, request: Request, error: str | None = None,
                     entered: dict[str, str] | None = None) -> Response:  # fmt: skip
@@ -227,8 +251,8 @@ class Views:
             else "none",
             **(entered or {}),
         }
-        response = self._page(request, "queue.html", queue=queue, settings=settings,
-                              values=values, error=error)  # fmt: skip
+        response = await self._page(request, "queue.html", primary=True, queue=queue,
+                                    settings=settings, values=values, error=error)  # fmt: skip
         if error is not None:
             response.status_code = 400
         return response
@@ -266,19 +290,20 @@ class Views:
                      queue=queue)  # fmt: skip
 
     async def workers(self, request: Request) -> Response:
-        return self._page(request, "workers.html", workers=await self._workers())
+        workers = await self._workers(self._reader(request))
+        return await self._page(request, "workers.html", workers=workers)
 
     async def api_queues(self, request: Request) -> Response:
-        return JSONResponse(await self.client.queue_status())
+        return JSONResponse(await self.reader.queue_status())
 
     async def api_charts(self, request: Request) -> Response:
         minutes = _int_param(request, "minutes") or CHART_MINUTES
         if minutes > MAX_CHART_MINUTES:
             raise HTTPException(400, f"minutes must be from 1 to {MAX_CHART_MINUTES}")
-        return JSONResponse((await self.client.finished_per_minute(minutes)).to_json())
+        return JSONResponse((await self.reader.finished_per_minute(minutes)).to_json())
 
     async def api_workers(self, request: Request) -> Response:
-        return JSONResponse(await self._workers())
+        return JSONResponse(await self._workers(self.reader))
 
     async def api_jobs(self, request: Request) -> Response:
         _, found, following, scanned = await self._listed(request)
@@ -288,10 +313,10 @@ class Views:
         return JSONResponse(answer)
 
     async def api_job(self, request: Request) -> Response:
-        found = await self.client.get_job(_job_id(request))
+        found = await self.reader.get_job(_job_id(request))
         if found is None:
             return JSONResponse({"error": "no such job"}, status_code=404)
-        return JSONResponse(await self._shown_in_full(found))
+        return JSONResponse(await self._shown_in_full(found, self.reader))
 
     # -- actions: POST from the dashboard's own forms, then back to a page ----------------
 
@@ -331,10 +356,11 @@ class Views:
         filters = _filters(request)
         statuses = _bulk_statuses(action, filters["status"])
         jobs = JobFilter(queue=filters["queue"], task=filters["task"])
-        counts = await self.client.count_matching(jobs, statuses)
-        return self._page(
+        counts = await self.client.count_matching(jobs, statuses)  # what the action would do
+        return await self._page(
             request,
             "bulk.html",
+            primary=True,
             action=action,
             filters=filters,
             statuses=statuses,
@@ -378,6 +404,11 @@ class Views:
         queue = _path_queue(request)
         await self.client.set_paused(queue, paused)
         return _back(request, "/", notice="paused" if paused else "resumed", queue=queue)
+
+
+def _after_action(request: Request) -> bool:
+    """Whether the request is the page an action redirected to (it names the action's notice)."""
+    return request.query_params.get("notice") in NOTICES
 
 
 async def _refuse_read_only(request: Request) -> Response:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import psycopg
 
-from skiplock._cli.admin import dsn_option, schema_option
+from skiplock._cli.admin import dsn_option, read_dsn_option, schema_option
 from skiplock.app import App
 from skiplock.errors import SkiplockError
 from skiplock.observability.metrics import require_client
@@ -57,7 +57,9 @@ class QueueCollector:
             "1 if the exporter's last read of the queues succeeded, else 0.",
         )
         try:
-            rows: list[dict[str, Any]] = self.app.sync_client.queue_status()
+            reader = self.app.read_sync_client
+            rows: list[dict[str, Any]] = reader.queue_status()
+            lag = reader.read_lag() if self.app.read_dsn is not None else None
         except (psycopg.Error, SkiplockError, OSError) as exc:
             log.warning("could not read the queues: %s", exc)
             up.add_metric([], 0)
@@ -87,10 +89,20 @@ class QueueCollector:
             workers.add_metric([queue], row["workers"])
             paused.add_metric([queue], 1 if row["paused"] else 0)
         yield from (jobs, oldest, workers, paused)
+        if lag is not None:  # read from a standby (--read-dsn): how stale the figures are
+            behind = GaugeMetricFamily(
+                "skiplock_exporter_read_lag_seconds",
+                "Seconds the standby the exporter reads from is behind the primary (NaN: "
+                "unknown, it replayed nothing since it started).",
+            )
+            seconds = lag["lag_seconds"] if lag["standby"] else 0.0
+            behind.add_metric([], float("nan") if seconds is None else seconds)
+            yield behind
 
 
 @click.command("metrics")
 @dsn_option
+@read_dsn_option
 @schema_option
 @click.option(
     "--port",
@@ -109,7 +121,7 @@ class QueueCollector:
     show_default=True,
     help="Address it listens on (0.0.0.0: every interface).",
 )
-def command(dsn: str | None, schema: str, port: int, addr: str) -> None:
+def command(dsn: str | None, read_dsn: str | None, schema: str, port: int, addr: str) -> None:
     """Export queue depth and the oldest due job's age per queue for Prometheus, read from the
     database at each scrape (run one per cluster), until SIGTERM/SIGINT."""
     logging.basicConfig(
@@ -120,7 +132,7 @@ def command(dsn: str | None, schema: str, port: int, addr: str) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    app = App(dsn, schema)
+    app = App(dsn, schema, read_dsn=read_dsn)
     try:
         registry = CollectorRegistry()
         registry.register(QueueCollector(app))

@@ -136,12 +136,16 @@ ORDER BY r.status;
 
 -- name: doctor_connections
 -- Connection slots: the server's limit, those reserved for superusers, client sessions now,
--- and how many of them are skiplock's (listeners: one per worker process).
+-- how many of them are skiplock's, and of those the workers' (their pools and listeners, one
+-- listener per worker process) and doctor's own.
 SELECT current_setting('max_connections')::int AS max_connections,
        current_setting('superuser_reserved_connections')::int AS reserved,
        count(*) FILTER (WHERE backend_type = 'client backend') AS in_use,
        count(*) FILTER (WHERE starts_with(application_name, 'skiplock')) AS skiplock_sessions,
-       count(*) FILTER (WHERE application_name = 'skiplock-listener') AS listeners
+       count(*) FILTER (WHERE application_name IN ('skiplock-worker', 'skiplock-listener'))
+           AS worker_sessions,
+       count(*) FILTER (WHERE application_name = 'skiplock-listener') AS listeners,
+       count(*) FILTER (WHERE application_name = 'skiplock-doctor') AS own_sessions
 FROM pg_stat_activity;
 
 -- name: doctor_lock_holders

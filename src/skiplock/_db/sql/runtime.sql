@@ -15,6 +15,20 @@ SELECT set_config('tcp_keepalives_idle', %(idle)s, false),
 -- each through zoneinfo (docs/design.md, "Sessions in UTC").
 SELECT set_config('TimeZone', 'UTC', false);
 
+-- name: session_read_lag
+-- How stale this session's reads are: whether its server is a standby, and if so the seconds
+-- its replay is behind (0 when it has replayed all the WAL it received, else the time since
+-- the last transaction it replayed committed on the primary; NULL when it replayed none since
+-- it started), when that transaction committed, and whether a WAL receiver runs (its pid is
+-- shown to every role; its details only to pg_read_all_stats).
+SELECT pg_is_in_recovery() AS standby,
+       CASE WHEN NOT pg_is_in_recovery() THEN NULL
+            WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0.0
+            ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp())
+       END::float8 AS lag_seconds,
+       pg_last_xact_replay_timestamp() AS replayed_commit,
+       coalesce((SELECT pid IS NOT NULL FROM pg_stat_wal_receiver), false) AS receiving;
+
 -- name: queue_settings
 -- Pause flags, concurrency limits and whether a rate limit applies, of the given queues
 -- (queues without a row have none of them).
