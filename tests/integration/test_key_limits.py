@@ -201,3 +201,30 @@ def test_the_postgres_backend_claims_a_limited_key_within_its_limit(app: App) ->
             await backend.close()
 
     asyncio.run(body())
+
+
+def test_a_worker_keeps_claiming_a_limited_keys_jobs_between_polls(app: App) -> None:
+    """The claim of limited keys takes no more jobs than the slots can start, so a claim that
+    comes up short of the worker's room does not mean the queues are empty: the worker claims
+    again as its slots free, not only at the next poll."""
+    done: list[int] = []
+
+    @app.task(name="t", queue="q")
+    async def t(n: int) -> None:
+        await asyncio.sleep(0.01)
+        done.append(n)
+
+    app.sync_client.set_key_limit("k", concurrency=100)  # never binds here
+    t.with_options(limit_key="k").enqueue_many([{"n": n} for n in range(20)])
+    worker = Worker(app, concurrency=2, poll_interval=10)
+
+    async def body() -> None:
+        task = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 5  # half a poll interval
+        while len(done) < 20 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        worker.stop()
+        await task
+
+    asyncio.run(body())
+    assert len(done) == 20, f"{len(done)} of 20 ran before the next poll"
