@@ -175,9 +175,11 @@ class SyncJobStatements(SyncQueueStatements, SyncDependencyStatements):
         worker: str,
         lease_seconds: float,
         after: Mapping[str, ClaimKey] | None = None,
+        weights: Mapping[str, int] | None = None,
     ) -> list[Job]:
         """Claim up to ``limit`` due jobs from ``queues``, best priority then oldest first in
-        each queue, the queues taking turns in the order given (see ``job_claim_from_queues``).
+        each queue, the queues taking turns in the order given, each as many turns as its
+        weight in ``weights`` (default 1; see ``job_claim_from_queues``).
 
         ``after`` maps a queue to the key of the job last claimed from it: the claim reads that
         queue's index from there (every job of a better priority, then those after the key;
@@ -188,7 +190,7 @@ class SyncJobStatements(SyncQueueStatements, SyncDependencyStatements):
         # Committed without waiting for the WAL flush, also in a caller's transaction (a claim
         # from a queue with a concurrency limit): see job_claim in jobs.sql.
         name, params = claim_statement(
-            queues, limit, worker, lease_seconds, after, schema=self.schema
+            queues, limit, worker, lease_seconds, after, schema=self.schema, weights=weights
         )
         try:
             # Another worker may start a job with the same entity key after our snapshot.
@@ -197,7 +199,7 @@ class SyncJobStatements(SyncQueueStatements, SyncDependencyStatements):
             )
         except (psycopg.errors.UniqueViolation, psycopg.errors.LockNotAvailable):
             return []  # lost that race every time: claim again later
-        return in_turns(jobs, queues)
+        return in_turns(jobs, queues, weights)
 
     def job_claim_limited(self, conn: Connection[Any], claim: LimitedClaim) -> list[Job]:
         """Claim up to ``claim.want`` jobs from a queue with a cluster-wide concurrency limit or

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -46,6 +46,7 @@ class LeasedClaims:
         *,
         worker_id: str,
         lease_seconds: float,
+        weights: Mapping[str, int] | None = None,
     ) -> None:
         self.store = store
         self.pool = pool
@@ -55,7 +56,7 @@ class LeasedClaims:
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds
         self.conn: AsyncConnection[Any] | None = None  # kept from one claim to the next
-        self.turns = QueueTurns()
+        self.turns = QueueTurns(weights)
         self.after_key: str | None = None  # where the next claim of limited keys goes on
         self.plain_at = 0.0  # the plain claim waits until then while limited keys bring jobs
 
@@ -103,8 +104,9 @@ class LeasedClaims:
             after = self.cursor.start()
             want = limit - len(jobs)
             claimed = await self.store.job_claim(
-                conn, unlimited, want, self.worker_id, self.lease_seconds, after=after
-            )
+                conn, unlimited, want, self.worker_id, self.lease_seconds, after=after,
+                weights=self.turns.weights,
+            )  # fmt: skip
             self.cursor.advance(claimed, want)
             jobs += claimed
             if keyed and not claimed:
