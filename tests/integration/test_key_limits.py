@@ -228,3 +228,30 @@ def test_a_worker_keeps_claiming_a_limited_keys_jobs_between_polls(app: App) -> 
 
     asyncio.run(body())
     assert len(done) == 20, f"{len(done)} of 20 ran before the next poll"
+
+
+def test_a_limited_keys_jobs_run_in_a_queue_with_limits_of_its_own(app: App) -> None:
+    """A queue with a concurrency limit of 3: its jobs of a key limited to 1 run one at a time,
+    within the queue's limit too, beside the queue's other jobs (they were passed over by the
+    queue's serialised claim, and stayed pending)."""
+    running = {"k": 0, "all": 0}
+    peak = {"k": 0, "all": 0}
+    ran: list[str] = []
+
+    @app.task(name="t", queue="lim")
+    async def t(key: str) -> None:
+        for name in {"all", key}:
+            running[name] = running.get(name, 0) + 1
+            peak[name] = max(peak.get(name, 0), running[name])
+        await asyncio.sleep(0.02)
+        for name in {"all", key}:
+            running[name] -= 1
+        ran.append(key)
+
+    app.sync_client.set_concurrency_limit("lim", 3)
+    app.sync_client.set_key_limit("k", concurrency=1)
+    t.with_options(limit_key="k").enqueue_many([{"key": "k"}] * 4)
+    t.enqueue_many([{"key": "x"}] * 6)
+    asyncio.run(asyncio.wait_for(Worker(app, burst=True, poll_interval=0.05).run(), 30))
+    assert sorted(ran) == ["k"] * 4 + ["x"] * 6
+    assert peak["k"] == 1 and peak["all"] <= 3, peak

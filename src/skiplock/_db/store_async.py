@@ -207,16 +207,33 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
         rate limit, or both, serialised per queue so that every limit holds exactly.  Raises
         :class:`QueueLockBusy`, nothing claimed, when the queue's claim lock stays busy for
         ``claim.lock_wait`` seconds."""
+        jobs, _ = await self.job_claim_limited_with_keys(conn, claim)
+        return jobs
+
+    async def job_claim_limited_with_keys(
+        self, conn: AsyncConnection[Any], claim: LimitedClaim
+    ) -> tuple[list[Job], str | None]:
+        """:meth:`job_claim_limited`, and with ``claim.keys_limited`` the queue's jobs of limited
+        keys first (:meth:`job_claim_key_limited`, in the queue lock's transaction: within the
+        queue's room and each key's); returns the jobs and the last limited key looked at
+        (None: the keys ran out, or none was looked at)."""
         async with conn.transaction():
             room = await self.queue_room_for_claim(conn, claim)
             if room.room <= 0:
-                return []
-            jobs = await self.job_claim(
-                conn, [claim.queue], room.room, claim.worker, claim.lease_seconds
+                return [], claim.after_key
+            jobs: list[Job] = []
+            last_key = None
+            if claim.keys_limited:
+                jobs, last_key = await self.job_claim_key_limited(
+                    conn, [claim.queue], room.room, claim.worker, claim.lease_seconds,
+                    after_key=claim.after_key,
+                )  # fmt: skip
+            jobs += await self.job_claim(
+                conn, [claim.queue], room.room - len(jobs), claim.worker, claim.lease_seconds
             )
             if room.budget is not None and jobs:
                 await self.queue_spend_rate_budget(conn, claim.queue, room.budget - len(jobs))
-            return jobs
+            return jobs, last_key
 
     async def job_claim_key_limited(
         self,

@@ -58,6 +58,8 @@ class LeasedClaims:
         self.conn: AsyncConnection[Any] | None = None  # kept from one claim to the next
         self.turns = QueueTurns(weights)
         self.after_key: str | None = None  # where the next claim of limited keys goes on
+        # The same, for the limited keys' jobs of each queue with limits of its own.
+        self.queue_after_key: dict[str, str | None] = {}
         self.plain_at = 0.0  # the plain claim waits until then while limited keys bring jobs
 
     async def claim(self, queues: list[str], limit: int, startable: Callable[[], int]) -> list[Job]:
@@ -125,8 +127,13 @@ class LeasedClaims:
                     self.lease_seconds,
                     want=limit_startable - len(jobs),
                     lock_wait=self.queue_lock_waits.wait_for(queue),
+                    keys_limited=self.settings.keys_limited,
+                    after_key=self.queue_after_key.get(queue),
                 )
-                jobs += await self.store.job_claim_limited(conn, claim)
+                claimed, self.queue_after_key[queue] = await self.store.job_claim_limited_with_keys(
+                    conn, claim
+                )
+                jobs += claimed
             except QueueLockBusy as busy:  # that queue waits; the jobs claimed so far run
                 self.queue_lock_waits.busy(busy)
             else:
