@@ -255,3 +255,48 @@ def test_a_limited_keys_jobs_run_in_a_queue_with_limits_of_its_own(app: App) -> 
     asyncio.run(asyncio.wait_for(Worker(app, burst=True, poll_interval=0.05).run(), 30))
     assert sorted(ran) == ["k"] * 4 + ["x"] * 6
     assert peak["k"] == 1 and peak["all"] <= 3, peak
+
+
+def test_a_limited_backlog_is_walked_by_the_plain_claim_a_tenth_of_the_time_at_most(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plain claim passes a limited key's pending jobs over one by one.  While the claim of
+    limited keys brings jobs and the plain claim finds none, the plain claim waits at least nine
+    times as long as its last look took (whatever the fixed pause: here none), so that walking
+    the backlog takes a tenth of the worker's claiming at most."""
+    from skiplock._runtime import leased_claims
+
+    monkeypatch.setattr(leased_claims, "PLAIN_CLAIM_PAUSE", 0.0)
+
+    @app.task(name="t", queue="q")
+    async def t(n: int) -> None: ...
+
+    app.sync_client.set_key_limit("k", concurrency=1_000_000)  # never binds
+    for start in range(0, 10_000, 5_000):
+        t.with_options(limit_key="k").enqueue_many([{"n": n} for n in range(start, start + 5_000)])
+    worker = Worker(app, concurrency=2, poll_interval=10)
+    plain = worker.store.job_claim
+    spent: list[float] = []
+
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        began = time.monotonic()
+        try:
+            return await plain(*args, **kwargs)
+        finally:
+            spent.append(time.monotonic() - began)
+
+    worker.store.job_claim = timed  # type: ignore[method-assign]
+
+    async def body() -> float:
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.5)  # started, and claiming
+        began, before = time.monotonic(), sum(spent)
+        await asyncio.sleep(3)
+        share = (sum(spent) - before) / (time.monotonic() - began)
+        worker.stop()
+        await task
+        return share
+
+    share = asyncio.run(body())
+    assert worker.stats.claimed > 0
+    assert share < 0.35, f"the plain claim took {share:.0%} of the time"

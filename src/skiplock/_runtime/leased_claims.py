@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from skiplock._db.queue_locks import QueueLockWaits
 from skiplock._db.records import LimitedClaim
 from skiplock._db.store_async import AsyncStore
-from skiplock._runtime.claim_cursor import ClaimCursor
+from skiplock._runtime.claim_cursor import RESCAN_SHARE, ClaimCursor
 from skiplock._runtime.queue_settings import QueueSettings
 from skiplock._runtime.queue_turns import QueueTurns
 from skiplock.errors import QueueLockBusy, SkiplockError
@@ -31,7 +31,8 @@ from skiplock.job import Job
 log = logging.getLogger("skiplock.worker")
 
 # Seconds the plain claim of a worker's queues waits, while the claim of limited keys brings
-# jobs, after it came back empty.
+# jobs, after it came back empty: at least this, and at least enough for that claim's walk of
+# the limited jobs to take no more than RESCAN_SHARE of the time.
 PLAIN_CLAIM_PAUSE = 1.0
 
 
@@ -105,6 +106,7 @@ class LeasedClaims:
         if unlimited and len(jobs) < limit and time.monotonic() >= self.plain_at:
             after = self.cursor.start()
             want = limit - len(jobs)
+            began = time.monotonic()
             claimed = await self.store.job_claim(
                 conn, unlimited, want, self.worker_id, self.lease_seconds, after=after,
                 weights=self.turns.weights,
@@ -114,8 +116,11 @@ class LeasedClaims:
             if keyed and not claimed:
                 # Limited keys have work and nothing else came: their jobs may fill the claim
                 # index, which the plain claim walks and passes over one by one, so it waits
-                # while the limited keys keep bringing jobs (docs/design.md, "Limits per key").
-                self.plain_at = time.monotonic() + PLAIN_CLAIM_PAUSE
+                # while the limited keys keep bringing jobs (docs/design.md, "Limits per key"),
+                # the longer the longer that walk took.
+                now = time.monotonic()
+                walk = (now - began) * (1 / RESCAN_SHARE - 1)
+                self.plain_at = now + max(PLAIN_CLAIM_PAUSE, walk)
         for queue in (q for q in queues if q in limits):
             if len(jobs) >= limit_startable:
                 break
