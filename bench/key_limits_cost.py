@@ -10,7 +10,9 @@ task, a burst) drains --jobs jobs, interleaved in one run, with
   queue limit: for comparison, no key but a queue concurrency limit that never binds (1000):
               every job goes through the serialised claim of a limited queue.
 
-    python -m bench.key_limits_cost [--dsn ...] [--jobs 5000] [--repeat 3]
+    python -m bench.key_limits_cost [--dsn ...] [--jobs 5000] [--repeat 3] [--variants none,...]
+
+The ratio column is against the first variant given.
 
 Each run works in a schema of its own, dropped at the end.  Prints a Markdown table.
 """
@@ -59,15 +61,17 @@ def main() -> None:
     parser.add_argument("--dsn", default=os.environ.get("SKIPLOCK_DATABASE_URL", DEFAULT_DSN))
     parser.add_argument("--jobs", type=int, default=5_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
     args = parser.parse_args()
-    rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    variants = args.variants.split(",")
+    rates: dict[str, list[float]] = {v: [] for v in variants}
     for _ in range(args.repeat):
-        for variant in VARIANTS:  # interleaved
+        for variant in variants:  # interleaved
             rates[variant].append(drain(args.dsn, args.jobs, variant))
-    base = statistics.median(rates["none"])
+    base = statistics.median(rates[variants[0]])
     print(f"| keys with limits ({args.jobs:,} jobs, 1 worker) | jobs/s, median (runs) | ratio |")
     print("|---|---|---|")
-    for variant in VARIANTS:
+    for variant in variants:
         med = statistics.median(rates[variant])
         runs = ", ".join(f"{r:,.0f}" for r in rates[variant])
         print(f"| {variant} | {med:,.0f} ({runs}) | {med / base:.2f} |")

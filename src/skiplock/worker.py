@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -97,7 +97,7 @@ class Worker:
         self,
         app: App,
         *,
-        queues: list[str] | None = None,
+        queues: list[str] | Mapping[str, int] | None = None,
         concurrency: int = 10,
         prefetch: int = 500,
         max_in_flight: int | None = None,
@@ -121,6 +121,14 @@ class Worker:
             raise ValueError(f"model must be 'lease' or 'held', got {model!r}")
         self.app = app
         self.queues: list[str] | None = [check_queue_name(q) for q in queues] if queues else None
+        # Queues given with weights ({"a": 3, "b": 1}): a takes three turns at the claims for
+        # each of b's while both have work (docs/design.md, "Fair shares: queues take turns").
+        self.queue_weights: dict[str, int] = {}
+        if isinstance(queues, Mapping):
+            for queue, weight in queues.items():
+                if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+                    raise ValueError(f"queue {queue!r}: its weight must be an integer >= 1")
+            self.queue_weights = dict(queues)
         self.concurrency = concurrency
         self.capacity: Capacity = Capacity(concurrency, prefetch, max_in_flight=max_in_flight)
         self.model: WorkerModel | None = model
@@ -269,6 +277,7 @@ class Worker:
                 worker_id=self.worker_id,
                 lease_seconds=self.lease_seconds,
                 on_freed=capacity_freed,
+                weights=self.queue_weights,
             )
         else:
             leased_claims = LeasedClaims(
@@ -279,6 +288,7 @@ class Worker:
                 self.queue_lock_waits,
                 worker_id=self.worker_id,
                 lease_seconds=self.lease_seconds,
+                weights=self.queue_weights,
             )
             slots = LeasedSlots(
                 state,

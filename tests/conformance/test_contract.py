@@ -202,6 +202,36 @@ def test_jobs_with_a_fair_key_take_turns_with_other_keys(harness: Harness) -> No
     run(harness, body)
 
 
+def test_a_keys_concurrency_limit_holds_across_claims(harness: Harness) -> None:
+    async def body(b: Backend) -> None:
+        await b.set_key_limit("k", concurrency=2)
+        keyed = await b.enqueue([new_job(limit_key="k") for _ in range(4)])
+        (free,) = await b.enqueue([new_job()])
+        other = await b.enqueue([new_job(limit_key="unlimited") for _ in range(2)])
+        first = await b.claim(["q"], 10, "w1", 30)
+        assert {j.id for j in first} == {keyed[0].id, keyed[1].id, free.id, *(e.id for e in other)}
+        assert await b.claim(["q"], 10, "w2", 30) == []  # another worker: the limit holds
+        (done,) = [j for j in first if j.id == keyed[0].id]
+        assert await b.complete([done.claim]) == {done.id}
+        assert [j.id for j in await b.claim(["q"], 10, "w2", 30)] == [keyed[2].id]
+        await b.set_key_limit("k")  # no limit left: the rest is claimable
+        assert [j.id for j in await b.claim(["q"], 10, "w2", 30)] == [keyed[3].id]
+
+    run(harness, body)
+
+
+def test_a_keys_rate_limit_counts_starts_not_running_jobs(harness: Harness) -> None:
+    async def body(b: Backend) -> None:
+        await b.set_key_limit("k", rate=2, period=3600)
+        keyed = await b.enqueue([new_job(limit_key="k") for _ in range(3)])
+        first = await b.claim(["q"], 10, "w1", 30)
+        assert [j.id for j in first] == [keyed[0].id, keyed[1].id]
+        assert await b.complete([j.claim for j in first]) == {j.id for j in first}
+        assert await b.claim(["q"], 10, "w1", 30) == []  # two starts this hour: none left
+
+    run(harness, body)
+
+
 def test_a_job_past_its_expiry_is_never_claimed(harness: Harness) -> None:
     async def body(b: Backend) -> None:
         gone = datetime.now(UTC) - timedelta(seconds=1)

@@ -133,6 +133,7 @@ def from_queues_params(limit: int = 10) -> dict[str, Any]:
         "after_priority": [None] * len(QUEUES),
         "after_run_at": [None] * len(QUEUES),
         "after_id": [None] * len(QUEUES),
+        "weights": [1] * len(QUEUES),
     }
 
 

@@ -43,6 +43,34 @@ def test_a_worker_of_several_queues_takes_turns_between_them(app: App, model: st
     assert [n for q, n in ran if q == "qb"] == list(range(5))
 
 
+@pytest.mark.parametrize("model", ["lease", "held"])
+def test_a_worker_gives_its_queues_shares_by_their_weights(app: App, model: str) -> None:
+    """queues={"qa": 3, "qb": 1}: while both have work, qa's jobs take three turns for each of
+    qb's, whatever their priorities and ages."""
+    ran: list[str] = []
+
+    @app.task(name="ta", queue="qa")
+    def ta(n: int) -> None:
+        ran.append("qa")
+
+    @app.task(name="tb", queue="qb")
+    def tb(n: int) -> None:
+        ran.append("qb")
+
+    tb.with_options(priority=-1).enqueue_many([{"n": i} for i in range(200)])
+    ta.enqueue_many([{"n": i} for i in range(200)])
+    run_burst(app, queues={"qa": 3, "qb": 1}, concurrency=1, prefetch=20, model=model)
+    assert len(ran) == 400
+    share = ran[:200].count("qa") / 200  # both queues still have work in the first 200
+    assert 0.70 <= share <= 0.80, f"queue qa ran {share:.0%} of the first 200 jobs, not 75%"
+
+
+@pytest.mark.parametrize("queues", [{"qa": 0}, {"qa": -1}, {"qa": 1.5}])
+def test_queue_weights_are_positive_integers(app: App, queues: Any) -> None:
+    with pytest.raises(ValueError, match="weight"):
+        Worker(app, queues=queues)
+
+
 def test_jobs_with_a_fair_key_share_the_queue_with_the_other_keys(app: App) -> None:
     ran: list[tuple[str, int]] = []
 

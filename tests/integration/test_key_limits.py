@@ -201,3 +201,102 @@ def test_the_postgres_backend_claims_a_limited_key_within_its_limit(app: App) ->
             await backend.close()
 
     asyncio.run(body())
+
+
+def test_a_worker_keeps_claiming_a_limited_keys_jobs_between_polls(app: App) -> None:
+    """The claim of limited keys takes no more jobs than the slots can start, so a claim that
+    comes up short of the worker's room does not mean the queues are empty: the worker claims
+    again as its slots free, not only at the next poll."""
+    done: list[int] = []
+
+    @app.task(name="t", queue="q")
+    async def t(n: int) -> None:
+        await asyncio.sleep(0.01)
+        done.append(n)
+
+    app.sync_client.set_key_limit("k", concurrency=100)  # never binds here
+    t.with_options(limit_key="k").enqueue_many([{"n": n} for n in range(20)])
+    worker = Worker(app, concurrency=2, poll_interval=10)
+
+    async def body() -> None:
+        task = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 5  # half a poll interval
+        while len(done) < 20 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        worker.stop()
+        await task
+
+    asyncio.run(body())
+    assert len(done) == 20, f"{len(done)} of 20 ran before the next poll"
+
+
+def test_a_limited_keys_jobs_run_in_a_queue_with_limits_of_its_own(app: App) -> None:
+    """A queue with a concurrency limit of 3: its jobs of a key limited to 1 run one at a time,
+    within the queue's limit too, beside the queue's other jobs (they were passed over by the
+    queue's serialised claim, and stayed pending)."""
+    running = {"k": 0, "all": 0}
+    peak = {"k": 0, "all": 0}
+    ran: list[str] = []
+
+    @app.task(name="t", queue="lim")
+    async def t(key: str) -> None:
+        for name in {"all", key}:
+            running[name] = running.get(name, 0) + 1
+            peak[name] = max(peak.get(name, 0), running[name])
+        await asyncio.sleep(0.02)
+        for name in {"all", key}:
+            running[name] -= 1
+        ran.append(key)
+
+    app.sync_client.set_concurrency_limit("lim", 3)
+    app.sync_client.set_key_limit("k", concurrency=1)
+    t.with_options(limit_key="k").enqueue_many([{"key": "k"}] * 4)
+    t.enqueue_many([{"key": "x"}] * 6)
+    asyncio.run(asyncio.wait_for(Worker(app, burst=True, poll_interval=0.05).run(), 30))
+    assert sorted(ran) == ["k"] * 4 + ["x"] * 6
+    assert peak["k"] == 1 and peak["all"] <= 3, peak
+
+
+def test_a_limited_backlog_is_walked_by_the_plain_claim_a_tenth_of_the_time_at_most(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plain claim passes a limited key's pending jobs over one by one.  While the claim of
+    limited keys brings jobs and the plain claim finds none, the plain claim waits at least nine
+    times as long as its last look took (whatever the fixed pause: here none), so that walking
+    the backlog takes a tenth of the worker's claiming at most."""
+    from skiplock._runtime import leased_claims
+
+    monkeypatch.setattr(leased_claims, "PLAIN_CLAIM_PAUSE", 0.0)
+
+    @app.task(name="t", queue="q")
+    async def t(n: int) -> None: ...
+
+    app.sync_client.set_key_limit("k", concurrency=1_000_000)  # never binds
+    for start in range(0, 10_000, 5_000):
+        t.with_options(limit_key="k").enqueue_many([{"n": n} for n in range(start, start + 5_000)])
+    worker = Worker(app, concurrency=2, poll_interval=10)
+    plain = worker.store.job_claim
+    spent: list[float] = []
+
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        began = time.monotonic()
+        try:
+            return await plain(*args, **kwargs)
+        finally:
+            spent.append(time.monotonic() - began)
+
+    worker.store.job_claim = timed  # type: ignore[method-assign]
+
+    async def body() -> float:
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.5)  # started, and claiming
+        began, before = time.monotonic(), sum(spent)
+        await asyncio.sleep(3)
+        share = (sum(spent) - before) / (time.monotonic() - began)
+        worker.stop()
+        await task
+        return share
+
+    share = asyncio.run(body())
+    assert worker.stats.claimed > 0
+    assert share < 0.35, f"the plain claim took {share:.0%} of the time"

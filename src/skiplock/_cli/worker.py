@@ -30,6 +30,24 @@ from skiplock.worker import Worker
 GC_YOUNG_THRESHOLD = 10_000
 
 
+def parse_queues(text: str) -> dict[str, int]:
+    """``--queues``: names, each with an optional ``=WEIGHT`` (1 by default), in order."""
+    weights: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, weight = item.partition("=")
+        try:
+            weights[name.strip()] = int(weight) if sep else 1
+        except ValueError:
+            raise click.BadParameter(
+                f"{item!r}: a weight is an integer", param_hint="--queues"
+            ) from None
+        if weights[name.strip()] < 1:
+            raise click.BadParameter(f"{item!r}: a weight is >= 1", param_hint="--queues")
+    return weights
+
+
 @click.command("worker")
 @click.argument("app_spec", metavar="APP", envvar="SKIPLOCK_APP")
 @dsn_option
@@ -37,7 +55,8 @@ GC_YOUNG_THRESHOLD = 10_000
     "--queues",
     envvar="SKIPLOCK_QUEUES",
     show_envvar=True,
-    help="Comma-separated (default: all the app's).",
+    help="Comma-separated (default: all the app's); NAME=WEIGHT gives a queue WEIGHT turns "
+    "at the claims for one of a queue of weight 1 (default 1), e.g. 'a=3,b'.",
 )
 @click.option(
     "--concurrency",
@@ -261,7 +280,8 @@ def command(
     # collector's full collections no longer walk it.
     gc.freeze()
     worker_id = new_worker_id()
-    served = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
+    weighted = parse_queues(queues) if queues else None
+    served = list(weighted) if weighted else None
     metrics = writer = None
     if metrics_port is not None or metrics_dir is not None:
         # The registered tasks of the served queues: their series start at 0.
@@ -284,7 +304,7 @@ def command(
         log_metrics_address(metrics_addr, metrics_port)
     runner = Worker(
         app,
-        queues=served,
+        queues=weighted if weighted and any(w != 1 for w in weighted.values()) else served,
         concurrency=concurrency,
         prefetch=prefetch,
         max_in_flight=max_in_flight,

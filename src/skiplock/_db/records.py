@@ -37,7 +37,9 @@ class QueueSetting:
 class LimitedClaim:
     """A claim from one queue with a cluster-wide limit: up to ``want`` jobs (a held-lock claim
     takes one) for ``worker`` under a lease of ``lease_seconds``, waiting at most ``lock_wait``
-    seconds for the queue's claim lock."""
+    seconds for the queue's claim lock.  With ``keys_limited`` (some key has limits; leased
+    claims only), the queue's jobs of limited keys are claimed too, within their keys' limits,
+    from the limited keys after ``after_key``."""
 
     queue: str
     limits: QueueLimits
@@ -45,6 +47,8 @@ class LimitedClaim:
     lease_seconds: float
     want: int = 1
     lock_wait: float = QUEUE_LOCK_WAIT
+    keys_limited: bool = False
+    after_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

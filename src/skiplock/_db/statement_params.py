@@ -62,6 +62,7 @@ def claim_statement(
     *,
     schema: str,
     held: bool = False,
+    weights: Mapping[str, int] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The claim statement for ``queues`` and its parameters; a small claim's LIMIT is written
     into its statement (see SMALL_CLAIM).  A leased claim's transaction commits without waiting
@@ -87,16 +88,19 @@ def claim_statement(
         params["after_priority"] = [k[0] for k in keys]
         params["after_run_at"] = [k[1] for k in keys]
         params["after_id"] = [k[2] for k in keys]
+        params["weights"] = [(weights or {}).get(q, 1) for q in queues]
     if limit <= SMALL_CLAIM:
         return literal_limit_name(name, limit), params
     params["limit"] = limit
     return name, params
 
 
-def in_turns(jobs: Sequence[Job], queues: Sequence[str]) -> list[Job]:
+def in_turns(
+    jobs: Sequence[Job], queues: Sequence[str], weights: Mapping[str, int] | None = None
+) -> list[Job]:
     """Claimed jobs in the order a claim across ``queues`` took them: best priority then oldest
-    first in each queue, the queues taking turns in the order given (docs/design.md, "Fair
-    shares: queues take turns")."""
+    first in each queue, the queues taking turns in the order given, each as many as its weight
+    (docs/design.md, "Fair shares: queues take turns")."""
     ordered = sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id))
     if len(queues) < 2:
         return ordered
@@ -106,5 +110,6 @@ def in_turns(jobs: Sequence[Job], queues: Sequence[str]) -> list[Job]:
     for job in ordered:
         turn = seen.get(job.queue, 0)
         seen[job.queue] = turn + 1
-        turns.append((turn, place.get(job.queue, len(place)), job))
+        weight = (weights or {}).get(job.queue, 1)
+        turns.append((turn / weight, place.get(job.queue, len(place)), job))
     return [job for _, _, job in sorted(turns, key=lambda t: (t[0], t[1]))]

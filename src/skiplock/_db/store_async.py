@@ -176,9 +176,11 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
         worker: str,
         lease_seconds: float,
         after: Mapping[str, ClaimKey] | None = None,
+        weights: Mapping[str, int] | None = None,
     ) -> list[Job]:
         """Claim up to ``limit`` due jobs from ``queues``, best priority then oldest first in
-        each queue, the queues taking turns in the order given (see ``job_claim_from_queues``).
+        each queue, the queues taking turns in the order given, each as many turns as its
+        weight in ``weights`` (default 1; see ``job_claim_from_queues``).
 
         ``after`` maps a queue to the key of the job last claimed from it: the claim reads that
         queue's index from there (every job of a better priority, then those after the key;
@@ -189,7 +191,7 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
         # Committed without waiting for the WAL flush, also in a caller's transaction (a claim
         # from a queue with a concurrency limit): see job_claim in jobs.sql.
         name, params = claim_statement(
-            queues, limit, worker, lease_seconds, after, schema=self.schema
+            queues, limit, worker, lease_seconds, after, schema=self.schema, weights=weights
         )
         try:
             # Another worker may start a job with the same entity key after our snapshot.
@@ -198,23 +200,40 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
             )
         except (psycopg.errors.UniqueViolation, psycopg.errors.LockNotAvailable):
             return []  # lost that race every time: claim again later
-        return in_turns(jobs, queues)
+        return in_turns(jobs, queues, weights)
 
     async def job_claim_limited(self, conn: AsyncConnection[Any], claim: LimitedClaim) -> list[Job]:
         """Claim up to ``claim.want`` jobs from a queue with a cluster-wide concurrency limit or
         rate limit, or both, serialised per queue so that every limit holds exactly.  Raises
         :class:`QueueLockBusy`, nothing claimed, when the queue's claim lock stays busy for
         ``claim.lock_wait`` seconds."""
+        jobs, _ = await self.job_claim_limited_with_keys(conn, claim)
+        return jobs
+
+    async def job_claim_limited_with_keys(
+        self, conn: AsyncConnection[Any], claim: LimitedClaim
+    ) -> tuple[list[Job], str | None]:
+        """:meth:`job_claim_limited`, and with ``claim.keys_limited`` the queue's jobs of limited
+        keys first (:meth:`job_claim_key_limited`, in the queue lock's transaction: within the
+        queue's room and each key's); returns the jobs and the last limited key looked at
+        (None: the keys ran out, or none was looked at)."""
         async with conn.transaction():
             room = await self.queue_room_for_claim(conn, claim)
             if room.room <= 0:
-                return []
-            jobs = await self.job_claim(
-                conn, [claim.queue], room.room, claim.worker, claim.lease_seconds
+                return [], claim.after_key
+            jobs: list[Job] = []
+            last_key = None
+            if claim.keys_limited:
+                jobs, last_key = await self.job_claim_key_limited(
+                    conn, [claim.queue], room.room, claim.worker, claim.lease_seconds,
+                    after_key=claim.after_key,
+                )  # fmt: skip
+            jobs += await self.job_claim(
+                conn, [claim.queue], room.room - len(jobs), claim.worker, claim.lease_seconds
             )
             if room.budget is not None and jobs:
                 await self.queue_spend_rate_budget(conn, claim.queue, room.budget - len(jobs))
-            return jobs
+            return jobs, last_key
 
     async def job_claim_key_limited(
         self,

@@ -153,8 +153,10 @@ class ClaimLoop:
                 # Until new work is announced (or the poll interval passes), a slot that frees
                 # does not send the worker back to an empty queue.  Not after an announcement
                 # that came during the claim (its snapshot may have missed that job), nor when a
-                # queue's concurrency limit, not an empty queue, made the claim come up short.
-                limited = any(q in settings.limits for q in active)
+                # limit, not an empty queue, may have made the claim come up short: a queue's
+                # limit, or any key's (the claim of limited keys takes no more than the slots
+                # can start; docs/design.md, "Limits per key").
+                limited = settings.keys_limited or any(q in settings.limits for q in active)
                 self.drained = claimed < want and announced == self.announced and not limited
                 empty_claims = 0 if claimed else empty_claims + 1
             if claimed:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -67,6 +67,7 @@ class HeldSlots:
         worker_id: str,
         lease_seconds: float,
         on_freed: Callable[[], None],
+        weights: Mapping[str, int] | None = None,
     ) -> None:
         self.app = app
         self.store = store
@@ -76,7 +77,8 @@ class HeldSlots:
         self.completer = reporter.completer
         self.settings = settings
         self.queue_lock_waits = queue_lock_waits
-        self.turns = QueueTurns()  # the queues take turns at the first job of a claim
+        # The queues take turns at the first job of a claim, each as often as its weight.
+        self.turns = QueueTurns(weights)
         self.recycling = recycling
         self.concurrency = concurrency
         self.model = model

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from skiplock._db.queue_locks import QueueLockWaits
 from skiplock._db.records import LimitedClaim
 from skiplock._db.store_async import AsyncStore
-from skiplock._runtime.claim_cursor import ClaimCursor
+from skiplock._runtime.claim_cursor import RESCAN_SHARE, ClaimCursor
 from skiplock._runtime.queue_settings import QueueSettings
 from skiplock._runtime.queue_turns import QueueTurns
 from skiplock.errors import QueueLockBusy, SkiplockError
@@ -31,7 +31,8 @@ from skiplock.job import Job
 log = logging.getLogger("skiplock.worker")
 
 # Seconds the plain claim of a worker's queues waits, while the claim of limited keys brings
-# jobs, after it came back empty.
+# jobs, after it came back empty: at least this, and at least enough for that claim's walk of
+# the limited jobs to take no more than RESCAN_SHARE of the time.
 PLAIN_CLAIM_PAUSE = 1.0
 
 
@@ -46,6 +47,7 @@ class LeasedClaims:
         *,
         worker_id: str,
         lease_seconds: float,
+        weights: Mapping[str, int] | None = None,
     ) -> None:
         self.store = store
         self.pool = pool
@@ -55,8 +57,10 @@ class LeasedClaims:
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds
         self.conn: AsyncConnection[Any] | None = None  # kept from one claim to the next
-        self.turns = QueueTurns()
+        self.turns = QueueTurns(weights)
         self.after_key: str | None = None  # where the next claim of limited keys goes on
+        # The same, for the limited keys' jobs of each queue with limits of its own.
+        self.queue_after_key: dict[str, str | None] = {}
         self.plain_at = 0.0  # the plain claim waits until then while limited keys bring jobs
 
     async def claim(self, queues: list[str], limit: int, startable: Callable[[], int]) -> list[Job]:
@@ -102,16 +106,21 @@ class LeasedClaims:
         if unlimited and len(jobs) < limit and time.monotonic() >= self.plain_at:
             after = self.cursor.start()
             want = limit - len(jobs)
+            began = time.monotonic()
             claimed = await self.store.job_claim(
-                conn, unlimited, want, self.worker_id, self.lease_seconds, after=after
-            )
+                conn, unlimited, want, self.worker_id, self.lease_seconds, after=after,
+                weights=self.turns.weights,
+            )  # fmt: skip
             self.cursor.advance(claimed, want)
             jobs += claimed
             if keyed and not claimed:
                 # Limited keys have work and nothing else came: their jobs may fill the claim
                 # index, which the plain claim walks and passes over one by one, so it waits
-                # while the limited keys keep bringing jobs (docs/design.md, "Limits per key").
-                self.plain_at = time.monotonic() + PLAIN_CLAIM_PAUSE
+                # while the limited keys keep bringing jobs (docs/design.md, "Limits per key"),
+                # the longer the longer that walk took.
+                now = time.monotonic()
+                walk = (now - began) * (1 / RESCAN_SHARE - 1)
+                self.plain_at = now + max(PLAIN_CLAIM_PAUSE, walk)
         for queue in (q for q in queues if q in limits):
             if len(jobs) >= limit_startable:
                 break
@@ -123,8 +132,13 @@ class LeasedClaims:
                     self.lease_seconds,
                     want=limit_startable - len(jobs),
                     lock_wait=self.queue_lock_waits.wait_for(queue),
+                    keys_limited=self.settings.keys_limited,
+                    after_key=self.queue_after_key.get(queue),
                 )
-                jobs += await self.store.job_claim_limited(conn, claim)
+                claimed, self.queue_after_key[queue] = await self.store.job_claim_limited_with_keys(
+                    conn, claim
+                )
+                jobs += claimed
             except QueueLockBusy as busy:  # that queue waits; the jobs claimed so far run
                 self.queue_lock_waits.busy(busy)
             else:

@@ -91,9 +91,8 @@ class Backend(Protocol):
           ``queues``, then each queue's second, and so on.  The jobs come back in that order.
         - Jobs with a ``fair_key`` take turns with the other keys' jobs of their queue and
           priority (the PostgreSQL backend gives each its turn as its ``run_at`` at enqueue).
-        - Jobs whose ``limit_key`` has limits (at most N running, R starts per period) are
-          claimed within them, exactly across claims (the PostgreSQL backend: limits set with
-          ``client.set_key_limit``; not in this protocol yet, so not in the conformance suite).
+        - Jobs whose ``limit_key`` has limits (:meth:`set_key_limit`) are claimed within them,
+          exactly across claims and workers; other jobs are not held back by them.
         - A claimed job is ``running``, its ``attempts`` one more than before,
           ``locked_by=worker``, ``locked_at`` the claim's time and ``locked_until`` the claim's
           time plus ``lease_seconds``; ``job.claim`` is its ownership.
@@ -163,6 +162,21 @@ class Backend(Protocol):
         ...
 
     # -- administration ------------------------------------------------------------------
+
+    async def set_key_limit(
+        self,
+        key: str,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        period: float = 1.0,
+    ) -> None:
+        """Limits of one ``limit_key`` value, over all its jobs whatever their task and queue:
+        at most ``concurrency`` of them ``running`` at once, at most ``rate`` claims (starts)
+        per ``period`` seconds, a bucket that starts full (None: no limit of that kind; both
+        None: the key has none, and its jobs are claimable as any).  Replaces the key's limits;
+        :meth:`claim` honours them from its next call on."""
+        ...
 
     async def cancel(self, job_id: int) -> CancelOutcome:
         """Cancel a job: one that has not started (``waiting``, ``scheduled``, ``pending``)

@@ -110,6 +110,16 @@ class PostgresBackend:
     async def get_job(self, job_id: int) -> Job | None:
         return await self._client.get_job(job_id)
 
+    async def set_key_limit(
+        self,
+        key: str,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        period: float = 1.0,
+    ) -> None:
+        await self._client.set_key_limit(key, concurrency=concurrency, rate=rate, period=period)
+
     async def list_jobs(
         self,
         *,

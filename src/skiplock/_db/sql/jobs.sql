@@ -335,9 +335,10 @@ RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at
 -- The same claim across several queues, each read from its own starting key (the arrays
 -- after_priority, after_run_at, after_id, in the order of %(queues)s): the best jobs of each
 -- queue, taken in turns: every queue's first, in the order of %(queues)s (the worker rotates
--- it from claim to claim), then every queue's second, and so on.  Priority and age order the
--- jobs inside a queue, not across queues: a busy queue does not starve the others
--- (docs/design.md, "Fair shares: queues take turns").
+-- it from claim to claim), then every queue's second, and so on; a queue of weight w (the
+-- array weights) takes w turns for another's one: its n-th job comes at (n - 1) / w.  Priority
+-- and age order the jobs inside a queue, not across queues: a busy queue does not starve the
+-- others (docs/design.md, "Fair shares: queues take turns").
 WITH keys_idle AS MATERIALIZED (
     -- As in job_claim.
     SELECT count(*) = 1 AS idle
@@ -345,8 +346,8 @@ WITH keys_idle AS MATERIALIZED (
 ), locked AS (
     SELECT c.id, c.entity_key, c.priority, c.run_at
     FROM unnest(%(queues)s::text[], %(after_priority)s::int[], %(after_run_at)s::timestamptz[],
-                %(after_id)s::bigint[])
-         WITH ORDINALITY AS q(name, after_priority, after_run_at, after_id, place)
+                %(after_id)s::bigint[], %(weights)s::int[])
+         WITH ORDINALITY AS q(name, after_priority, after_run_at, after_id, weight, place)
     CROSS JOIN LATERAL (
         SELECT u.*, row_number() OVER (ORDER BY u.priority, u.run_at, u.id) AS turn
         FROM (
@@ -383,7 +384,7 @@ WITH keys_idle AS MATERIALIZED (
         ) AS after
         ) AS u
     ) AS c
-    ORDER BY c.turn, q.place
+    ORDER BY (c.turn - 1)::float8 / q.weight, q.place
     LIMIT %(limit)s
 ), picked AS (
     -- Of locked jobs sharing an entity key, only the first in claim order; found by primary
