@@ -16,7 +16,14 @@ import click
 from rich.live import Live
 from rich.table import Table
 
-from skiplock._cli.admin import console, dsn_option, emit_json, json_option, open_app, schema_option
+from skiplock._cli.common import (
+    console,
+    dsn_option,
+    emit_json,
+    json_option,
+    open_app,
+    schema_option,
+)
 from skiplock._db.presence import SILENT_AFTER
 from skiplock._runtime.queue_settings import describe_settings
 from skiplock.app import App
