@@ -23,7 +23,7 @@ from skiplock._cli.common import (
     schema_option,
     when,
 )
-from skiplock._cli.delete import prune
+from skiplock._cli.delete import delete, prune
 from skiplock._cli.enqueue import enqueue
 from skiplock._cli.queues import key_limit, limit, pause, rate, resume
 from skiplock._db.payload import BIGINT_MAX
@@ -32,7 +32,7 @@ from skiplock.job import JobStatus
 
 def register(main: click.Group) -> None:
     """Add the administration commands to the ``skiplock`` group."""
-    for command in (jobs, enqueue, pause, resume, limit, rate, key_limit, prune):
+    for command in (jobs, enqueue, pause, resume, limit, rate, key_limit, delete, prune):
         main.add_command(command)
 
 

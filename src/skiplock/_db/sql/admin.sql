@@ -54,6 +54,8 @@ WHERE status = ANY(%(statuses)s::text[])
   AND (%(task)s::text IS NULL OR task = %(task)s)
   AND (%(finished_within)s::float8 IS NULL
        OR finished_at > now() - make_interval(secs => %(finished_within)s))
+  AND (%(older_than)s::float8 IS NULL
+       OR finished_at <= now() - make_interval(secs => %(older_than)s))
 GROUP BY status;
 
 -- name: job_retry_failed
@@ -97,6 +99,8 @@ WITH candidates AS (
       AND (%(task)s::text IS NULL OR task = %(task)s)
       AND (%(finished_within)s::float8 IS NULL
            OR finished_at > now() - make_interval(secs => %(finished_within)s))
+      AND (%(older_than)s::float8 IS NULL
+           OR finished_at <= now() - make_interval(secs => %(older_than)s))
     ORDER BY id
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
@@ -288,7 +292,7 @@ ORDER BY p.queue, p.minute;
 -- name: job_delete_finished_many
 -- Admin: delete the finished jobs (in %(statuses)s: done, failed, cancelled, nothing else)
 -- matching the filters (with %(finished_within)s, those finished in the last that many
--- seconds); one batch.  Returns the jobs looked at, the last id looked at and the
+-- seconds; with %(older_than)s, those finished at least that many seconds ago); one batch.  Returns the jobs looked at, the last id looked at and the
 -- jobs deleted.  A row another session locks is left alone (it is being retried), and so is a
 -- failed or cancelled job that a waiting job depends on: a job no longer in the table counts
 -- as done (dependencies.sql), and deleting it would let the waiting job run.
@@ -301,6 +305,8 @@ WITH candidates AS (
       AND (%(task)s::text IS NULL OR task = %(task)s)
       AND (%(finished_within)s::float8 IS NULL
            OR finished_at > now() - make_interval(secs => %(finished_within)s))
+      AND (%(older_than)s::float8 IS NULL
+           OR finished_at <= now() - make_interval(secs => %(older_than)s))
     ORDER BY id
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
