@@ -13,6 +13,20 @@ SK_DEFAULT = Setting(
 # The same no-op as a plain def, beside the async one: 1 process and 2 (docs/design.md,
 # "Sync tasks in batches").
 SK_SYNC = Setting("skiplock", "sync", handler="sync", notes="CLI defaults, the task a plain def")
+# The no-op calling ctx.progress on every job, beside the default (bench/README.md, "What
+# ctx.progress costs the drain").
+SK_PROGRESS = Setting(
+    "skiplock",
+    "progress",
+    handler="progress",
+    notes="CLI defaults, the task reports ctx.progress on every job",
+)
+SK_CONTEXT = Setting(
+    "skiplock",
+    "context",
+    handler="context",
+    notes="CLI defaults, the task takes its JobContext (pass_context) and does nothing with it",
+)
 SK_X2 = Setting("skiplock", "x2", processes=2, notes="CLI defaults, --processes 2")
 SK_X2_SYNC = Setting(
     "skiplock",
@@ -301,7 +315,16 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         SK_C100X2_DELETE_F1000,
         SK_C100X2_DELETE_F150,
     ]
-    every_setting = [*skiplock_all, *pgq_all, PR_DEFAULT, PR_C10, *CELERY_DRAIN]
+    # the context and progress rows beside the default: what ctx.progress costs the drain
+    every_setting = [
+        *skiplock_all,
+        SK_CONTEXT,
+        SK_PROGRESS,
+        *pgq_all,
+        PR_DEFAULT,
+        PR_C10,
+        *CELERY_DRAIN,
+    ]
     return Plan(
         quick=False,
         repeat=repeat or 3,

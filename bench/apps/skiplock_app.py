@@ -6,7 +6,7 @@ import asyncio
 import os
 import time
 
-from skiplock import App
+from skiplock import App, JobContext
 
 from . import work
 from .record import record
@@ -42,6 +42,20 @@ elif work.KIND == "cpu":
     async def burns(n: int) -> None:
         record(n)
         work.burn(work.SECONDS)
+
+elif os.environ.get("BENCH_HANDLER") == "progress":
+    # The no-op reporting progress, as a long task would on every step (bench/README.md,
+    # "What ctx.progress costs the drain").
+    @app.task(name="noop", queue=QUEUE, pass_context=True)
+    async def reports(ctx: JobContext, n: int) -> None:
+        record(n)
+        ctx.progress(0.5, "half way")
+
+elif os.environ.get("BENCH_HANDLER") == "context":
+    # The no-op taking its JobContext and doing nothing with it: what pass_context alone costs.
+    @app.task(name="noop", queue=QUEUE, pass_context=True)
+    async def takes_context(ctx: JobContext, n: int) -> None:
+        record(n)
 
 elif os.environ.get("BENCH_HANDLER", "async") == "sync":
     # The same no-op as a plain def: run in the worker's task threads.

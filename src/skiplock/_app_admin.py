@@ -103,12 +103,14 @@ class JobAdmin:
         task: str | None = None,
         statuses: Iterable[str] = ("done", "failed", "cancelled"),
         finished_within: float | None = None,
+        older_than: float | None = None,
     ) -> DeletedJobs:
         """Delete every finished (done, failed and/or cancelled) job of ``queue`` and ``task``
-        (None: any), finished in the last ``finished_within`` seconds (None: whenever), in
-        batches of short transactions.  Never an unfinished job; a failed or cancelled job that
-        a waiting job depends on is kept and counted as skipped."""
-        jobs = JobFilter(queue, task, finished_within)
+        (None: any), finished in the last ``finished_within`` seconds and at least
+        ``older_than`` seconds ago (None: whenever), in batches of short transactions.  Never an
+        unfinished job; a failed or cancelled job that a waiting job depends on is kept and
+        counted as skipped."""
+        jobs = JobFilter(queue, task, finished_within, older_than)
         return self.sync_client.delete_jobs(jobs, delete_statuses(statuses))
 
 

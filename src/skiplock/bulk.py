@@ -27,12 +27,14 @@ FINISHED = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
 
 @dataclass(frozen=True)
 class JobFilter:
-    """Jobs of ``queue`` and of ``task`` (None: any), and for a retry, finished within the last
-    ``finished_within`` seconds (None: whenever)."""
+    """Jobs of ``queue`` and of ``task`` (None: any), and for a retry or a delete, finished
+    within the last ``finished_within`` seconds and at least ``older_than`` seconds ago (None:
+    whenever)."""
 
     queue: str | None = None
     task: str | None = None
     finished_within: float | None = None
+    older_than: float | None = None
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -46,20 +48,40 @@ class JobFilter:
             or not (math.isfinite(within) and within > 0)
         ):
             raise ValueError(f"finished_within must be a number of seconds > 0, got {within!r}")
+        older = self.older_than
+        if older is not None and (
+            isinstance(older, bool)
+            or not isinstance(older, int | float)
+            or not (math.isfinite(older) and older >= 0)
+        ):
+            raise ValueError(f"older_than must be a number of seconds >= 0, got {older!r}")
+        if within is not None and older is not None and older >= within:
+            raise ValueError(
+                f"no job finished in the last {within:g}s and over {older:g}s ago: "
+                "older_than must be less than finished_within"
+            )
 
     def params(self) -> dict[str, Any]:
-        return {"queue": self.queue, "task": self.task, "finished_within": self.finished_within}
+        return {
+            "queue": self.queue,
+            "task": self.task,
+            "finished_within": self.finished_within,
+            "older_than": self.older_than,
+        }
 
     def describe(self) -> str:
         """The filter in words, for messages: ' of queue mail, task send_receipt'."""
-        parts = []
-        if self.queue is not None:
-            parts.append(f"queue {self.queue}")
-        if self.task is not None:
-            parts.append(f"task {self.task}")
+        who = [f"{name} {value}" for name, value in (("queue", self.queue), ("task", self.task))
+               if value is not None]  # fmt: skip
+        times = []
         if self.finished_within is not None:
-            parts.append(f"finished in the last {self.finished_within:g}s")
-        return f" of {', '.join(parts)}" if parts else ""
+            times.append(f"in the last {self.finished_within:g}s")
+        if self.older_than is not None:
+            times.append(f"over {self.older_than:g}s ago")
+        said = f" of {', '.join(who)}" if who else ""
+        if times:
+            said += ("," if who else "") + " finished " + " and ".join(times)
+        return said
 
 
 def retry_statuses(statuses: Iterable[JobStatus | str]) -> list[str]:

@@ -477,6 +477,67 @@ def test_a_bulk_change_asks_first_on_a_terminal(tasks: App, db: Any) -> None:
     assert db.execute(count).fetchone() == (0,)
 
 
+def test_bulk_delete_of_finished_jobs_from_the_command_line(tasks: App, db: Any) -> None:
+    app = tasks
+    mails = [e.id for e in app.enqueue_many("mail.send", [{"to": f"u{i}"} for i in range(8)])]
+    video = [e.id for e in app.enqueue_many("video.encode", [{"n": i} for i in range(2)])]
+    set_status(db, app, mails[0:2] + video[0:1], "done")
+    set_status(db, app, mails[2:5], "failed")
+    set_status(db, app, mails[5:6], "cancelled")
+    db.execute(  # two of the failed mails finished two hours ago
+        f"UPDATE {jobs_table(app)} SET finished_at = now() - interval '2 hours' WHERE id = ANY(%s)",
+        (mails[2:4],),
+    )
+
+    def left() -> set[int]:
+        return {i for (i,) in db.execute(f"SELECT id FROM {jobs_table(app)}")}
+
+    before = left()
+    usage = run_all(
+        app,
+        ["delete"],  # neither --all nor a filter: what to delete is never implied
+        ["delete", "--all", "--status", "pending"],  # never an unfinished job
+        ["delete", "--all", "--queue", "emails"],  # no terminal to ask on, and no --yes
+        ["delete", "--all", "--queue", "emails", "--dry-run", "--json"],
+        ["delete", "--all", "--status", "failed", "--older-than", "3600", "--dry-run"],
+        ["delete", "--all", "--queue", "no_jobs_here", "--yes"],
+        ["delete", "--all", "--older-than", "60", "--finished-within", "30", "--yes"],
+    )
+    assert [r.code for r in usage] == [2, 2, 2, 0, 0, 3, 2], "\n".join(map(str, usage))
+    assert "--yes" in usage[2].err and "failed: 3" in usage[2].err
+    assert json.loads(usage[3].out) == {"matching": {"cancelled": 1, "done": 2, "failed": 3}}
+    assert usage[4].out.strip() == "2 matching jobs finished over 3600s ago (failed: 2)"
+    assert left() == before, "a refused or dry run deleted jobs"
+
+    old = run(app, "delete", "--all", "--status", "failed", "--older-than", "3600", "-y", "--json")
+    assert old.code == 0 and json.loads(old.out) == {"deleted": 2, "skipped": 0}, old
+    assert left() == before - set(mails[2:4])
+
+    done = run(app, "delete", "--all", "--queue", "emails", "--status", "done", "--yes")
+    assert done.code == 0, done
+    assert done.out.strip() == "deleted 2 finished jobs of queue emails"
+    everything = run(app, "delete", "--all", "--yes")
+    assert everything.code == 0 and "deleted 3 finished jobs" in everything.out, everything
+    assert left() == set(mails[6:] + video[1:]), "only the unfinished jobs are left"
+    assert run(app, "delete", "--all", "--yes").code == 3
+
+
+def test_bulk_delete_asks_first_on_a_terminal(tasks: App, db: Any) -> None:
+    app = tasks
+    ids = [e.id for e in app.enqueue_many("mail.send", [{"to": f"u{i}"} for i in range(3)])]
+    set_status(db, app, ids, "done")
+    count = f"SELECT count(*) FROM {jobs_table(app)}"
+
+    refused = run_in_terminal(app, "n", "delete", "--all", "--task", "mail.send")
+    assert refused.code == 1, refused
+    assert "Delete 3 jobs of task mail.send (done: 3)? [y/N]" in refused.out, refused
+    assert db.execute(count).fetchone() == (3,)
+
+    accepted = run_in_terminal(app, "y", "delete", "--all", "--task", "mail.send")
+    assert accepted.code == 0 and "deleted 3 finished jobs" in accepted.out, accepted
+    assert db.execute(count).fetchone() == (0,)
+
+
 def test_retry_of_a_job_whose_key_is_taken_says_which_job_holds_it(tasks: App, db: Any) -> None:
     app = tasks
     send = app.get_task("mail.send").with_options(idempotency_key="welcome:7")

@@ -11,9 +11,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from psycopg import sql
 
 from helpers.dashboard_client import TOKEN, Browser, serving, serving_asgi
 from skiplock import App, ConfigurationError
+from skiplock._db.sql import Queries
 from skiplock.bulk import DeletedJobs, JobFilter
 from skiplock.dashboard import create_dashboard
 
@@ -436,6 +438,50 @@ def test_the_queues_page_charts_the_last_hour_per_minute_with_its_numbers(
     # The read is bounded: past its bound, the page says from which minute on it is whole.
     bounded = shop.sync_client.finished_per_minute(scan=2)
     assert bounded.scanned == 2 and bounded.whole_from is not None
+
+
+def test_the_charts_read_the_finished_jobs_index_alone(shop: App, db: Any) -> None:
+    """The charts' statement can be answered from jobs_finished_idx without a heap page per job
+    (migration 0023): with the plain scans ruled out, the plan is an index-only scan."""
+    ids = [e.id for e in shop.enqueue_many("report.build", [{"n": i} for i in range(50)])]
+    finish(db, shop, ids, "done", 1, 1.0)
+    db.execute(f'VACUUM ANALYZE "{shop.schema}".jobs')
+    statement = Queries(shop.schema)["job_finished_per_minute"]
+    with db.transaction():
+        db.execute("SET LOCAL enable_seqscan = off")
+        db.execute("SET LOCAL enable_bitmapscan = off")
+        ((plan,),) = db.execute(
+            sql.SQL("EXPLAIN (FORMAT JSON) ") + statement, {"minutes": 60, "scan": 1000}
+        ).fetchall()
+
+    def scans(node: dict[str, Any]) -> list[tuple[str, str]]:
+        found = (
+            [(node["Node Type"], node.get("Index Name", ""))] if "Scan" in node["Node Type"] else []
+        )
+        return found + [s for child in node.get("Plans", []) for s in scans(child)]
+
+    assert ("Index Only Scan", "jobs_finished_idx") in scans(plan[0]["Plan"]), plan
+
+
+def test_the_charts_count_the_jobs_still_in_the_table_and_say_which_they_miss(
+    shop: App, db: Any
+) -> None:
+    mails = [e.id for e in shop.enqueue_many("mail.send", [
+        {"to": f"u{i}@example.com", "password": "x"} for i in range(3)])]  # fmt: skip
+    finish(db, shop, mails, "done", 1, 0.0)
+    assert sum(m.done for m in shop.sync_client.finished_per_minute().queues["emails"]) == 3
+    shop.delete_jobs(queue="emails", older_than=30)  # a bulk delete of jobs of the last hour
+    left = shop.sync_client.finished_per_minute()
+    assert left.scanned == 0 and not left.queues, "deleted jobs leave the charts"
+    with serving(shop) as base:
+        browser = Browser(base)
+        browser.log_in()
+        note = re.search(r'<h2 id="last-hour">.*?</p>', browser.get("/").text, re.S)
+        assert note is not None
+        said = " ".join(note.group(0).split())
+        for missed in ("deleted or archived when done", "deleted since they finished",
+                       "skiplock delete", "docs/dashboard.md"):  # fmt: skip
+            assert missed in said, said
 
 
 def test_bulk_delete_counts_first_and_deletes_only_finished_jobs_of_the_filter(

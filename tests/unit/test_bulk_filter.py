@@ -15,8 +15,14 @@ def test_a_filter_checks_its_names_and_its_time_window() -> None:
         "queue": "mail",
         "task": "mail.send",
         "finished_within": 60,
+        "older_than": None,
     }
-    assert JobFilter().params() == {"queue": None, "task": None, "finished_within": None}
+    assert JobFilter().params() == {
+        "queue": None,
+        "task": None,
+        "finished_within": None,
+        "older_than": None,
+    }
     with pytest.raises(InvalidName, match="invalid queue name"):
         JobFilter(queue="two words")
     with pytest.raises(InvalidName, match="invalid task name"):
@@ -24,6 +30,12 @@ def test_a_filter_checks_its_names_and_its_time_window() -> None:
     for bad in (0, -1, math.nan, math.inf, "60", True):
         with pytest.raises(ValueError, match="finished_within"):
             JobFilter(finished_within=bad)  # type: ignore[arg-type]
+    assert JobFilter(older_than=0).params()["older_than"] == 0  # every finished job
+    for bad in (-1, math.nan, math.inf, "60", True):
+        with pytest.raises(ValueError, match="older_than"):
+            JobFilter(older_than=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="older_than must be less than finished_within"):
+        JobFilter(finished_within=60, older_than=60)  # a window no job finished in
 
 
 def test_a_filter_describes_itself_for_messages() -> None:
@@ -31,6 +43,10 @@ def test_a_filter_describes_itself_for_messages() -> None:
     assert JobFilter("mail").describe() == " of queue mail"
     assert JobFilter("mail", "mail.send", 3600).describe() == (
         " of queue mail, task mail.send, finished in the last 3600s"
+    )
+    assert JobFilter(older_than=86400).describe() == " finished over 86400s ago"
+    assert JobFilter("mail", None, 3600, 60).describe() == (
+        " of queue mail, finished in the last 3600s and over 60s ago"
     )
 
 

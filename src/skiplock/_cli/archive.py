@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from skiplock._cli.admin import dsn_option, emit_json, json_option, open_app, schema_option
+from skiplock._cli.common import dsn_option, emit_json, json_option, open_app, schema_option
 from skiplock._db.store_sync import ARCHIVE_PARTITIONS_AHEAD
 from skiplock._doctor.findings import duration
 

@@ -8,7 +8,7 @@ import socket
 import click
 
 from skiplock._app_loader import load_app
-from skiplock._cli.admin import dsn_option, read_dsn_option
+from skiplock._cli.common import dsn_option, read_dsn_option
 from skiplock._db.bounds import check_schema_name
 from skiplock._db.migrations import check_migrated
 from skiplock.app import App

@@ -4,7 +4,7 @@
 every job matching ``--queue`` and ``--task`` (by default all queues and tasks), in batches of
 short transactions (see :mod:`skiplock.bulk`): they count the jobs first and ask before changing
 them, unless ``--yes``; ``--dry-run`` only counts.  Without a terminal to ask on, ``--yes`` is
-required.  Exit status as in :mod:`skiplock._cli.admin` (3: nothing matched or nothing changed).
+required.  Exit status as in :mod:`skiplock._cli.common` (3: nothing matched or nothing changed).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from skiplock._cli.admin import (
+from skiplock._cli.common import (
     NOT_CHANGED,
     dsn_option,
     emit_json,

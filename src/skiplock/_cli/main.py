@@ -16,7 +16,7 @@ from skiplock._cli import dashboard as dashboard_cli
 from skiplock._cli import jobs as job_actions_cli
 from skiplock._cli import status as status_cli
 from skiplock._cli import worker as worker_cli
-from skiplock._cli.admin import dsn_option, schema_option
+from skiplock._cli.common import dsn_option, open_app, schema_option
 from skiplock._db.bounds import check_schema_name
 from skiplock._db.migrations import all_migrations, render_sql
 from skiplock._doctor import command as doctor
@@ -113,14 +113,14 @@ def migrate(dsn: str | None, schema: str, print_sql: bool, from_version: int | N
         if from_version is not None:
             versions = [m.version for m in all_migrations() if m.version >= from_version]
         else:
-            with admin.open_app(dsn, schema) as app:
+            with open_app(dsn, schema) as app:
                 versions = app.sync_client.pending_migrations()
         if versions:
             click.echo(render_sql(schema, versions), nl=False)
         else:
             click.echo(f"-- schema {schema} is up to date: no migration to run")
         return
-    with admin.open_app(dsn, schema) as app:
+    with open_app(dsn, schema) as app:
         applied = app.migrate()
     if applied:
         click.echo(

@@ -31,7 +31,7 @@ import click
 import psycopg
 from psycopg import Connection
 
-from skiplock._cli.admin import dsn_option, schema_option
+from skiplock._cli.common import dsn_option, schema_option
 from skiplock._db.connections import connect_kwargs, redact, resolve_dsn, translate, unavailable
 from skiplock._db.roles import (
     TABLE_COUNT,

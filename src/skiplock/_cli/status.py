@@ -16,7 +16,7 @@ import click
 from rich.live import Live
 from rich.table import Table
 
-from skiplock._cli.admin import (
+from skiplock._cli.common import (
     console,
     dsn_option,
     emit_json,

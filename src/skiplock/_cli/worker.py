@@ -13,7 +13,7 @@ import click
 
 from skiplock import __version__
 from skiplock._app_loader import load_app
-from skiplock._cli.admin import dsn_option
+from skiplock._cli.common import dsn_option
 from skiplock._runtime.recycling import RECYCLED_EXIT
 from skiplock._runtime.supervisor import SUPERVISED_VAR, Supervisor
 from skiplock._runtime.worker_process import exit_despite_stuck_threads, run_worker

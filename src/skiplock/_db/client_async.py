@@ -237,8 +237,8 @@ class AsyncClient:
         ``running``, ask the workers running the matching jobs to cancel them too (leased
         jobs: a flag their heartbeat reads; held-lock jobs: a request recorded apart, which
         their worker reads within a poll interval, and a NOTIFY)."""
-        if jobs.finished_within is not None:
-            raise ValueError("finished_within selects finished jobs, which cannot be cancelled")
+        if jobs.finished_within is not None or jobs.older_than is not None:
+            raise ValueError("finished_within and older_than select finished jobs: none to cancel")
         cancelled = after_id = 0
         async with self.connection(conn) as c:
             while True:

@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from skiplock._cli.admin import console as cli_console
+from skiplock._cli.common import console as cli_console
 from skiplock._demo.app import CRASH_QUEUES, FLEET_QUEUES, build_app
 from skiplock._demo.at_work import DemoFailed, run_at_work
 from skiplock._demo.patterns import (

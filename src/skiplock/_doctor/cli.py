@@ -9,8 +9,8 @@ from dataclasses import asdict
 import click
 from rich.table import Table
 
-from skiplock._cli.admin import console as cli_console
-from skiplock._cli.admin import dsn_option, schema_option
+from skiplock._cli.common import console as cli_console
+from skiplock._cli.common import dsn_option, schema_option
 from skiplock._db.bounds import check_schema_name
 from skiplock._db.connections import resolve_dsn, worker_connections
 from skiplock._doctor.findings import STATUS_ORDER, Finding, Thresholds, worst

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import psycopg
 
-from skiplock._cli.admin import dsn_option, read_dsn_option, schema_option
+from skiplock._cli.common import dsn_option, read_dsn_option, schema_option
 from skiplock.app import App
 from skiplock.errors import SkiplockError
 from skiplock.observability.metrics import require_client
