@@ -9,7 +9,6 @@ the scenario's own checks (``result.failures``)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from typing import Any
 
@@ -19,6 +18,7 @@ from chaos_harness import ChaosRun, Result, blackhole_available, check
 from chaos_scenarios import SCENARIOS
 from psycopg import sql
 
+from helpers import machine
 from helpers.polling import wait_for
 from helpers.scratch_pg import find_pg_bindir
 from skiplock import App, Worker, WorkerStats
@@ -125,11 +125,16 @@ def test_silently_lost_connections_are_noticed_at_both_ends(tcp_pg_dsn: str, mod
     and the server drops the dead sessions, releasing held-lock jobs' rows: the server's side
     gets the client's keepalive settings (without them it waits over two hours).  Over TCP on
     the loopback interface (a server of its own when the test server is on a unix socket)."""
+    # CI sets SKIPLOCK_REQUIRE_IPTABLES: a missing iptables fails, and as root so does any
+    # other reason; as a normal user the test skips once the program is found.
+    machine.needs(
+        "SKIPLOCK_REQUIRE_IPTABLES",
+        programs=[("iptables", "iptables")],
+        root_for="dropping packets with iptables",
+    )
     reason = blackhole_available(tcp_pg_dsn)
     if reason is not None:
-        if os.environ.get("SKIPLOCK_REQUIRE_IPTABLES"):  # CI: a missing iptables fails
-            pytest.fail(reason)
-        pytest.skip(reason)
+        machine.skip_or_fail(reason, "SKIPLOCK_REQUIRE_IPTABLES")
     result = run_quick(f"blackhole-{model}", tcp_pg_dsn)
     assert_sound(result)
 

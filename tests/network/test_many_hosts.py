@@ -1,6 +1,7 @@
 """Many hosts and a host cut off, in their quick mode (scenarios.py; ``python
 tests/network/scenarios.py --full`` runs them at full size).  Root only, and iptables for the
-cut: skipped with the reason otherwise (CI requires iptables: SKIPLOCK_REQUIRE_IPTABLES)."""
+cut: skipped with the reason otherwise (CI requires iptables, SKIPLOCK_REQUIRE_IPTABLES: its
+absence fails the cut's test as root or as a normal user, who then skips it: needs root)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from bench.hosts import cut_unavailable, unavailable
 from scenarios import cut_host, many_hosts
 
+from helpers import machine
 from skiplock._db.connections import worker_connections
 
 pytestmark = pytest.mark.slow
@@ -22,6 +24,7 @@ def test_three_hosts_of_two_processes_run_every_job_exactly_once(tcp_pg_dsn: str
     a bounded number of sessions (its pool and its listener).  Over TCP (a scratch cluster
     when the tests' server is the embedded one, on a Unix socket): sessions are told apart by
     host through their client ports, which a Unix socket does not have."""
+    machine.needs(None, root_for="network namespaces (ip netns)")
     reason = unavailable()
     if reason is not None:
         pytest.skip(reason)
@@ -42,6 +45,13 @@ def test_a_host_cut_off_loses_nothing_and_its_late_outcomes_are_rejected(pg_dsn:
     the jobs it held run elsewhere within the lease plus the reclaim interval and a claim,
     its late outcomes are rejected, nothing is lost or stuck, duplicates stay within what the
     cut explains, the leader terms never overlap, and each periodic tick runs once."""
+    # CI sets SKIPLOCK_REQUIRE_IPTABLES: a missing iptables fails, as root or not (as a
+    # normal user the test then skips); as root, where namespaces work, so does any reason.
+    machine.needs(
+        "SKIPLOCK_REQUIRE_IPTABLES",
+        programs=[("iptables", "iptables")],
+        root_for="network namespaces (ip netns) and iptables",
+    )
     reason = cut_unavailable()
     if reason is not None:
         if os.environ.get("SKIPLOCK_REQUIRE_IPTABLES") and unavailable() is None:
