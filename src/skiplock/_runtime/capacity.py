@@ -100,12 +100,16 @@ class Capacity:
         """A claim took this long, from its send to its jobs in the worker."""
         self._claim_times.append(seconds)
 
+    def claim_time(self) -> float | None:
+        """What a claim takes lately (the middle of the recent ones: one slow claim among them
+        does not count); None before the first."""
+        return statistics.median(self._claim_times) if self._claim_times else None
+
     def reach(self) -> float:
         """Seconds of work to hold beyond the slots: the horizon, or a few recent claims' time
-        when that is longer (one slow claim among them does not count)."""
-        if not self._claim_times:
-            return self.horizon
-        return max(self.horizon, CLAIMS_AHEAD * statistics.median(self._claim_times))
+        when that is longer."""
+        took = self.claim_time()
+        return self.horizon if took is None else max(self.horizon, CLAIMS_AHEAD * took)
 
     def ahead(self) -> int:
         """Jobs to hold beyond the slots: what this worker starts within :meth:`reach`."""
