@@ -27,6 +27,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -136,6 +137,52 @@ def proxy_cost(
     return out
 
 
+# The raw-SQL loop of proxy_throughput: each round trip brings this many rows of about the size
+# of a claimed job's row (skiplock's drains read ~190 bytes per job from the server).
+RAW_ROWS, RAW_ROW_BYTES, RAW_CONNECTIONS = 500, 180, 3
+
+
+def raw_rows_per_s(dsn: str, seconds: float) -> tuple[float, float]:
+    """Rows per second that ``RAW_CONNECTIONS`` connections, each in a loop of one statement
+    bringing ``RAW_ROWS`` rows at a time, read through ``dsn`` for ``seconds``; and the median
+    round trip of those statements (ms)."""
+    sql = f"SELECT repeat('x', {RAW_ROW_BYTES}) FROM generate_series(1, {RAW_ROWS})"
+    counts = [0] * RAW_CONNECTIONS
+    times: list[list[float]] = [[] for _ in range(RAW_CONNECTIONS)]
+
+    def loop(i: int) -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql).fetchall()
+            end = time.perf_counter() + seconds
+            while (t := time.perf_counter()) < end:
+                counts[i] += len(conn.execute(sql).fetchall())
+                times[i].append(time.perf_counter() - t)
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(RAW_CONNECTIONS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts) / seconds, statistics.median(x for ts in times for x in ts) * 1000
+
+
+def proxy_throughput(
+    db: BenchDatabase, counter: CountingProxy, hosts: Hosts, quick: bool
+) -> dict[str, float]:
+    """What the proxies carry with no queue library at all: a raw-SQL loop's rows per second
+    (``raw_rows_per_s``) direct, through the counting proxy and through each host; a proxy that
+    were the bottleneck of a drain would carry no more rows than that drain claims."""
+    seconds = 0.5 if quick else 2.0
+    out = {
+        "direct_rows_per_s": raw_rows_per_s(db.dsn, seconds)[0],
+        "counting_rows_per_s": raw_rows_per_s(counter.dsn_through(db.dsn), seconds)[0],
+    }
+    for host in hosts.hosts:
+        rate, rtt = raw_rows_per_s(host.dsn, seconds)
+        out[f"rtt{host.rtt_ms:g}_rows_per_s"], out[f"rtt{host.rtt_ms:g}_loop_ms"] = rate, rtt
+    return out
+
+
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     server = args.dsn or default_dsn()
     db = BenchDatabase(server, args.database)
@@ -148,6 +195,14 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             cost = proxy_cost(db, counter, hosts, args.quick)
             rows.append({"workload": "proxy_cost", **cost})
             print("proxy cost (SELECT 1 p50, ms):", json.dumps(cost), flush=True)
+            carried = proxy_throughput(db, counter, hosts, args.quick)
+            rows.append({"workload": "proxy_throughput", **carried})
+            print(
+                f"proxy throughput ({RAW_CONNECTIONS} connections, {RAW_ROWS} rows of "
+                f"{RAW_ROW_BYTES} bytes a statement, rows/s; loop ms):",
+                json.dumps({k: round(v, 1) for k, v in carried.items()}),
+                flush=True,
+            )
             for rep in range(args.repeat):
                 # Rotate the order each repetition, so no RTT always runs first.
                 order = (
@@ -277,6 +332,17 @@ def summary(rows: list[dict[str, Any]], rtts: list[float]) -> list[str]:
                     f"- {key}, RTT {rtt:g} ms: enqueue→start p99 {p99:.1f} ms "
                     f"(target ≤ {bound:.1f}): {'met' if p99 <= bound else 'MISSED'}"
                 )
+    carried = next((r for r in rows if r["workload"] == "proxy_throughput"), None)
+    if carried is not None:
+        verdicts.append(
+            "- the proxies' own throughput (a raw-SQL loop, no queue library): "
+            + ", ".join(
+                f"RTT {rtt:g} ms {carried[f'rtt{rtt:g}_rows_per_s']:,.0f} rows/s"
+                for rtt in rtts
+                if f"rtt{rtt:g}_rows_per_s" in carried
+            )
+            + f"; direct {carried['direct_rows_per_s']:,.0f}"
+        )
     return [*lines, "", *verdicts]
 
 

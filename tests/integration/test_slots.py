@@ -307,3 +307,21 @@ def test_a_burst_worker_does_not_exit_while_a_retry_waits_behind_its_claim_curso
         stats = asyncio.run(asyncio.wait_for(Worker(app, burst=True, concurrency=2).run(), 30))
         assert statuses(db, app) == {"done": 40 * (round_ + 1)}, f"round {round_}"
         assert (stats.done, stats.retried) == (40, 20)
+
+
+def test_the_worker_times_its_claims_for_its_reserve(app: App) -> None:
+    """The reserve covers a few claims' time (docs/design.md, "The reserve covers the claim's
+    round trip"): the claim loop tells the capacity what each claim took."""
+
+    @app.task(name="noop")
+    async def noop(n: int) -> None:
+        pass
+
+    for n in range(20):
+        noop.enqueue(n=n)
+    worker = Worker(app, concurrency=2, burst=True)
+    assert worker.capacity.claim_time() is None
+    stats = asyncio.run(worker.run())
+    assert stats.done == 20
+    took = worker.capacity.claim_time()
+    assert took is not None and 0 < took < 10

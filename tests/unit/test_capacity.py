@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.fake_clock import FakeClock
-from skiplock._runtime.capacity import UNWRITTEN_FLOOR, Capacity, Throughput
+from skiplock._runtime.capacity import CLAIMS_AHEAD, UNWRITTEN_FLOOR, Capacity, Throughput
 
 
 def test_throughput_counts_the_last_window_only() -> None:
@@ -120,3 +120,55 @@ def test_max_in_flight_below_concurrency_is_refused() -> None:
     with pytest.raises(ValueError, match="at least concurrency"):
         Capacity(10, 0, max_in_flight=9)
     assert Capacity(10, 0, max_in_flight=10).max_in_flight == 10
+
+
+def _drain_rate(claim_seconds: float, prefetch: int, *, jobs: int = 20_000) -> float:
+    """Jobs per second of a simulated drain: slots that could run ``jobs`` jobs at 20,000 a
+    second, fed by claims that each take ``claim_seconds`` (one at a time, as the claim loop
+    sends them), sized by the capacity's arithmetic, outcomes recorded as the jobs end."""
+    clock = FakeClock()
+    start, step, service = clock.now, 0.001, 20_000
+    cap = Capacity(10, prefetch, horizon=0.1, throughput=Throughput(clock=clock))
+    left, reserved, done = jobs, 0, 0
+    arriving: tuple[float, int] | None = None  # the claim in flight: when it returns, its jobs
+    while done < jobs:
+        if arriving is not None and clock.now >= arriving[0] - 1e-9:
+            reserved += arriving[1]
+            cap.claim_took(claim_seconds)
+            arriving = None
+        if arriving is None and left:
+            want = min(cap.to_claim(active=0, reserved=reserved, unwritten=0), left)
+            if want:
+                left -= want
+                arriving = (clock.now + claim_seconds, want)
+        ran = min(reserved, int(service * step))
+        reserved -= ran
+        done += ran
+        if ran:
+            cap.throughput.add(ran)
+        clock.now += step
+    return jobs / (clock.now - start)
+
+
+def test_a_slow_claim_does_not_hold_the_reserve_to_a_crawl() -> None:
+    """The reserve follows the rate and the rate follows the reserve: with claims that take
+    longer than half the horizon (a server 20 ms away), a reserve sized by the horizon alone
+    grew by a few jobs a claim, and a drain of 20,000 jobs ended before it had grown
+    (docs/design.md, "The reserve covers the claim's round trip")."""
+    assert _drain_rate(0.001, 2000) > 0.9 * 20_000  # a nearby server: as before
+    assert _drain_rate(0.05, 2000) > 0.5 * 20_000
+
+
+def test_the_reach_is_the_horizon_or_a_few_recent_claims() -> None:
+    cap = _capacity(10, 10_000, rate=3000.0)
+    assert cap.reach() == 0.1  # no claim yet
+    for _ in range(5):
+        cap.claim_took(0.001)
+    assert cap.reach() == 0.1  # claims far shorter than the horizon leave it as it was
+    for seconds in (0.05, 0.05, 0.05, 0.05, 2.0):  # one slow claim among them does not count
+        cap.claim_took(seconds)
+    assert cap.reach() == pytest.approx(CLAIMS_AHEAD * 0.05)
+    assert cap.ahead() == pytest.approx(3000 * CLAIMS_AHEAD * 0.05, rel=0.15)
+    capped = _capacity(10, 100, rate=3000.0)
+    capped.claim_took(0.05)
+    assert capped.ahead() == 100  # prefetch still caps it

@@ -75,7 +75,8 @@ def parse_queues(text: str) -> dict[str, int]:
     default=500,
     show_default=True,
     help="Most jobs claimed ahead of free slots; the worker claims ahead only what it would "
-    "start within 0.1 s at its recent rate (0: claim only for free slots).",
+    "start within 0.1 s at its recent rate, or within four claims' time when its claims take "
+    "longer (0: claim only for free slots).",
 )
 @click.option(
     "--max-in-flight",

@@ -4,7 +4,10 @@ A worker has ``concurrency`` slots.  Besides the jobs in its slots it may hold c
 wait for a slot (*reserved*): one claim statement then serves many jobs, which is what makes
 short jobs fast.  It reserves only what it would start within ``horizon`` seconds at the rate it
 has been finishing jobs (at most ``prefetch``), so a worker busy with long jobs reserves nothing
-and never sits on work another worker could start now.  Reserved jobs have not run: a crash
+and never sits on work another worker could start now.  When its claims take longer than that
+(a server some milliseconds away), it reserves what it starts within a few claims' time instead:
+what is left when the next claim is sent must last until that claim's jobs arrive
+(docs/design.md, "The reserve covers the claim's round trip").  Reserved jobs have not run: a crash
 leaves them to be reclaimed when their leases expire, it does not run them twice.
 
 Finished jobs whose outcomes are not written yet (*unwritten*) may number up to
@@ -21,6 +24,7 @@ writes more often: fewer jobs per second for a smaller worst case.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable
@@ -29,6 +33,13 @@ from collections.abc import Callable
 # milliseconds however small it is, so this caps a worker of short jobs at about this many jobs
 # per write's time (why 600: docs/design.md, "Unwritten outcomes: a floor of 600").
 UNWRITTEN_FLOOR = 600
+
+# The reserve holds at least this many claims' time of work.  A claim is sent once half of it is
+# missing, so the half left lasts two claims; and a worker still finding its rate (the reserve
+# follows the rate, the rate follows the reserve) grows it twofold per claim instead of by a
+# few jobs (docs/design.md, "The reserve covers the claim's round trip").
+CLAIMS_AHEAD = 4
+CLAIM_TIMES_KEPT = 5  # recent claims whose middle time sets the reach
 
 
 class Throughput:
@@ -83,10 +94,26 @@ class Capacity:
         self.horizon = horizon
         self.unwritten_max: int = max(concurrency, UNWRITTEN_FLOOR)
         self.throughput: Throughput = throughput or Throughput()
+        self._claim_times: deque[float] = deque(maxlen=CLAIM_TIMES_KEPT)
+
+    def claim_took(self, seconds: float) -> None:
+        """A claim took this long, from its send to its jobs in the worker."""
+        self._claim_times.append(seconds)
+
+    def claim_time(self) -> float | None:
+        """What a claim takes lately (the middle of the recent ones: one slow claim among them
+        does not count); None before the first."""
+        return statistics.median(self._claim_times) if self._claim_times else None
+
+    def reach(self) -> float:
+        """Seconds of work to hold beyond the slots: the horizon, or a few recent claims' time
+        when that is longer."""
+        took = self.claim_time()
+        return self.horizon if took is None else max(self.horizon, CLAIMS_AHEAD * took)
 
     def ahead(self) -> int:
-        """Jobs to hold beyond the slots: what this worker starts within the horizon."""
-        return min(self.prefetch, int(self.throughput.per_second() * self.horizon))
+        """Jobs to hold beyond the slots: what this worker starts within :meth:`reach`."""
+        return min(self.prefetch, int(self.throughput.per_second() * self.reach()))
 
     def startable(self, active: int, unwritten: int) -> int:
         """Reserved jobs that may start now."""

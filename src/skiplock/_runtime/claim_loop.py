@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 
 import psycopg
 
@@ -138,9 +139,11 @@ class ClaimLoop:
             claimed = 0
             if want > 0 and active and not self.drained:
                 announced = self.announced
+                sent = time.monotonic()
                 try:
                     claimed = await self.slots.claim(active, want)
                     self.claim_error = None
+                    self.capacity.claim_took(time.monotonic() - sent)
                 except (psycopg.Error, SkiplockError) as exc:
                     self.claim_error = str(exc).strip().splitlines()[0] or type(exc).__name__
                     again = "" if self.burst else ", retrying after the poll interval"
