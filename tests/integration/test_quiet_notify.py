@@ -68,7 +68,10 @@ def test_enqueue_notifies_only_while_a_worker_of_the_queue_is_idle(
         assert got + heard(listening) == ["mail"] * 3
         enqueue_every_way(app, "other")  # idle on mail only
         assert heard(listening) == []
-        idle.execute(app.queries["channel_idle_release"])
+        idle.execute(
+            app.queries["channel_idle_release"],
+            {"channel": app.queries.channel, "queues": ["mail"], "held": True},
+        )
         enqueue_every_way(app, "mail")
         assert heard(listening) == []
     # Marked again, then the session ends: the server forgets the mark with it.
@@ -232,3 +235,22 @@ def test_a_trickle_into_an_idle_worker_starts_at_notification_speed(app: App) ->
         latencies = asyncio.run(scenario(concurrency))
         assert statistics.median(latencies) < 0.1, (concurrency, latencies)
         assert max(latencies) < 1.0, (concurrency, latencies)
+
+
+def test_releasing_the_mark_drops_only_its_own_keys(app: App) -> None:
+    """Behind a transaction-mode pooler the listener's session may be another client's: the
+    release must not drop that client's advisory locks (pg_advisory_unlock_all would)."""
+    mine = "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(4242, 4242)")  # the other client's
+        mark_idle(app, conn, ["mail", "other"])
+        assert conn.execute(mine).fetchone() == (3,)
+        release = app.queries["channel_idle_release"]
+        channel = app.queries.channel
+        conn.execute(release, {"channel": channel, "queues": ["mail", "other"], "held": True})
+        assert conn.execute(mine).fetchone() == (1,)
+        # After a mark that gave up part way: only the keys it holds, without a warning.
+        mark_idle(app, conn, ["mail"])
+        conn.execute(release, {"channel": channel, "queues": ["mail", "other"], "held": False})
+        assert conn.execute(mine).fetchone() == (1,)
+        assert conn.execute("SELECT pg_advisory_unlock(4242, 4242)").fetchone() == (True,)

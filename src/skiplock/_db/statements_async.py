@@ -108,9 +108,13 @@ class AsyncChannelStatements(AsyncSeam):
                 conn, "channel_idle_hold", {"channel": self.queries.channel, "queues": queues}
             )
 
-    async def channel_idle_release(self, conn: AsyncConnection[Any]) -> None:
-        """Undo :meth:`channel_idle_hold` on ``conn`` for every queue."""
-        await self._rows(conn, "channel_idle_release", {})
+    async def channel_idle_release(
+        self, conn: AsyncConnection[Any], queues: list[str], *, held: bool = True
+    ) -> None:
+        """Undo :meth:`channel_idle_hold` of ``queues`` on ``conn`` (``held``: it took them
+        all; otherwise only those it holds are dropped)."""
+        params = {"channel": self.queries.channel, "queues": queues, "held": held}
+        await self._rows(conn, "channel_idle_release", params)
 
 
 class AsyncLeadershipStatements(AsyncSeam):

@@ -103,9 +103,13 @@ class SyncChannelStatements(SyncSeam):
                 conn, "channel_idle_hold", {"channel": self.queries.channel, "queues": queues}
             )
 
-    def channel_idle_release(self, conn: Connection[Any]) -> None:
-        """Undo :meth:`channel_idle_hold` on ``conn`` for every queue."""
-        self._rows(conn, "channel_idle_release", {})
+    def channel_idle_release(
+        self, conn: Connection[Any], queues: list[str], *, held: bool = True
+    ) -> None:
+        """Undo :meth:`channel_idle_hold` of ``queues`` on ``conn`` (``held``: it took them
+        all; otherwise only those it holds are dropped)."""
+        params = {"channel": self.queries.channel, "queues": queues, "held": held}
+        self._rows(conn, "channel_idle_release", params)
 
 
 class SyncLeadershipStatements(SyncSeam):

@@ -165,7 +165,9 @@ class Listener:
 
     async def _mark_idle(self, conn: AsyncConnection[Any]) -> None:
         """Make the session's mark follow :attr:`idle_wanted`."""
-        if self.idle_wanted and not self.idle_held:
+        if self.idle_wanted and not self.idle_held and self.works is not False:
+            # (Not when notifications never arrive: a transaction-mode pooler in between would
+            # leave the mark on a server session other clients get.)
             try:
                 await self.store.channel_idle_hold(conn, sorted(self.queues), IDLE_LOCK_TIMEOUT)
             except psycopg.errors.LockNotAvailable:
@@ -174,13 +176,13 @@ class Listener:
                 # soon (see idle_failed), in case it lets go.  Keys taken before the timeout
                 # are dropped (a session's advisory locks outlive its transaction).
                 self.idle_failed = True
-                await self.store.channel_idle_release(conn)
+                await self.store.channel_idle_release(conn, sorted(self.queues), held=False)
                 return
             self.idle_held, self.idle_failed = True, False
             # Jobs committed before the mark sent no notification: claim once more.
             self.on_wake()
         elif not self.idle_wanted and self.idle_held:
-            await self.store.channel_idle_release(conn)
+            await self.store.channel_idle_release(conn, sorted(self.queues))
             self.idle_held = False
 
     async def _send_probe(self, probe: str) -> None:

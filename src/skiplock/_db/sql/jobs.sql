@@ -780,9 +780,19 @@ SELECT /* listener of {channel} */ count(*) FROM unnest(%(queues)s::text[]) AS q
                                              hashtext(q))) AS held;
 
 -- name: channel_idle_release
--- The worker is busy again (or never was idle): producers need not notify for it.  The
--- listener's session holds no other advisory lock.
-SELECT /* listener of {channel} */ pg_advisory_unlock_all();
+-- The worker is busy again: producers need not notify for it.  Drops the keys of %(queues)s
+-- that this session holds (%(held)s: all of them, else those pg_locks lists, after a
+-- channel_idle_hold that gave up part way), never another advisory lock: behind a
+-- transaction-mode pooler the session may be another client's.
+SELECT /* listener of {channel} */
+       count(pg_advisory_unlock_shared(hashtext('skiplock_idle/' || %(channel)s), hashtext(q)))
+FROM unnest(%(queues)s::text[]) AS q
+WHERE %(held)s OR EXISTS (
+    SELECT 1 FROM pg_locks AS l
+    WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.granted
+      AND l.mode = 'ShareLock' AND l.objsubid = 2
+      AND l.classid = hashtext('skiplock_idle/' || %(channel)s)::oid
+      AND l.objid = hashtext(q)::oid);
 
 -- name: transaction_lock_timeout
 -- How long the rest of this transaction waits for a lock (the listener's wait behind a
