@@ -340,6 +340,7 @@ class Worker:
                 on_cancel=state.cancel_requested,
                 prepare=self.app.prepared_statements,
             )
+            claims.idle_mark = self.listener
             services.append(asyncio.create_task(self.listener.run()))
         try:
             await settings.refresh()

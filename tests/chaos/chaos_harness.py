@@ -378,8 +378,10 @@ class ChaosRun:
             "SELECT pid, client_port, CASE WHEN application_name = %s THEN 'pool' "
             "ELSE 'listener' END, coalesce(state, '') FROM pg_stat_activity "
             "WHERE application_name = %s OR (application_name = 'skiplock-listener' "
-            "AND query ILIKE 'listen%%' AND query LIKE %s)",
-            (self.app_name, self.app_name, channel),
+            "AND ((query ILIKE 'listen%%' OR query ILIKE '%%/* listener of %%') AND query LIKE %s "
+            "OR pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' "
+            "AND classid = hashtext(%s)::oid)))",  # the worker's idle mark (design.md)
+            (self.app_name, self.app_name, channel, f"skiplock_idle/skiplock.{self.schema}"),
         ).fetchall()
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 

@@ -261,8 +261,12 @@ def listeners(db: psycopg.Connection[Any], app: App) -> list[int]:
     """Backend pids of the LISTEN connections of workers on this test's schema."""
     rows = db.execute(
         "SELECT pid FROM pg_stat_activity WHERE application_name = 'skiplock-listener' "
-        "AND query ILIKE 'listen%%' AND strpos(query, %s) > 0 ORDER BY backend_start",
-        (f'"skiplock.{app.schema}"',),
+        # The last statement was the LISTEN, the worker's idle mark (a transaction: then it
+        # holds the mark's locks) or the release of the mark.
+        "AND ((query ILIKE 'listen%%' OR query ILIKE '%%/* listener of %%') "
+        "AND strpos(query, %s) > 0 OR pid IN (SELECT pid FROM pg_locks WHERE "
+        "locktype = 'advisory' AND classid = hashtext(%s)::oid)) ORDER BY backend_start",
+        (f'"skiplock.{app.schema}"', f"skiplock_idle/skiplock.{app.schema}"),
     ).fetchall()
     return [r[0] for r in rows]
 

@@ -30,6 +30,11 @@ def mail(app: App) -> Task[Any, Any]:
 def listener(app: App) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         conn.execute(app.queries["channel_listen"])
+        # Marked idle, as a waiting worker's listener is: producers notify only then.
+        conn.execute(
+            app.queries["channel_idle_hold"],
+            {"channel": app.queries.channel, "queues": ["mail", "other"]},
+        )
         yield conn
 
 

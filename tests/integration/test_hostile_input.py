@@ -449,6 +449,10 @@ def test_secret_payload_fields_stay_out_of_errors_logs_and_notifications(
 
     with psycopg.connect(app.dsn, autocommit=True) as listener:
         listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(app.queries.channel)))
+        listener.execute(  # marked idle, as a waiting worker's listener is: notified
+            app.queries["channel_idle_hold"],
+            {"channel": app.queries.channel, "queues": ["default"]},
+        )
         job_id = login.enqueue(user="alice", password=password, pin=pin).id
         stats = asyncio.run(Worker(app, burst=True, listen=False).run())
         notes = [n.payload for n in listener.notifies(timeout=0.5)]

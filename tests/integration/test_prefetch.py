@@ -260,12 +260,13 @@ def test_a_job_announced_during_an_empty_claim_starts_without_waiting_for_the_po
     enqueued_at = 0.0
 
     async def racing_claim(*args: Any, **kwargs: Any) -> Any:
-        """The first claim once the listener is up finds nothing; the job is enqueued (and
-        its NOTIFY handled) before that claim returns."""
+        """The first claim once the listener is up and has marked the worker idle (so that
+        producers notify it) finds nothing; the job is enqueued (and its NOTIFY handled)
+        before that claim returns."""
         nonlocal calls, enqueued_at
+        marked = worker.listener is not None and worker.listener.idle_held
         jobs = await claim(*args, **kwargs)
-        listening = worker.listener is not None and worker.listener.listening.is_set()
-        if listening:
+        if marked:
             calls += 1
         if calls == 1 and not enqueued_at:
             assert worker.claims is not None

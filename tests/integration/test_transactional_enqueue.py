@@ -43,6 +43,11 @@ def listener(app: App) -> Iterator[psycopg.Connection[Any]]:
     """A separate session subscribed to the schema's wake-up channel."""
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         conn.execute(app.queries["channel_listen"])
+        # Marked idle, as a waiting worker's listener is: producers notify only then.
+        conn.execute(
+            app.queries["channel_idle_hold"],
+            {"channel": app.queries.channel, "queues": ["receipts", "audit", "later"]},
+        )
         yield conn
 
 

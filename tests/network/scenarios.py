@@ -85,8 +85,13 @@ class ConnectionSampler:
                 rows = conn.execute(
                     "SELECT pid, client_port FROM pg_stat_activity WHERE client_port IS NOT NULL"
                     " AND (application_name = %s OR (application_name = 'skiplock-listener'"
-                    " AND query LIKE %s))",
-                    (self.run.app_name, f"%skiplock.{self.run.schema}%"),
+                    " AND (query LIKE %s OR pid IN (SELECT pid FROM pg_locks WHERE"
+                    " locktype = 'advisory' AND classid = hashtext(%s)::oid))))",
+                    (
+                        self.run.app_name,
+                        f"%skiplock.{self.run.schema}%",
+                        f"skiplock_idle/skiplock.{self.run.schema}",  # its idle mark
+                    ),
                 ).fetchall()
                 ports = {int(port): int(pid) for pid, port in rows}
                 by_proxy = socket_owner(ports, [h.proxy.pid for h in self.hosts])

@@ -100,6 +100,27 @@ class AsyncChannelStatements(AsyncSeam):
             conn, "channel_notify_many", {"channel": self.queries.channel, "payloads": payloads}
         )
 
+    async def channel_idle_hold(
+        self, conn: AsyncConnection[Any], queues: list[str], lock_timeout: float
+    ) -> None:
+        """Mark ``conn``'s worker idle on ``queues``: producers notify them while it is.  Waits
+        at most ``lock_timeout`` seconds for a session holding a key (psycopg's
+        LockNotAvailable then)."""
+        async with conn.transaction():
+            timeout = f"{round(lock_timeout * 1000)}ms"
+            await self._rows(conn, "transaction_lock_timeout", {"timeout": timeout})
+            await self._rows(
+                conn, "channel_idle_hold", {"channel": self.queries.channel, "queues": queues}
+            )
+
+    async def channel_idle_release(
+        self, conn: AsyncConnection[Any], queues: list[str], *, held: bool = True
+    ) -> None:
+        """Undo :meth:`channel_idle_hold` of ``queues`` on ``conn`` (``held``: it took them
+        all; otherwise only those it holds are dropped)."""
+        params = {"channel": self.queries.channel, "queues": queues, "held": held}
+        await self._rows(conn, "channel_idle_release", params)
+
 
 class AsyncLeadershipStatements(AsyncSeam):
     """The leaders table (maintenance, periodic ticks) and the upkeep of periodic ticks."""

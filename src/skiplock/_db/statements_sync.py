@@ -95,6 +95,27 @@ class SyncChannelStatements(SyncSeam):
             conn, "channel_notify_many", {"channel": self.queries.channel, "payloads": payloads}
         )
 
+    def channel_idle_hold(
+        self, conn: Connection[Any], queues: list[str], lock_timeout: float
+    ) -> None:
+        """Mark ``conn``'s worker idle on ``queues``: producers notify them while it is.  Waits
+        at most ``lock_timeout`` seconds for a session holding a key (psycopg's
+        LockNotAvailable then)."""
+        with conn.transaction():
+            timeout = f"{round(lock_timeout * 1000)}ms"
+            self._rows(conn, "transaction_lock_timeout", {"timeout": timeout})
+            self._rows(
+                conn, "channel_idle_hold", {"channel": self.queries.channel, "queues": queues}
+            )
+
+    def channel_idle_release(
+        self, conn: Connection[Any], queues: list[str], *, held: bool = True
+    ) -> None:
+        """Undo :meth:`channel_idle_hold` of ``queues`` on ``conn`` (``held``: it took them
+        all; otherwise only those it holds are dropped)."""
+        params = {"channel": self.queries.channel, "queues": queues, "held": held}
+        self._rows(conn, "channel_idle_release", params)
+
 
 class SyncLeadershipStatements(SyncSeam):
     """The leaders table (maintenance, periodic ticks) and the upkeep of periodic ticks."""

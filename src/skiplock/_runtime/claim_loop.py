@@ -5,6 +5,10 @@ caps that by the worker's recycling share, and has them claim.  After a claim th
 the worker does not go back to the queues when a slot frees, only when new work is announced (a
 NOTIFY, a promotion, a resumed queue) or at the next poll; claims that keep coming back empty
 are spaced so that a flood of NOTIFYs cannot drive them.
+
+Producers notify a queue only while a worker of it is idle: after a claim that came up short
+the loop has its listener mark the worker idle, after a full one busy (docs/design.md,
+"Notifications only to idle workers").
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 import logging
 import random
 import time
+from typing import Protocol
 
 import psycopg
 
@@ -29,7 +34,16 @@ from skiplock.errors import SkiplockError
 log = logging.getLogger("skiplock.worker")
 
 EMPTY_CLAIM_COOLDOWN = 0.005  # seconds; caps claims per idle worker at ~200/s under a NOTIFY flood
+IDLE_MARK_RETRY = 0.25  # seconds; how soon to try again to mark the worker idle after a failure
 REQUEUED = ("retry", "snooze")  # outcomes that can make their job claimable again at once
+
+
+class IdleMark(Protocol):
+    """Where the worker says whether it waits for news (the listener)."""
+
+    idle_failed: bool
+
+    def want_idle(self, idle: bool) -> None: ...
 
 
 class ClaimLoop:
@@ -64,6 +78,7 @@ class ClaimLoop:
         # Why the last claim failed (None: it did not): a burst that ends on a failed claim did
         # not run what was due, and ``skiplock worker --burst`` exits 1.
         self.claim_error: str | None = None
+        self.idle_mark: IdleMark | None = None  # set when the worker LISTENs
 
     def nudge(self) -> None:
         self.wake.set()
@@ -161,6 +176,10 @@ class ClaimLoop:
                 # can start; docs/design.md, "Limits per key").
                 limited = settings.keys_limited or any(q in settings.limits for q in active)
                 self.drained = claimed < want and announced == self.announced and not limited
+                if self.idle_mark is not None and not limited:
+                    # Short: the queues are empty, producers must say when that changes.  Full:
+                    # this worker comes back for more by itself, no notification needed.
+                    self.idle_mark.want_idle(claimed < want)
                 empty_claims = 0 if claimed else empty_claims + 1
             if claimed:
                 idle_rounds = 0
@@ -185,8 +204,11 @@ class ClaimLoop:
             # Jittered, so that workers started together do not poll in step.  asyncio.timeout,
             # not wait_for: a wake-up resumes this loop directly, not through a task of its own.
             announced = self.announced
+            wait = self.poll_interval * random.uniform(0.8, 1.2)
+            if self.idle_mark is not None and self.idle_mark.idle_failed:
+                wait = min(wait, IDLE_MARK_RETRY)  # producers may not notify this worker
             try:
-                async with asyncio.timeout(self.poll_interval * random.uniform(0.8, 1.2)):
+                async with asyncio.timeout(wait):
                     await self.wake.wait()
             except TimeoutError:
                 self.drained = False  # the poll: look again whatever was (not) announced

@@ -10,7 +10,8 @@
 -- 'waiting' unless every one of those is done already; with an idempotency key, skipped when an
 -- unfinished job holds it.  Returns their ids in input order (NULL when skipped) and the ids
 -- depended on that no job ever had (above the last id given out): then nothing is inserted.
--- One NOTIFY for the queue if any is due; delivered when the caller's transaction commits.
+-- One NOTIFY for the queue if any is due and a worker of it is idle (see channel_idle_hold);
+-- delivered when the caller's transaction commits.
 WITH needed AS (
     SELECT d.id, coalesce(j.status, a.status, 'done') AS status,
            (j.id IS NOT NULL OR a.id IS NOT NULL
@@ -51,6 +52,9 @@ WITH needed AS (
 ), woken AS (
     SELECT count(pg_notify(%(channel)s, %(queue)s::text)) AS n
     FROM (SELECT 1 FROM inserted WHERE status = 'pending' LIMIT 1) AS due
+    WHERE CASE WHEN pg_try_advisory_lock(hashtext('skiplock_idle/' || %(channel)s), hashtext(%(queue)s::text))
+               THEN NOT pg_advisory_unlock(hashtext('skiplock_idle/' || %(channel)s), hashtext(%(queue)s::text))
+               ELSE true END  -- a worker is idle (or the key is busy): notify
 )
 SELECT (SELECT array_agg(inserted.id ORDER BY inserted.id) FROM inserted),
        (SELECT array_agg(DISTINCT needed.id ORDER BY needed.id) FROM needed WHERE NOT needed.known)

@@ -20,7 +20,8 @@
 -- Insert jobs given as parallel arrays, each with its own options (a mixed batch; one call's
 -- jobs go through job_insert_batch or job_insert_one); skip those whose idempotency key is
 -- already unfinished.
--- Sends one NOTIFY per queue that got a due job; delivered when the caller's transaction commits.
+-- Sends one NOTIFY per queue that got a due job while a worker of that queue is idle (see
+-- channel_idle_hold); delivered when the caller's transaction commits.
 -- A job with a fair_key due now takes its key's next turn as its run_at (fair_key_turn,
 -- migration 0021), the next jobs of its key in this statement one microsecond apart each.
 WITH input AS (
@@ -58,13 +59,17 @@ WITH input AS (
 ), woken AS (
     SELECT count(pg_notify(%(channel)s, q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM inserted WHERE status = 'pending') AS q
+    WHERE CASE WHEN pg_try_advisory_lock(hashtext('skiplock_idle/' || %(channel)s), hashtext(q.queue))
+               THEN NOT pg_advisory_unlock(hashtext('skiplock_idle/' || %(channel)s), hashtext(q.queue))
+               ELSE true END  -- a worker is idle (or the key is busy): notify
 )
 SELECT inserted.id, inserted.idempotency_key FROM inserted, woken ORDER BY inserted.id;
 
 -- name: job_insert_batch
 -- Insert jobs that share every column but the payload, given as one JSON array, none having an
 -- idempotency key (so no conflict to arbitrate); returns their ids in input order.  One
--- NOTIFY for the queue if they are due; delivered when the caller's transaction commits.
+-- NOTIFY for the queue if they are due and a worker of it is idle (see channel_idle_hold);
+-- delivered when the caller's transaction commits.
 -- With a fair_key, due now: the jobs take their key's next turns, one microsecond apart (see
 -- job_insert_many).
 WITH input AS (
@@ -92,12 +97,16 @@ WITH input AS (
 ), woken AS (
     SELECT count(pg_notify(%(channel)s, %(queue)s::text)) AS n
     FROM (SELECT 1 FROM inserted WHERE status = 'pending' LIMIT 1) AS due
+    WHERE CASE WHEN pg_try_advisory_lock(hashtext('skiplock_idle/' || %(channel)s), hashtext(%(queue)s::text))
+               THEN NOT pg_advisory_unlock(hashtext('skiplock_idle/' || %(channel)s), hashtext(%(queue)s::text))
+               ELSE true END  -- a worker is idle (or the key is busy): notify
 )
 SELECT array_agg(inserted.id ORDER BY inserted.id) FROM inserted, woken;
 
 -- name: job_insert_one
 -- Insert one job, unless an unfinished job holds its idempotency key; returns its id (no row
--- when skipped).  NOTIFY for its queue if it is due; delivered when the transaction commits.
+-- when skipped).  NOTIFY for its queue if it is due and a worker of it is idle (see
+-- channel_idle_hold); delivered when the transaction commits.
 -- With a fair_key, due now: the job takes its key's next turn (see job_insert_many).
 WITH input AS (
     SELECT coalesce(%(run_at)s::timestamptz,
@@ -124,7 +133,10 @@ WITH input AS (
     RETURNING id, status
 ), woken AS (
     SELECT count(pg_notify(%(channel)s, %(queue)s::text)) AS n
-    FROM inserted WHERE status = 'pending'
+    FROM (SELECT 1 FROM inserted WHERE status = 'pending') AS due
+    WHERE CASE WHEN pg_try_advisory_lock(hashtext('skiplock_idle/' || %(channel)s), hashtext(%(queue)s::text))
+               THEN NOT pg_advisory_unlock(hashtext('skiplock_idle/' || %(channel)s), hashtext(%(queue)s::text))
+               ELSE true END  -- a worker is idle (or the key is busy): notify
 )
 SELECT inserted.id FROM inserted, woken;
 
@@ -756,6 +768,37 @@ SELECT queue, status, count(*) AS n FROM {jobs} GROUP BY queue, status ORDER BY 
 -- name: channel_listen
 -- Subscribe this session to the schema's wake-up notifications (payload: a queue name).
 LISTEN {channel};
+
+-- name: channel_idle_hold
+-- Tell producers that this session's worker is idle on %(queues)s, waiting for a NOTIFY: a
+-- shared advisory lock per queue, held by the session until channel_idle_release (or until it
+-- ends).  A producer notifies a queue only when it cannot take that key's exclusive lock for a
+-- moment (job_insert_*), so a stranger holding or waiting for the key only causes extra
+-- notifications.  Waits for a holder at most the lock_timeout its transaction sets
+-- (transaction_lock_timeout; docs/design.md, "Notifications only to idle workers").
+SELECT /* listener of {channel} */ count(*) FROM unnest(%(queues)s::text[]) AS q,
+     LATERAL (SELECT pg_advisory_lock_shared(hashtext('skiplock_idle/' || %(channel)s),
+                                             hashtext(q))) AS held;
+
+-- name: channel_idle_release
+-- The worker is busy again: producers need not notify for it.  Drops the keys of %(queues)s
+-- that this session holds (%(held)s: all of them, else those pg_locks lists, after a
+-- channel_idle_hold that gave up part way), never another advisory lock: behind a
+-- transaction-mode pooler the session may be another client's.
+SELECT /* listener of {channel} */
+       count(pg_advisory_unlock_shared(hashtext('skiplock_idle/' || %(channel)s), hashtext(q)))
+FROM unnest(%(queues)s::text[]) AS q
+WHERE %(held)s OR EXISTS (
+    SELECT 1 FROM pg_locks AS l
+    WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.granted
+      AND l.mode = 'ShareLock' AND l.objsubid = 2
+      AND l.classid = hashtext('skiplock_idle/' || %(channel)s)::oid
+      AND l.objid = hashtext(q)::oid);
+
+-- name: transaction_lock_timeout
+-- How long the rest of this transaction waits for a lock (the listener's wait behind a
+-- stranger, in channel_idle_hold's transaction).
+SELECT set_config('lock_timeout', %(timeout)s, true);
 
 -- name: channel_notify
 -- Send one notification on the schema's channel (the listener's self-test, admin wake-ups).
