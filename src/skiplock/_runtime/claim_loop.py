@@ -176,9 +176,10 @@ class ClaimLoop:
                 # can start; docs/design.md, "Limits per key").
                 limited = settings.keys_limited or any(q in settings.limits for q in active)
                 self.drained = claimed < want and announced == self.announced and not limited
-                if self.idle_mark is not None and not limited:
-                    # Short: the queues are empty, producers must say when that changes.  Full:
-                    # this worker comes back for more by itself, no notification needed.
+                if self.idle_mark is not None:
+                    # Short: the queues are empty (or a limit held the claim back: a slot that
+                    # frees may be news too), producers must say when that changes.  Full: this
+                    # worker comes back for more by itself, no notification needed.
                     self.idle_mark.want_idle(claimed < want)
                 empty_claims = 0 if claimed else empty_claims + 1
             if claimed:
