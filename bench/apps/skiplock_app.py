@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 
 from skiplock import App
 
 from . import work
-from .record import record
 
 SCHEMA = "skiplock"
 QUEUE = "bench"
@@ -21,36 +18,7 @@ app = App(
 )
 
 # The task is named "noop" whatever it does, so that every workload enqueues the same way;
-# the real-work settings give it work through BENCH_WORK (bench/apps/work.py).
-if work.KIND == "sync-io":
-
-    @app.task(name="noop", queue=QUEUE)
-    def sleeps(n: int) -> None:
-        record(n)
-        time.sleep(work.SECONDS)
-
-elif work.KIND == "async-io":
-
-    @app.task(name="noop", queue=QUEUE)
-    async def awaits(n: int) -> None:
-        record(n)
-        await asyncio.sleep(work.SECONDS)
-
-elif work.KIND == "cpu":
-
-    @app.task(name="noop", queue=QUEUE)
-    async def burns(n: int) -> None:
-        record(n)
-        work.burn(work.SECONDS)
-
-elif os.environ.get("BENCH_HANDLER", "async") == "sync":
-    # The same no-op as a plain def: run in the worker's task threads.
-    @app.task(name="noop", queue=QUEUE)
-    def noop_sync(n: int) -> None:
-        record(n)
-
-else:
-
-    @app.task(name="noop", queue=QUEUE)
-    async def noop(n: int) -> None:
-        record(n)
+# the real-work settings give it work through BENCH_WORK, and BENCH_HANDLER=sync makes the
+# no-op a plain def, run in the worker's task threads (bench/apps/work.py).
+handler = work.run_sync if work.SYNC else work.run_async
+app.task(name="noop", queue=QUEUE)(handler)
