@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,6 +197,40 @@ CELERY_LATENCY = [
     celery("rabbitmq", "prefork", 2, 4, False),
 ]
 
+# -- Dramatiq (issue 48, item 3): its own worker on its Redis broker ---------------------------
+
+
+def dramatiq(processes: int, threads: int, prefetch: int | None = None) -> Setting:
+    return Setting(
+        "dramatiq-redis",
+        f"p{processes}-t{threads}" + (f"-f{prefetch}" if prefetch else ""),
+        processes=processes,
+        concurrency=threads,
+        prefetch=prefetch,
+        notes=f"--processes {processes} --threads {threads}, prefetch "
+        + (f"{prefetch} (dramatiq_queue_prefetch)" if prefetch else f"{2 * threads} (its default)"),
+    )
+
+
+DRAMATIQ_DRAIN = [
+    dramatiq(2, 8),  # its defaults on 2 cores: a process per core, 8 threads each
+    dramatiq(2, 8, 100),  # many short tasks: a larger prefetch
+]
+DRAMATIQ_LATENCY = [dramatiq(2, 8)]
+
+# -- latency under load (issue 48, item 4): each system's default worker serves both queues ----
+
+UNDERLOAD = [
+    dataclasses.replace(st, other_queue=True)
+    for st in (
+        SK_DEFAULT,
+        pgq(10, 1),
+        PR_DEFAULT,
+        celery("redis", "prefork", 2, 4, False),
+        dramatiq(2, 8),
+    )
+]
+
 SQL_FLOOR = Setting(
     "sql-floor",
     "listen-claim",
@@ -237,8 +272,14 @@ class Plan:
     work_jobs: dict[str, int] = field(default_factory=dict)
     work_procrastinate: int = 0
     work_settings: list[Setting] = field(default_factory=list)
-    # Celery drains this many instead (no bulk send: its preload is one message at a time)
+    # Celery and Dramatiq drain this many instead (no bulk send: their preload is one message
+    # at a time)
     celery_drain: int = 0
+    # Latency under load: the backlog by system, each trickled kind's rate and longest time.
+    underload_jobs: dict[str, int] = field(default_factory=dict)
+    underload_rate: float = 50.0
+    underload_seconds: float = 0.0
+    underload_settings: list[Setting] = field(default_factory=list)
 
 
 def make_plan(quick: bool, repeat: int | None) -> Plan:
@@ -261,6 +302,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
                 pgq(100, 2),
                 PR_DEFAULT,
                 CELERY_DRAIN[1],
+                DRAMATIQ_DRAIN[0],
             ],
             big_drain_settings=[],
             big_drain_repeat=1,
@@ -288,6 +330,13 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             work_procrastinate=100,
             work_settings=[SK_WORK[0], SK_WORK[2]],
             celery_drain=500,
+            # backlogs that outlast the first trickled jobs; one broker peer (Dramatiq: its drain
+            # is the shorter), Procrastinate's and Celery's in the full plan
+            underload_jobs={"skiplock": 5000, "pgqueuer": 2000, "dramatiq-redis": 500},
+            underload_seconds=1.0,
+            underload_settings=[
+                s for s in UNDERLOAD if s.system in ("skiplock", "pgqueuer", "dramatiq-redis")
+            ],
         )
     pgq_all = [pgq(b, p) for b in (10, 100, 500) for p in (1, 2)]
     skiplock_all = [
@@ -301,7 +350,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         SK_C100X2_DELETE_F1000,
         SK_C100X2_DELETE_F150,
     ]
-    every_setting = [*skiplock_all, *pgq_all, PR_DEFAULT, PR_C10, *CELERY_DRAIN]
+    every_setting = [*skiplock_all, *pgq_all, PR_DEFAULT, PR_C10, *CELERY_DRAIN, *DRAMATIQ_DRAIN]
     return Plan(
         quick=False,
         repeat=repeat or 3,
@@ -321,7 +370,14 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         procrastinate_drain=2000,
         latency_rate=50.0,
         latency_seconds=10.0,
-        latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT, *CELERY_LATENCY, SQL_FLOOR],
+        latency_settings=[
+            SK_DEFAULT,
+            pgq(10, 1),
+            PR_DEFAULT,
+            *CELERY_LATENCY,
+            *DRAMATIQ_LATENCY,
+            SQL_FLOOR,
+        ],
         scale_background=1_000_000,
         scale_due=10_000,
         scale_claims=300,
@@ -336,11 +392,23 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         own_sql_batches=[10, 100],
         statements_jobs=20_000,
         # each drained once more, counted (Celery sends no SQL)
-        statements_settings=[s for s in every_setting if not s.system.startswith("celery")],
+        statements_settings=[
+            s for s in every_setting if not s.system.startswith(("celery", "dramatiq"))
+        ],
         work_jobs={"async-io": 20_000, "sync-io": 10_000, "cpu": 2000},
         work_procrastinate=2000,
         work_settings=[*SK_WORK, *PGQ_WORK, *PR_WORK],
         celery_drain=5000,
+        # the issue's 100,000 where a system drains them in seconds; else about 10 s of work
+        underload_jobs={
+            "skiplock": 100_000,
+            "pgqueuer": 30_000,
+            "procrastinate": 2000,
+            "celery-redis": 10_000,
+            "dramatiq-redis": 10_000,
+        },
+        underload_seconds=10.0,
+        underload_settings=UNDERLOAD,
     )
 
 
@@ -354,6 +422,7 @@ def plan_from_dict(d: dict[str, Any]) -> Plan:
         "longtx_settings",
         "statements_settings",
         "work_settings",
+        "underload_settings",
     ):
         d[name] = [Setting(**{**s, "extra": tuple(s.get("extra", ()))}) for s in d.get(name, [])]
     s = d["scale_setting"]

@@ -28,6 +28,12 @@ async def factory() -> AsyncIterator[PgQueuer]:
         async def noop(job: Job) -> None:
             await work.run_async(int(job.payload or b"0"))
 
+        if os.environ.get("BENCH_OTHER_QUEUE") == "1":  # the under-load workload's second queue
+
+            @pgq.entrypoint("other")
+            async def other(job: Job) -> None:
+                await work.run_async(int(job.payload or b"0"))
+
         yield pgq
     finally:
         await connection.close()

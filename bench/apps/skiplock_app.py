@@ -10,6 +10,7 @@ from . import work
 
 SCHEMA = "skiplock"
 QUEUE = "bench"
+OTHER_QUEUE = "other"  # the under-load workload's second queue
 
 app = App(
     os.environ.get("BENCH_DSN") or None,
@@ -22,3 +23,5 @@ app = App(
 # no-op a plain def, run in the worker's task threads (bench/apps/work.py).
 handler = work.run_sync if work.SYNC else work.run_async
 app.task(name="noop", queue=QUEUE)(handler)
+if os.environ.get("BENCH_OTHER_QUEUE") == "1":  # only there: the worker serves all its queues
+    app.task(name="other", queue=OTHER_QUEUE)(handler)
