@@ -220,10 +220,20 @@ DRAMATIQ_LATENCY = [dramatiq(2, 8)]
 
 # -- latency under load (issue 48, item 4): each system's default worker serves both queues ----
 
+# What bounds skiplock's figure: the default claims ahead of free slots (up to 0.1 s of work at
+# its recent rate), and a job claimed later starts after those; --prefetch 0 claims none ahead.
+SK_PREFETCH0 = Setting(
+    "skiplock",
+    "prefetch0",
+    extra=("--prefetch", "0"),
+    notes="CLI defaults but --prefetch 0 (claims only for free slots)",
+)
+
 UNDERLOAD = [
     dataclasses.replace(st, other_queue=True)
     for st in (
         SK_DEFAULT,
+        SK_PREFETCH0,
         pgq(10, 1),
         PR_DEFAULT,
         celery("redis", "prefork", 2, 4, False),
