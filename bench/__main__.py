@@ -28,9 +28,28 @@ from .apps.work import parse as parse_work
 from .db import BenchDatabase, default_dsn, server_info
 from .plan import Plan, make_plan, plan_from_dict
 from .systems import QUEUES, SYSTEMS, Setting, versions
-from .workloads import Context, drain, enqueue, latency, long_transaction, real_work, work_floor
+from .workloads import (
+    Context,
+    drain,
+    enqueue,
+    latency,
+    long_transaction,
+    real_work,
+    under_load,
+    work_floor,
+)
 
-WORKLOADS = ("enqueue", "drain", "statements", "work", "latency", "scale", "longtx", "ceiling")
+WORKLOADS = (
+    "enqueue",
+    "drain",
+    "statements",
+    "work",
+    "latency",
+    "underload",
+    "scale",
+    "longtx",
+    "ceiling",
+)
 
 log = logging.getLogger("bench")
 
@@ -92,6 +111,7 @@ def focus(plan: Plan, wanted: set[str]) -> Plan:
     plan.longtx_settings = keep(plan.longtx_settings)
     plan.statements_settings = keep(plan.statements_settings)
     plan.work_settings = keep(plan.work_settings)
+    plan.underload_settings = keep(plan.underload_settings)
     return plan
 
 
@@ -107,6 +127,7 @@ def drop_unavailable(plan: Plan) -> dict[str, str]:
         + plan.longtx_settings
         + plan.statements_settings
         + plan.work_settings
+        + plan.underload_settings
     }
     for name, system in SYSTEMS.items():
         reason = system.available() if name in planned else None
@@ -122,6 +143,7 @@ def drop_unavailable(plan: Plan) -> dict[str, str]:
     plan.longtx_settings = keep(plan.longtx_settings)
     plan.statements_settings = keep(plan.statements_settings)
     plan.work_settings = keep(plan.work_settings)
+    plan.underload_settings = keep(plan.underload_settings)
     return why
 
 
@@ -168,6 +190,7 @@ class Runner:
                     "statements_per_job",
                     "jobs_per_s",
                     "p50_ms",
+                    "urgent_p99_ms",
                     "during_over_before",
                     "claim_exec_ms",
                 )
@@ -223,7 +246,7 @@ class Runner:
             for rep in range(p.big_drain_repeat if big else p.repeat):
                 for setting in settings:
                     n = p.procrastinate_drain if setting.system == "procrastinate" else size
-                    if setting.system.startswith("celery") and p.celery_drain:
+                    if setting.system.startswith(("celery", "dramatiq")) and p.celery_drain:
                         n = min(n, p.celery_drain)
                     self.measure(
                         "drain",
@@ -324,6 +347,24 @@ class Runner:
                     lambda st=setting: latency(
                         self.ctx, SYSTEMS[st.system], st, p.latency_rate, p.latency_seconds
                     ),
+                )
+
+    def underload(self) -> None:
+        """Latency under load: the systems take turns within each repetition."""
+        p = self.plan
+        for rep in range(p.repeat):
+            for setting in p.underload_settings:
+                n = p.underload_jobs[setting.system]
+                self.measure(
+                    "underload",
+                    setting.system,
+                    setting.label,
+                    rep,
+                    lambda st=setting, n=n: under_load(
+                        self.ctx, SYSTEMS[st.system], st, n, p.underload_rate, p.underload_seconds
+                    ),
+                    size=n,
+                    notes=setting.notes,
                 )
 
     def scale(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,6 +211,50 @@ CELERY_LATENCY = [
     celery("rabbitmq", "prefork", 2, 4, False),
 ]
 
+# -- Dramatiq (issue 48, item 3): its own worker on its Redis broker ---------------------------
+
+
+def dramatiq(processes: int, threads: int, prefetch: int | None = None) -> Setting:
+    return Setting(
+        "dramatiq-redis",
+        f"p{processes}-t{threads}" + (f"-f{prefetch}" if prefetch else ""),
+        processes=processes,
+        concurrency=threads,
+        prefetch=prefetch,
+        notes=f"--processes {processes} --threads {threads}, prefetch "
+        + (f"{prefetch} (dramatiq_queue_prefetch)" if prefetch else f"{2 * threads} (its default)"),
+    )
+
+
+DRAMATIQ_DRAIN = [
+    dramatiq(2, 8),  # its defaults on 2 cores: a process per core, 8 threads each
+    dramatiq(2, 8, 100),  # many short tasks: a larger prefetch
+]
+DRAMATIQ_LATENCY = [dramatiq(2, 8)]
+
+# -- latency under load (issue 48, item 4): each system's default worker serves both queues ----
+
+# What bounds skiplock's figure: the default claims ahead of free slots (up to 0.1 s of work at
+# its recent rate), and a job claimed later starts after those; --prefetch 0 claims none ahead.
+SK_PREFETCH0 = Setting(
+    "skiplock",
+    "prefetch0",
+    extra=("--prefetch", "0"),
+    notes="CLI defaults but --prefetch 0 (claims only for free slots)",
+)
+
+UNDERLOAD = [
+    dataclasses.replace(st, other_queue=True)
+    for st in (
+        SK_DEFAULT,
+        SK_PREFETCH0,
+        pgq(10, 1),
+        PR_DEFAULT,
+        celery("redis", "prefork", 2, 4, False),
+        dramatiq(2, 8),
+    )
+]
+
 SQL_FLOOR = Setting(
     "sql-floor",
     "listen-claim",
@@ -251,8 +296,14 @@ class Plan:
     work_jobs: dict[str, int] = field(default_factory=dict)
     work_procrastinate: int = 0
     work_settings: list[Setting] = field(default_factory=list)
-    # Celery drains this many instead (no bulk send: its preload is one message at a time)
+    # Celery and Dramatiq drain this many instead (no bulk send: their preload is one message
+    # at a time)
     celery_drain: int = 0
+    # Latency under load: the backlog by system, each trickled kind's rate and longest time.
+    underload_jobs: dict[str, int] = field(default_factory=dict)
+    underload_rate: float = 50.0
+    underload_seconds: float = 0.0
+    underload_settings: list[Setting] = field(default_factory=list)
 
 
 def make_plan(quick: bool, repeat: int | None) -> Plan:
@@ -275,6 +326,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
                 pgq(100, 2),
                 PR_DEFAULT,
                 CELERY_DRAIN[1],
+                DRAMATIQ_DRAIN[0],
             ],
             big_drain_settings=[],
             big_drain_repeat=1,
@@ -302,6 +354,13 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             work_procrastinate=100,
             work_settings=[SK_WORK[0], SK_WORK[2]],
             celery_drain=500,
+            # backlogs that outlast the first trickled jobs; one broker peer (Dramatiq: its drain
+            # is the shorter), Procrastinate's and Celery's in the full plan
+            underload_jobs={"skiplock": 5000, "pgqueuer": 2000, "dramatiq-redis": 500},
+            underload_seconds=1.0,
+            underload_settings=[
+                s for s in UNDERLOAD if s.system in ("skiplock", "pgqueuer", "dramatiq-redis")
+            ],
         )
     pgq_all = [pgq(b, p) for b in (10, 100, 500) for p in (1, 2)]
     skiplock_all = [
@@ -324,6 +383,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         PR_DEFAULT,
         PR_C10,
         *CELERY_DRAIN,
+        *DRAMATIQ_DRAIN,
     ]
     return Plan(
         quick=False,
@@ -344,7 +404,14 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         procrastinate_drain=2000,
         latency_rate=50.0,
         latency_seconds=10.0,
-        latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT, *CELERY_LATENCY, SQL_FLOOR],
+        latency_settings=[
+            SK_DEFAULT,
+            pgq(10, 1),
+            PR_DEFAULT,
+            *CELERY_LATENCY,
+            *DRAMATIQ_LATENCY,
+            SQL_FLOOR,
+        ],
         scale_background=1_000_000,
         scale_due=10_000,
         scale_claims=300,
@@ -359,11 +426,23 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         own_sql_batches=[10, 100],
         statements_jobs=20_000,
         # each drained once more, counted (Celery sends no SQL)
-        statements_settings=[s for s in every_setting if not s.system.startswith("celery")],
+        statements_settings=[
+            s for s in every_setting if not s.system.startswith(("celery", "dramatiq"))
+        ],
         work_jobs={"async-io": 20_000, "sync-io": 10_000, "cpu": 2000},
         work_procrastinate=2000,
         work_settings=[*SK_WORK, *PGQ_WORK, *PR_WORK],
         celery_drain=5000,
+        # the issue's 100,000 where a system drains them in seconds; else about 10 s of work
+        underload_jobs={
+            "skiplock": 100_000,
+            "pgqueuer": 30_000,
+            "procrastinate": 2000,
+            "celery-redis": 10_000,
+            "dramatiq-redis": 10_000,
+        },
+        underload_seconds=10.0,
+        underload_settings=UNDERLOAD,
     )
 
 
@@ -377,6 +456,7 @@ def plan_from_dict(d: dict[str, Any]) -> Plan:
         "longtx_settings",
         "statements_settings",
         "work_settings",
+        "underload_settings",
     ):
         d[name] = [Setting(**{**s, "extra": tuple(s.get("extra", ()))}) for s in d.get(name, [])]
     s = d["scale_setting"]

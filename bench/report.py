@@ -18,10 +18,12 @@ from .plan import Plan
 from .scale import CASES
 
 CELERY = ("celery-redis", "celery-rabbitmq")
-PEERS = ("pgqueuer", "procrastinate", *CELERY)
+DRAMATIQ = ("dramatiq-redis",)
+PEERS = ("pgqueuer", "procrastinate", *CELERY, *DRAMATIQ)
 COLORS = {
     "celery-redis": "#d62728",
     "celery-rabbitmq": "#9467bd",
+    "dramatiq-redis": "#8c564b",
     "skiplock": "#1f77b4",
     "pgqueuer": "#ff7f0e",
     "procrastinate": "#2ca02c",
@@ -212,6 +214,27 @@ def celery_targets(results: list[dict[str, Any]]) -> list[list[str]]:
     return out
 
 
+UNDERLOAD_P99_MS = 25.0  # under load: a higher-priority job, and the other queue's, start within
+
+
+def underload_targets(results: list[dict[str, Any]]) -> list[list[str]]:
+    """Issue 48, item 4: while a backlog drains, skiplock's higher-priority job on the busy
+    queue and its job on the other queue both start within 25 ms p99 (default worker)."""
+    rows = select(results, workload="underload", system="skiplock", setting="default")
+    out: list[list[str]] = []
+    for kind, what in (("urgent", "a higher-priority job"), ("other", "the other queue's job")):
+        p99 = med(rows, f"{kind}_p99_ms")
+        if not math.isnan(p99):
+            out.append(
+                [
+                    f"Under load: {what} starts within {UNDERLOAD_P99_MS:.0f} ms p99",
+                    f"{fmt(p99)} ms (p50 {fmt(med(rows, f'{kind}_p50_ms'))} ms)",
+                    verdict(p99 <= UNDERLOAD_P99_MS),
+                ]
+            )
+    return out
+
+
 WORK_EFFICIENCY = 0.9  # real work, I/O rows: skiplock's jobs/s at least this share of the ideal
 
 
@@ -354,6 +377,7 @@ def targets(results: list[dict[str, Any]], plan: Plan, cpus: int | None = None) 
                 ]
             )
     out += celery_targets(results)
+    out += underload_targets(results)
     sk_rows = select(results, workload="latency", system="skiplock", setting="default")
     pq_rows = select(results, workload="latency", system="pgqueuer")
     if sk_rows and pq_rows:
@@ -537,7 +561,7 @@ def drain_section(results: list[dict[str, Any]]) -> str:
     return "\n\n".join(parts)
 
 
-SYSTEM_ORDER = ("skiplock", "pgqueuer", "procrastinate", *CELERY, "no-queue")
+SYSTEM_ORDER = ("skiplock", "pgqueuer", "procrastinate", *CELERY, *DRAMATIQ, "no-queue")
 
 
 def work_section(results: list[dict[str, Any]], cpus: int | None) -> str:
@@ -714,6 +738,52 @@ def latency_section(results: list[dict[str, Any]]) -> str:
         "p50 vs best peer",
         "worker CPU µs/job",
         "PG CPU µs/job",
+        "verified",
+    ]
+    return table(head, lines)
+
+
+def underload_section(results: list[dict[str, Any]]) -> str:
+    """Latency under load: per system and setting, the backlog's drain rate and each trickled
+    kind's enqueue → start while it drained, with the ratio of its p50 and p99 to skiplock's."""
+    rows = select(results, workload="underload")
+    if not rows:
+        return "Not measured in this run."
+    grouped = groups(rows, "system", "setting")
+    sk = select(rows, system="skiplock", setting="default")
+    lines = []
+    for (system, setting), rs in sorted(
+        grouped.items(),
+        key=lambda kv: SYSTEM_ORDER.index(kv[0][0]) if kv[0][0] in SYSTEM_ORDER else 99,
+    ):
+        cells = [
+            system,
+            setting,
+            rs[0].get("notes", ""),
+            f"{rs[0].get('jobs', 0):,}",
+            fmt_stats(stats(rs, "backlog_jobs_per_s")),
+        ]
+        for kind in ("urgent", "other"):
+            p50, p99 = med(rs, f"{kind}_p50_ms"), med(rs, f"{kind}_p99_ms")
+            if math.isnan(p50):
+                cells += ["–", "–"]
+                continue
+            s50, s99 = med(sk, f"{kind}_p50_ms"), med(sk, f"{kind}_p99_ms")
+            vs = f" ({p50 / s50:.2f}× / {p99 / s99:.2f}×)" if sk and s50 and s99 else ""
+            n = int(med(rs, f"{kind}_jobs"))
+            cells += [f"{fmt(p50)} / {fmt(p99)}{vs}", f"{n:,}"]
+        cells.append(verified(rs))
+        lines.append(cells)
+    head = [
+        "system",
+        "setting",
+        "what",
+        "backlog",
+        "backlog jobs/s",
+        "higher priority, busy queue: p50 / p99 ms (× skiplock's)",
+        "timed",
+        "other queue: p50 / p99 ms (× skiplock's)",
+        "timed",
         "verified",
     ]
     return table(head, lines)
@@ -1004,6 +1074,14 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         f"{plan.celery_drain:,} jobs (or the listed size, if smaller). Not in the statements, "
         "enqueue and long-transaction workloads (no SQL); skipped when its broker is not "
         "reachable (the run's `results.json` says why, under `meta.skipped`).",
+        "- **Dramatiq** (`dramatiq-redis`): its own worker (`dramatiq bench.apps.dramatiq_app "
+        "--processes P --threads T`, the prefetch from `dramatiq_queue_prefetch` where named, "
+        "else its default of twice the threads) on its Redis broker, default middleware, no "
+        "result backend; verified like Celery: the handlers' records, and no message left "
+        "queued, unacknowledged (a message's body stays in the queue's `.msgs` hash until its "
+        "ack) or dead-lettered. Like Celery it has no bulk send and drains "
+        f"{plan.celery_drain:,} jobs (or the listed size, if smaller); its idle consumer polls "
+        "Redis with a backoff of up to 1 s (no blocking pop).",
         "",
         "## Drain",
         "",
@@ -1077,6 +1155,23 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "claim and a write of its own.",
         "",
         latency_section(results),
+        "",
+        "## Latency under load",
+        "",
+        "A backlog preloaded on one queue (jobs listed by system, each system's default worker "
+        "serving that queue and a second one); once the workers run it, single enqueues at "
+        f"{plan.underload_rate:.0f}/s each of a job at a higher priority on the busy queue "
+        "(skiplock priority −1 against 0, PGQueuer and Procrastinate 10 against 0) and of a "
+        f"job on the other queue, for up to {plan.underload_seconds:.0f} s or until the backlog "
+        "is gone. Latency = handler start − time just before the enqueue call, over the jobs "
+        "sent before the backlog's last job started (**timed**); every job, the backlog's too, "
+        "is verified to have run exactly once. Celery (on Redis) and Dramatiq have no "
+        "higher-priority row: neither broker orders a queue's messages by priority as set up "
+        "here (Celery on Redis only through `priority_steps` lists with the backlog sent at a "
+        "lower priority; Dramatiq's actor priority orders only the messages a worker has "
+        "already fetched).",
+        "",
+        underload_section(results),
         "",
         "## Scale: claim cost vs table size",
         "",

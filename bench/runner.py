@@ -50,6 +50,7 @@ class Workers:
             {
                 "BENCH_RECORD_DIR": str(self.record_dir),
                 "BENCH_WORK": self.setting.work,
+                "BENCH_OTHER_QUEUE": "1" if self.setting.other_queue else "",
                 **self.system.worker_env(self.setting),
             },
         )

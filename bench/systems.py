@@ -54,6 +54,7 @@ class Setting:
     pool: str = ""  # Celery --pool (prefork: concurrency = processes)
     prefetch: int | None = None  # Celery --prefetch-multiplier
     acks_late: bool = False  # Celery task_acks_late
+    other_queue: bool = False  # the under-load workload: the worker serves a second queue too
 
     @property
     def key(self) -> str:
@@ -67,6 +68,15 @@ class Producer:
         raise NotImplementedError
 
     async def many(self, numbers: Sequence[int]) -> None:
+        raise NotImplementedError
+
+    async def urgent(self, n: int) -> None:
+        """Job ``n`` on the same queue as :meth:`one`'s, at a higher priority (the under-load
+        workload); NotImplementedError where the system has no such priority."""
+        raise NotImplementedError
+
+    async def other(self, n: int) -> None:
+        """Job ``n`` on a second queue (the under-load workload)."""
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -133,10 +143,22 @@ class _SkiplockProducer(Producer):
         async def noop(n: int) -> None:  # the producer never runs it
             return None
 
+        @self.app.task(name="other", queue="other")
+        async def other(n: int) -> None:
+            return None
+
         self.task = noop
+        self.urgent_call = noop.with_options(priority=-1)  # lower runs first
+        self.other_task = other
 
     async def one(self, n: int) -> None:
         await self.task.enqueue_async(n=n)
+
+    async def urgent(self, n: int) -> None:
+        await self.urgent_call.enqueue_async(n=n)
+
+    async def other(self, n: int) -> None:
+        await self.other_task.enqueue_async(n=n)
 
     async def many(self, numbers: Sequence[int]) -> None:
         await self.app.enqueue_many_async("noop", [{"n": n} for n in numbers])
@@ -208,6 +230,12 @@ class _PgqProducer(Producer):
 
     async def one(self, n: int) -> None:
         await self.queries.enqueue("noop", str(n).encode(), 0)
+
+    async def urgent(self, n: int) -> None:
+        await self.queries.enqueue("noop", str(n).encode(), 10)  # higher runs first
+
+    async def other(self, n: int) -> None:  # PGQueuer's queues are its entrypoints
+        await self.queries.enqueue("other", str(n).encode(), 0)
 
     async def many(self, numbers: Sequence[int]) -> None:
         k = len(numbers)
@@ -281,6 +309,12 @@ class _ProcrastinateProducer(Producer):
 
     async def one(self, n: int) -> None:
         await self.task.defer_async(n=n)
+
+    async def urgent(self, n: int) -> None:
+        await self.task.configure(priority=10).defer_async(n=n)  # higher runs first
+
+    async def other(self, n: int) -> None:
+        await self.task.configure(queue="other").defer_async(n=n)
 
     async def many(self, numbers: Sequence[int]) -> None:
         await self.task.batch_defer_async(*({"n": n} for n in numbers))
@@ -410,11 +444,15 @@ class SqlFloor(System):
 class _CeleryProducer(Producer):
     """Celery has no async API and no bulk send: ``send_task`` per job, on one producer."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, other_queue: str) -> None:
         self.app = app
+        self.other_queue = other_queue
 
     async def one(self, n: int) -> None:
         self.app.send_task("noop", kwargs={"n": n})
+
+    async def other(self, n: int) -> None:
+        self.app.send_task("noop", kwargs={"n": n}, queue=self.other_queue)
 
     async def many(self, numbers: Sequence[int]) -> None:
         with self.app.producer_or_acquire() as producer:
@@ -443,6 +481,10 @@ class CeleryRedis(System):
     @property
     def broker(self) -> str:
         return os.environ.get(self.broker_env, self.default_broker)
+
+    @property
+    def other_queue(self) -> str:
+        return f"{self.queue}-other"
 
     def app(self) -> Any:
         from celery import Celery
@@ -477,7 +519,8 @@ class CeleryRedis(System):
         """(messages waiting in the queue, messages delivered and not acknowledged)."""
         with self._redis() as r:
             prefix = f"{self.queue}:"
-            return int(r.llen(prefix + self.queue)), int(r.hlen(prefix + "unacked"))
+            waiting = r.llen(prefix + self.queue) + r.llen(prefix + self.other_queue)
+            return int(waiting), int(r.hlen(prefix + "unacked"))
 
     def unfinished(self, started: int, expected: int) -> bool:
         return started < expected or self.depth() != (0, 0)
@@ -490,10 +533,11 @@ class CeleryRedis(System):
         return self.depth()[1]
 
     async def producer(self, db: BenchDatabase) -> Producer:
-        return _CeleryProducer(self.app())
+        return _CeleryProducer(self.app(), self.other_queue)
 
     def worker_commands(self, db: BenchDatabase, setting: Setting) -> list[list[str]]:
-        cmd = [PY, "-m", "celery", "-A", "bench.apps.celery_app", "worker", "-Q", self.queue]
+        queues = [self.queue, self.other_queue] if setting.other_queue else [self.queue]
+        cmd = [PY, "-m", "celery", "-A", "bench.apps.celery_app", "worker", "-Q", ",".join(queues)]
         cmd += ["--pool", setting.pool or "prefork"]
         if setting.concurrency is not None:
             cmd += ["--concurrency", str(setting.concurrency)]
@@ -538,14 +582,16 @@ class CeleryRabbit(CeleryRedis):
         self.queue = f"bench-{db.name}" if db else "bench-probe"
         with kombu.Connection(self.broker, connect_timeout=5) as conn:
             conn.ensure_connection(max_retries=1)  # a broker that is not there: fail at once
-            kombu.Queue(self.queue, channel=conn.default_channel).declare()
-            conn.default_channel.queue_purge(self.queue)
+            for queue in (self.queue, self.other_queue):
+                kombu.Queue(queue, channel=conn.default_channel).declare()
+                conn.default_channel.queue_purge(queue)
 
     def forget(self) -> None:
         import kombu
 
         with kombu.Connection(self.broker, connect_timeout=5) as conn:
-            conn.default_channel.queue_delete(self.queue)
+            for queue in (self.queue, self.other_queue):
+                conn.default_channel.queue_delete(queue)
 
     def depth(self) -> tuple[int, int]:
         """(messages ready in the queue, 0: RabbitMQ does not say how many are unacknowledged
@@ -553,13 +599,141 @@ class CeleryRabbit(CeleryRedis):
         import kombu
 
         with kombu.Connection(self.broker, connect_timeout=5) as conn:
-            declared = conn.default_channel.queue_declare(self.queue, passive=True)
-            return int(declared.message_count), 0
+            counts = [
+                conn.default_channel.queue_declare(queue, passive=True).message_count
+                for queue in (self.queue, self.other_queue)
+            ]
+            return int(sum(counts)), 0
+
+
+# -- Dramatiq --------------------------------------------------------------------------------
+
+
+class _DramatiqProducer(Producer):
+    """Dramatiq has no async API and no bulk send: ``send`` per job (one Lua script call)."""
+
+    def __init__(self, broker: Any) -> None:
+        import dramatiq
+
+        def noop(n: int) -> None:  # the producer never runs it
+            return None
+
+        self.broker = broker
+        self.task = dramatiq.actor(noop, actor_name="noop", queue_name="bench", broker=broker)
+        self.other_task = dramatiq.actor(
+            noop, actor_name="other", queue_name="other", broker=broker
+        )
+
+    async def one(self, n: int) -> None:
+        self.task.send(n=n)
+
+    async def many(self, numbers: Sequence[int]) -> None:
+        for n in numbers:
+            self.task.send(n=n)
+
+    async def other(self, n: int) -> None:
+        self.other_task.send(n=n)
+
+    async def close(self) -> None:
+        self.broker.close()
+
+
+@dataclass
+class DramatiqRedis(System):
+    """Dramatiq's own worker (``dramatiq bench.apps.dramatiq_app``) on its Redis broker
+    (``$BENCH_DRAMATIQ_REDIS``, default ``redis://127.0.0.1:6379/12``); its keys are in a
+    namespace named after the bench's database, deleted before and after every run."""
+
+    name: ClassVar[str] = "dramatiq-redis"
+    table: ClassVar[str] = ""
+    unfinished_sql: ClassVar[str] = ""
+    inflight_sql: ClassVar[str] = ""
+    queues: ClassVar[tuple[str, ...]] = ("bench", "other")
+
+    namespace: str = "bench-probe"  # set by install(): named after the bench's database
+
+    @property
+    def broker(self) -> str:
+        return os.environ.get("BENCH_DRAMATIQ_REDIS", "redis://127.0.0.1:6379/12")
+
+    def available(self) -> str | None:
+        try:
+            import dramatiq  # noqa: F401
+        except ImportError:
+            return "dramatiq is not installed (pip install -r bench/requirements.txt)"
+        try:
+            self.install(None)
+            self.forget()
+        except Exception as exc:
+            return f"{self.broker} is not reachable ({type(exc).__name__}: {exc})"
+        return None
+
+    def _redis(self) -> Any:
+        import redis
+
+        return redis.Redis.from_url(self.broker, socket_timeout=5)
+
+    def install(self, db: BenchDatabase | None) -> None:
+        self.namespace = f"bench-{db.name}" if db else "bench-probe"
+        self.forget()
+
+    def forget(self) -> None:
+        with self._redis() as r:
+            for key in r.scan_iter(match=f"{self.namespace}:*"):
+                r.delete(key)
+
+    def depth(self) -> tuple[int, int, int]:
+        """(messages waiting in the queues, delivered and not acknowledged, dead-lettered).
+        A message's body stays in ``<queue>.msgs`` from its enqueue to its ack."""
+        with self._redis() as r:
+            waiting = unacked = dead = 0
+            for queue in self.queues:
+                key = f"{self.namespace}:{queue}"
+                queued = int(r.llen(key))
+                waiting += queued
+                unacked += int(r.hlen(key + ".msgs")) - queued
+                dead += int(r.zcard(key + ".XQ"))
+            return waiting, unacked, dead
+
+    def unfinished(self, started: int, expected: int) -> bool:
+        return started < expected or self.depth()[:2] != (0, 0)
+
+    def inflight(self) -> int:
+        return self.depth()[1]
+
+    def ready(self, record_dir: Path, setting: Setting) -> bool:
+        # each worker process says so once its consumers run
+        return len(list(record_dir.glob("*.ready"))) >= setting.processes
+
+    async def producer(self, db: BenchDatabase) -> Producer:
+        from dramatiq.brokers.redis import RedisBroker
+
+        return _DramatiqProducer(RedisBroker(url=self.broker, namespace=self.namespace))
+
+    def worker_commands(self, db: BenchDatabase, setting: Setting) -> list[list[str]]:
+        cmd = [PY, "-m", "dramatiq", "bench.apps.dramatiq_app"]
+        cmd += ["--processes", str(setting.processes)]
+        cmd += ["--threads", str(setting.concurrency or 8)]
+        cmd += ["--queues", "bench", *(["other"] if setting.other_queue else [])]
+        return [cmd + list(setting.extra)]
+
+    def worker_env(self, setting: Setting) -> dict[str, str]:
+        env = {"BENCH_DRAMATIQ_BROKER": self.broker, "BENCH_DRAMATIQ_NAMESPACE": self.namespace}
+        if setting.prefetch is not None:
+            env["dramatiq_queue_prefetch"] = str(setting.prefetch)
+        return env
+
+    def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
+        problems: list[str] = []
+        _check(problems, "messages left (queued, unacknowledged, dead)", self.depth(), (0, 0, 0))
+        self.forget()  # every run has a namespace of its own: none is left behind in Redis
+        return problems
 
 
 QUEUES: tuple[System, ...] = (Skiplock(), PgQueuer(), Procrastinate())
 CELERY: tuple[System, ...] = (CeleryRedis(), CeleryRabbit())
-SYSTEMS: dict[str, System] = {s.name: s for s in (*QUEUES, *CELERY, SqlFloor())}
+DRAMATIQ: tuple[System, ...] = (DramatiqRedis(),)
+SYSTEMS: dict[str, System] = {s.name: s for s in (*QUEUES, *CELERY, *DRAMATIQ, SqlFloor())}
 
 
 def versions() -> dict[str, str]:
@@ -571,6 +745,8 @@ def versions() -> dict[str, str]:
         "pgqueuer",
         "procrastinate",
         "celery",
+        "dramatiq",
+        "redis",
         "psycopg",
         "asyncpg",
         "matplotlib",

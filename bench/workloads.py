@@ -1,4 +1,4 @@
-"""The workloads: enqueue, drain, latency, scale, long transaction.
+"""The workloads: enqueue, drain, real work, latency, latency under load, long transaction.
 
 Each function runs one measurement of one setting on a freshly created database and returns a
 flat dict of figures plus ``verified`` (every job ran exactly once, none failed: checked in the
@@ -467,6 +467,131 @@ def latency(
         workers.cleanup()
 
 
+# -- 4. latency under load ------------------------------------------------------------------
+
+TRICKLE_KINDS = ("urgent", "other")  # Producer.urgent, Producer.other
+
+
+async def _trickle(
+    system: System,
+    db: BenchDatabase,
+    first: int,
+    rate: float,
+    seconds: float,
+    started: Callable[[], int],
+) -> tuple[dict[str, dict[int, float]], int]:
+    """Once the workers have started the backlog's jobs (``0 .. first-1``), each kind of
+    trickled job the system has at ``rate``/s, interleaved, numbered from ``first``: until
+    ``seconds`` have passed or every job enqueued has started (the backlog is gone).  Returns
+    the send time of each trickled job by kind, and how many jobs were enqueued in all (one
+    warm-up per kind, not timed)."""
+    producer = await system.producer(db)
+    sent: dict[str, dict[int, float]] = {}
+    n = first
+    try:
+        deadline = time.monotonic() + 60
+        while started() < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        kinds = []
+        for kind in TRICKLE_KINDS:
+            try:
+                await getattr(producer, kind)(n)  # warm-up: connection, prepared statements
+            except NotImplementedError:
+                continue
+            n += 1
+            kinds.append(kind)
+            sent[kind] = {}
+        step = 1 / (rate * len(kinds)) if kinds else 0.0
+        t0 = time.monotonic()
+        for i in range(int(rate * seconds) * len(kinds)):
+            if started() >= n:  # every job enqueued has started: no backlog left
+                break
+            delay = t0 + i * step - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            kind = kinds[i % len(kinds)]
+            sent[kind][n] = time.time()
+            await getattr(producer, kind)(n)
+            n += 1
+        return sent, n
+    finally:
+        await producer.close()
+
+
+def _unfinished(system: System, mon: Monitor, started: int, expected: int) -> bool:
+    if system.unfinished_sql:
+        return bool(mon.execute(system.unfinished_sql)[0])
+    return system.unfinished(started, expected)
+
+
+def under_load(
+    ctx: Context, system: System, setting: Setting, n: int, rate: float, seconds: float
+) -> dict[str, Any]:
+    """Enqueue -> start of jobs trickled while a backlog drains (issue 48, item 4).
+
+    ``n`` jobs preloaded on the busy queue, the workers (serving that queue and a second one)
+    started; once they run the backlog, single enqueues at ``rate``/s each of a job of higher
+    priority on the busy queue (``urgent``) and of a job on the other queue (``other``), for
+    ``seconds`` or until the backlog is gone.  The latencies count the jobs sent before the
+    backlog's last job started (under load); the rest are verified but not timed."""
+    fresh(ctx, system)
+    preload_s = preload(ctx, system, n)
+    workers = Workers(system, setting, ctx.db, ctx.log_dir)
+    mon: Monitor | None = None
+    problems: list[str] = []
+    try:
+        workers.start()
+        sent, total = asyncio.run(
+            _trickle(system, ctx.db, n, rate, seconds, workers.started_so_far)
+        )
+        mon = Monitor(ctx.db, workers.pids)
+        deadline = time.monotonic() + 30 + n / 100
+        while _unfinished(system, mon, workers.started_so_far(), total):
+            if not workers.alive():
+                problems.append("a worker process exited early:\n" + workers.log_tail())
+                break
+            if time.monotonic() > deadline:
+                problems.append("not drained in time")
+                break
+            time.sleep(POLL)
+        workers.stop()
+        numbers, starts = workers.records()
+        problems += check_records(numbers, range(total))
+        with connect(ctx.db.dsn) as conn:
+            problems += system.verify(conn, total, setting)
+        start_of = dict(zip(numbers, starts, strict=True))
+        backlog = [start_of[i] for i in range(n) if i in start_of]
+        t_first, t_last = (min(backlog), max(backlog)) if backlog else (0.0, 0.0)
+        out: dict[str, Any] = {
+            "jobs": n,
+            "preload_s": preload_s,
+            "backlog_jobs_per_s": n / (t_last - t_first) if t_last > t_first else float("nan"),
+            "rate": rate,
+            "kinds": sorted(sent),
+        }
+        for kind, times in sent.items():
+            lat = sorted((start_of[k] - t) * 1000 for k, t in times.items() if k in start_of)
+            loaded = sorted(
+                (start_of[k] - t) * 1000 for k, t in times.items() if k in start_of and t < t_last
+            )
+            out[f"{kind}_sent"] = len(times)
+            out[f"{kind}_jobs"] = len(loaded)  # sent while the backlog drained
+            out[f"{kind}_p50_ms"] = quantile(loaded, 0.50)
+            out[f"{kind}_p99_ms"] = quantile(loaded, 0.99)
+            out[f"{kind}_max_ms"] = loaded[-1] if loaded else float("nan")
+            out[f"{kind}_samples_ms"] = loaded
+            if not loaded and lat:
+                problems.append(f"no {kind} job was sent before the backlog's last started")
+        out["verified"] = not problems
+        out["problems"] = problems
+        return out
+    finally:
+        if mon is not None:
+            mon.close()
+        workers.stop(timeout=5)
+        workers.cleanup()
+
+
 def quantile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -609,4 +734,12 @@ def long_transaction(
         stats.close()
 
 
-__all__ = ["Context", "CpuTracker", "drain", "enqueue", "latency", "long_transaction"]
+__all__ = [
+    "Context",
+    "CpuTracker",
+    "drain",
+    "enqueue",
+    "latency",
+    "long_transaction",
+    "under_load",
+]

@@ -9,17 +9,15 @@ checks.  A prefork pool's child process ends without running ``atexit`` (billiar
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
-import time
 from typing import Any
 
 from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown, worker_ready
 
 from . import work
-from .record import dump, record
+from .record import dump
 
 # Named after the bench's database, so that two runs at once (another helper's, a test's) never
 # share a queue; on Redis every key of the transport (its unacked hash too) gets that prefix.
@@ -64,12 +62,5 @@ def _write_records(**_: Any) -> None:
     dump()
 
 
-@app.task(name="noop")
-def noop(n: int) -> None:
-    record(n)
-    if work.KIND == "sync-io":
-        time.sleep(work.SECONDS)
-    elif work.KIND == "cpu":
-        work.burn(work.SECONDS)
-    elif work.KIND == "async-io":  # Celery runs no coroutines: the await, in a loop of its own
-        asyncio.run(asyncio.sleep(work.SECONDS))
+# Celery runs no coroutines: every kind of work in a plain def (async-io in a loop of its own).
+noop = app.task(name="noop")(work.run_sync)

@@ -8,6 +8,10 @@ The setting under test gives it to every worker process as ``BENCH_WORK=<kind>:<
   one of its threads (a blocking client: requests, a sync database driver);
 - ``cpu``: ``seconds`` of this thread's CPU spent in a pure-Python loop, in an ``async def``
   handler (it holds the GIL and the event loop while it runs, as such code does).
+
+Every system's app registers :func:`run_sync` or :func:`run_async` as its task (:data:`SYNC`
+says which, for the systems that run both), so the handlers of all of them record the job and
+do the work the same way.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import asyncio
 import os
 import threading
 import time
+
+from .record import record
 
 KINDS = ("async-io", "sync-io", "cpu")
 
@@ -31,6 +37,32 @@ def parse(value: str) -> tuple[str, float]:
 
 
 KIND, SECONDS = parse(os.environ.get("BENCH_WORK", ""))
+
+# A plain ``def`` handler: the sync-io work, or the no-op with ``BENCH_HANDLER=sync`` (skiplock's
+# sync settings); else an ``async def`` one, for the systems that run coroutines.
+SYNC = KIND == "sync-io" or (not KIND and os.environ.get("BENCH_HANDLER", "async") == "sync")
+
+
+def run_sync(n: int) -> None:
+    """A plain ``def`` handler: record job ``n``, then its work (async-io in an event loop of
+    its own, for the systems that run no coroutines: Celery, Dramatiq)."""
+    record(n)
+    if KIND == "sync-io":
+        time.sleep(SECONDS)
+    elif KIND == "cpu":
+        burn(SECONDS)
+    elif KIND == "async-io":
+        asyncio.run(asyncio.sleep(SECONDS))
+
+
+async def run_async(n: int) -> None:
+    """An ``async def`` handler: record job ``n``, then its work (sync-io is registered as
+    :func:`run_sync` instead: see :data:`SYNC`)."""
+    record(n)
+    if KIND == "async-io":
+        await asyncio.sleep(SECONDS)
+    elif KIND == "cpu":
+        burn(SECONDS)
 
 
 def burn(seconds: float) -> None:

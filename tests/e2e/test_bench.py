@@ -17,13 +17,23 @@ from pathlib import Path
 import psycopg
 import pytest
 from bench.plan import make_plan
-from bench.systems import CeleryRedis
+from bench.systems import CeleryRedis, DramatiqRedis
 from psycopg import sql
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-WORKLOADS = {"enqueue", "drain", "statements", "work", "latency", "scale", "longtx", "ceiling"}
+WORKLOADS = {
+    "enqueue",
+    "drain",
+    "statements",
+    "work",
+    "latency",
+    "underload",
+    "scale",
+    "longtx",
+    "ceiling",
+}
 # (no-queue: the real-work rows' floor, the same sleeps with no queue)
 SYSTEMS = {
     "skiplock",
@@ -88,6 +98,11 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     no_redis = CeleryRedis().available()
     celery = set() if no_redis else {"celery-redis"}
     assert ("celery-redis" in data["meta"]["skipped"]) == bool(no_redis)
+    # Dramatiq on its Redis broker likewise (quick: in the drain and under-load workloads)
+    no_dramatiq = DramatiqRedis().available()
+    dramatiq = set() if no_dramatiq else {"dramatiq-redis"}
+    assert ("dramatiq-redis" in data["meta"]["skipped"]) == bool(no_dramatiq)
+    celery |= dramatiq  # below: the systems whose jobs are not in PostgreSQL
     assert {r["system"] for r in results} == SYSTEMS | celery
     not_verified = [
         (r["workload"], r["system"], r["setting"], r.get("problems"))
@@ -132,9 +147,20 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     assert all(r["worker_cpu_us_per_job"] > 0 for r in latencies)
     assert all(r["pg_cpu_us_per_job"] > 0 for r in latencies if r["system"] not in celery)
     assert "sql-floor" in {r["system"] for r in latencies}  # the floor ran, and was verified
-    if celery:
-        assert {r["system"] for r in latencies} >= celery
+    assert {r["system"] for r in latencies} >= celery - dramatiq
+    if not no_redis:
         assert "Celery on Redis's |" in (out / "RESULTS.md").read_text()
+
+    # Latency under load: every system's trickled jobs of each kind it has (a higher priority
+    # on the busy queue, the other queue) were timed while its backlog drained, and verified.
+    loaded = {r["system"]: r for r in results if r["workload"] == "underload"}
+    assert set(loaded) == {"skiplock", "pgqueuer"} | dramatiq
+    for system, r in loaded.items():
+        kinds = {"other"} if system in celery else {"urgent", "other"}
+        assert set(r["kinds"]) == kinds, system
+        for kind in kinds:
+            assert 0 < r[f"{kind}_jobs"] == len(r[f"{kind}_samples_ms"]) <= r[f"{kind}_sent"]
+            assert 0 < r[f"{kind}_p50_ms"] <= r[f"{kind}_p99_ms"] <= r[f"{kind}_max_ms"]
 
     ceilings = [r for r in results if r["workload"] == "ceiling"]
     # skiplock's own statements ran by pgbench beside the seed's, both finishes; each run's
@@ -214,12 +240,16 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
         "## Statements per job",
         "## Real work",
         "| Real work, sync-io: skiplock ≥ 90% of the ideal |",
+        "## Latency under load",
+        "| Under load: a higher-priority job starts within 25 ms p99 |",
+        "| Under load: the other queue's job starts within 25 ms p99 |",
     ):
         assert heading in report
     assert "NOT VERIFIED" not in report
     # The drain tables show the counted statements next to the other costs per job.
+    drain_tables = report.split("\n## Drain\n")[1].split("\n## ")[0]
     (default_row,) = [
-        line for line in report.splitlines() if line.startswith("| skiplock | default | CLI")
+        line for line in drain_tables.splitlines() if line.startswith("| skiplock | default | CLI")
     ]
     assert f"| {counted['skiplock']['statements_per_job']:.3g} |" in default_row
     (delete_target,) = [

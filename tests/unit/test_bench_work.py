@@ -68,3 +68,56 @@ def test_the_report_holds_skiplocks_io_rows_to_nine_tenths_of_the_ideal() -> Non
     (sk,) = [line for line in section.splitlines() if line.startswith("| async-io | skiplock")]
     # 95 % of the ideal, twice the best peer's rate, 2 cores / 200 µs per job
     assert "| 20,000 | 95% | 2.00× | 10,000 |" in sk
+
+
+def test_every_systems_app_registers_the_shared_handler() -> None:
+    from bench.apps import celery_app, procrastinate_app, skiplock_app, work
+
+    # BENCH_WORK unset here: the no-op, as an async def where the system runs coroutines
+    assert skiplock_app.app.tasks["noop"].fn is work.run_async
+    assert procrastinate_app.app.tasks["noop"].func is work.run_async
+    assert celery_app.noop.run is work.run_sync
+
+
+@pytest.mark.parametrize("kind", ["sync-io", "async-io", "cpu", ""])
+def test_a_plain_def_handler_records_its_job_then_does_the_work(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench.apps import record, work
+
+    monkeypatch.setattr(work, "KIND", kind)
+    monkeypatch.setattr(work, "SECONDS", 0.02)
+    seen = len(record._numbers)
+    c0, t0 = time.thread_time(), time.perf_counter()
+    work.run_sync(4242)
+    cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
+    assert list(record._numbers[seen:]) == [4242]
+    if kind == "cpu":
+        assert cpu >= 0.02
+    elif kind:
+        assert wall >= 0.02 and cpu < 0.02  # waited, did not burn
+    else:
+        assert wall < 0.02
+
+
+@pytest.mark.parametrize("kind", ["async-io", "cpu", ""])
+def test_an_async_handler_records_its_job_then_does_the_work(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from bench.apps import record, work
+
+    monkeypatch.setattr(work, "KIND", kind)
+    monkeypatch.setattr(work, "SECONDS", 0.02)
+    seen = len(record._numbers)
+    c0, t0 = time.thread_time(), time.perf_counter()
+    asyncio.run(work.run_async(4243))
+    cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
+    assert list(record._numbers[seen:]) == [4243]
+    if kind == "cpu":
+        assert cpu >= 0.02
+    elif kind:
+        assert wall >= 0.02
+    else:
+        assert wall < 0.02
