@@ -3,6 +3,8 @@
     python -m bench.pairs --tree before=/path/to/old/src --tree after=src \\
         [--settings default,sync,x2,x2-sync] [--jobs 20000] [--pairs 5] [--dsn DSN]
 
+``--settings held`` drains with held-lock workers (``--model held``), a setting of its own here.
+
 Each round drains every setting once per tree, the trees in turn (the order alternates from one
 round to the next), so that a machine whose speed drifts, or that other work shares, slows every
 variant alike. The workers import skiplock from the tree's directory (``PYTHONPATH``); the bench
@@ -25,7 +27,7 @@ from typing import Any
 import psycopg
 
 from .db import BenchDatabase, default_dsn
-from .plan import make_plan
+from .plan import PAIRS_ONLY, make_plan
 from .systems import SYSTEMS
 from .workloads import Context, drain
 
@@ -51,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     trees = dict(t.split("=", 1) for t in args.tree)
     trees = {name: str(Path(path).resolve()) for name, path in trees.items()}
     plan = make_plan(False, None)
-    known = {s.label: s for s in plan.drain_settings if s.system == "skiplock"}
+    every = [*plan.drain_settings, *PAIRS_ONLY]
+    known = {s.label: s for s in every if s.system == "skiplock"}
     settings = [known[label] for label in args.settings.split(",")]
     db = BenchDatabase(args.dsn or default_dsn(), args.database)
     ctx = Context(db, Path(tempfile.mkdtemp(prefix="bench-pairs-")), False)

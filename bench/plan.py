@@ -36,6 +36,10 @@ SK_X2_SYNC = Setting(
     handler="sync",
     notes="CLI defaults, --processes 2, the task a plain def",
 )
+# Held-lock workers (one transaction per job), for before/after pairs of changes to the held-lock
+# claim (`python -m bench.pairs --settings held`); not in the full run.
+SK_HELD = Setting("skiplock", "held", extra=("--model", "held"), notes="CLI defaults, --model held")
+PAIRS_ONLY = [SK_HELD]
 SK_C100 = Setting(
     "skiplock", "c100", concurrency=100, log_level="WARNING", notes="concurrency 100, log WARNING"
 )

@@ -35,8 +35,7 @@ class NoConnectionSlot(DatabaseUnavailable):
 class QueueLockBusy(SkiplockError):
     """A claim of a queue with a concurrency or rate limit could not go ahead: another session
     held the queue's claim lock (its row of the ``queues`` table) past the claim's lock
-    timeout, or a login that may not write the jobs table holds the queue's held-lock marker.
-    Only that queue's claim is skipped."""
+    timeout.  Only that queue's claim is skipped."""
 
     def __init__(
         self, queue: str, reason: str = "another session holds its row of the queues table locked"

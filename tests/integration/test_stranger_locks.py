@@ -471,10 +471,8 @@ def test_a_noinherit_worker_login_counts_as_a_worker(app: App, store: SyncStore,
         with psycopg.connect(worker_dsn, autocommit=True) as held, connect(app) as leased:
             job = store.job_claim_held(held, ["q"], "w1", 30.0)
             assert job is not None and job.id == keyed[0]
-            running = store._rows(
-                leased, "queue_running_count", {"schema": app.schema, "queue": "q"}
-            )
-            assert running == [(1, False)]  # its marker counts, and not as a stranger's
+            running = store._rows(leased, "queue_running_count", {"queue": "q"})
+            assert running == [(1,)]  # its held-lock job counts
             started = time.monotonic()
             jobs = store.job_claim(leased, ["q"], 10, "w2", 30.0)
             assert [j.id for j in jobs] == [free]
@@ -604,6 +602,14 @@ def test_a_schema_migrated_after_its_roles_were_made_gives_the_worker_role_the_s
             [schema],
         ).fetchall()
         assert [g for g in granted if g[0] != "postgres"] == [(role, "SELECT"), (role, "UPDATE")]
+        granted = db.execute(
+            "SELECT grantee, privilege_type FROM information_schema.role_table_grants"
+            " WHERE table_schema = %s AND table_name = 'held_runs' ORDER BY 1, 2",
+            [schema],
+        ).fetchall()
+        assert [g for g in granted if g[0] != "postgres"] == [
+            (role, "DELETE"), (role, "INSERT"), (role, "SELECT"), (role, "UPDATE")
+        ]  # fmt: skip
     finally:
         app.sync_client.drop_schema()
         app.close()
@@ -653,3 +659,132 @@ def test_a_strangers_lock_on_a_jobs_held_marker_does_not_keep_its_progress(
             [f"skiplock_held_job_id/{app.schema}", job_id],
         )
         assert store.job_progress_prune(conn, keep_seconds=0) == 1
+
+
+# -- held-lock jobs counted by row locks only a worker can take (issue 41) ----------------
+
+
+def take_marker_keys(stranger: psycopg.Connection[Any], schema: str, queue: str, job: int) -> None:
+    """A stranger's exclusive locks on both advisory keys a held-lock claim marks its job with:
+    its queue's and its id's (the low 32 bits)."""
+    stranger.execute(
+        "SELECT pg_advisory_lock(hashtext('skiplock_held_job'), hashtext(%s)),"
+        " pg_advisory_lock(hashtext(%s), %s::bigint::bit(32)::int)",
+        [f"{schema}/{queue}", f"skiplock_held_job_id/{schema}", job],
+    )
+
+
+def test_a_strangers_exclusive_lock_on_a_queues_held_marker_does_not_stop_the_queue(
+    app: App, store: SyncStore, stranger: psycopg.Connection[Any]
+) -> None:
+    """A stranger holding the queue's held-lock marker key exclusively stopped every claim of a
+    limited queue (QueueLockBusy, for as long as it held the key): held-lock claims could not
+    mark their jobs, so the count would have missed them.  Now the count reads row locks only
+    workers can take: the queue is claimed at once and its limit still holds."""
+    ids = enqueue(app, "lim", 4)
+    app.sync_client.set_concurrency_limit("lim", 2)
+    take_marker_keys(stranger, app.schema, "lim", ids[0])
+    with connect(app) as held, connect(app) as guard, connect(app) as leased:
+        job = store.job_claim_held_limited(
+            held, guard, LimitedClaim("lim", QueueLimits(2, False), "w1", 30.0)
+        )
+        assert job is not None and job.id == ids[0]
+        status = {row["queue"]: row for row in app.sync_client.queue_status()}
+        assert status["lim"]["running"] == 1 and status["lim"]["pending"] == 3
+        jobs = store.job_claim_limited(
+            leased, LimitedClaim("lim", QueueLimits(2, False), "w2", 30.0, want=10)
+        )
+        assert [j.id for j in jobs] == [ids[1]]  # the held-lock job counts: room for one
+        assert (
+            store.job_claim_held_limited(
+                leased, guard, LimitedClaim("lim", QueueLimits(2, False), "w3", 30.0)
+            )
+            is None
+        )
+        held.rollback()
+        jobs = store.job_claim_limited(
+            leased, LimitedClaim("lim", QueueLimits(2, False), "w2", 30.0, want=10)
+        )
+        assert [j.id for j in jobs] == [ids[0]]
+
+
+def test_a_strangers_exclusive_lock_on_a_jobs_held_marker_does_not_show_it_pending(
+    app: App, store: SyncStore, stranger: psycopg.Connection[Any]
+) -> None:
+    """A stranger's exclusive lock on a job's held-lock marker key kept the held-lock claim from
+    marking the job: it ran shown pending (job, list, status) and its progress was refused and
+    pruned.  Now its run is read from row locks a stranger cannot take."""
+    (job_id, other) = enqueue(app, "q", 2)
+    take_marker_keys(stranger, app.schema, "q", job_id)
+    with connect(app) as held, connect(app) as side:
+        job = store.job_claim_held(held, ["q"], "w", 30.0)
+        assert job is not None and job.id == job_id
+        shown = app.sync_client.get_job(job_id)
+        assert shown is not None and shown.status == "running"
+        listed = {j.id: j.status for j in app.sync_client.list_jobs(queue="q")}
+        assert listed == {job_id: "running", other: "pending"}
+        status = {row["queue"]: row for row in app.sync_client.queue_status()}
+        assert status["q"]["running"] == 1 and status["q"]["pending"] == 1
+        report = ProgressReport(job.claim, 0.5, "half", held_pid=held.info.backend_pid)
+        assert store.job_progress_write(side, [report]) == {job_id}
+        assert store.job_progress_prune(side, keep_seconds=0) == 0
+        # Another session's pid does not own the job's run.
+        wrong = ProgressReport(job.claim, 0.6, None, held_pid=side.info.backend_pid)
+        assert store.job_progress_write(side, [wrong]) == set()
+        held.rollback()
+    shown = app.sync_client.get_job(job_id)
+    assert shown is not None and shown.status == "pending"
+    with connect(app) as side:
+        assert store.job_progress_prune(side, keep_seconds=0) == 1
+
+
+@pytest.mark.parametrize("model", ["lease", "held"])
+def test_a_worker_drains_a_limited_queue_whose_held_marker_a_stranger_holds(
+    app: App, stranger: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture, model: str
+) -> None:
+    """End to end: a worker runs every job of a limited queue while a stranger holds its
+    held-lock marker key, and the maintenance leader logs the stranger."""
+    ran: list[int] = []
+
+    @app.task(name="t", queue="lim")
+    def t(n: int) -> None:
+        ran.append(n)
+
+    app.sync_client.set_concurrency_limit("lim", 2)
+    t.enqueue_many([{"n": i} for i in range(6)])
+    stranger.execute(
+        "SELECT pg_advisory_lock(hashtext('skiplock_held_job'), hashtext(%s))",
+        [f"{app.schema}/lim"],
+    )
+    worker = Worker(app, model=model, concurrency=2, burst=True, poll_interval=0.05)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(asyncio.wait_for(worker.run(), 30))
+    assert sorted(ran) == list(range(6))
+    assert time.monotonic() - started < 10
+    said = [
+        r.getMessage() for r in caplog.records if "may not write the jobs table" in r.getMessage()
+    ]
+    assert len(said) == 1 and str(stranger.info.backend_pid) in said[0], said
+
+
+def test_an_outsider_cannot_mark_a_held_run(
+    app: App, store: SyncStore, outsider: psycopg.Connection[Any]
+) -> None:
+    """The rows that count and show running held-lock jobs (migration 0024) are locked by a
+    worker's claim; a login that is not a worker can neither lock nor write them, so it can
+    neither fake a running job nor keep one from being counted."""
+    (job_id,) = enqueue(app, "q", 1)
+    with connect(app) as held:
+        assert store.job_claim_held(held, ["q"], "w", 30.0) is not None
+        runs = sql.Identifier(app.schema, "held_runs")
+        for statement in (
+            sql.SQL("SELECT FROM {} FOR KEY SHARE").format(runs),
+            sql.SQL("INSERT INTO {} (queue, pid) VALUES ('q', pg_backend_pid())").format(runs),
+            sql.SQL("DELETE FROM {}").format(runs),
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                outsider.execute(statement)
+        shown = app.sync_client.get_job(job_id)
+        assert shown is not None and shown.status == "running"
+        held.rollback()

@@ -68,9 +68,7 @@ class AsyncQueueStatements(AsyncSeam):
         let start now, and the budget (None: no rate limit) to spend from.
 
         Raises :class:`QueueLockBusy` (the transaction is then failed) when another session
-        holds the queue's claim lock for ``claim.lock_wait`` seconds, or when a session that may
-        not write the jobs table holds the key of its held-lock marker (see
-        queue_running_count)."""
+        holds the queue's claim lock for ``claim.lock_wait`` seconds."""
         queue, limits = claim.queue, claim.limits
         try:
             await self.queue_lock_for_claim(conn, queue, claim.lock_wait)
@@ -78,23 +76,17 @@ class AsyncQueueStatements(AsyncSeam):
             raise QueueLockBusy(queue) from exc
         room = claim.want
         if limits.concurrency is not None:
-            running, stranger = await self.queue_running_count(conn, queue)
-            if stranger:
-                raise QueueLockBusy(
-                    queue, "a login that may not write the jobs table holds its held-lock marker"
-                )
+            running = await self.queue_running_count(conn, queue)
             room = min(room, limits.concurrency - running)
         budget = await self.queue_rate_budget(conn, queue) if limits.rated else None
         if budget is not None:
             room = min(room, math.floor(budget))
         return ClaimRoom(room, budget)
 
-    async def queue_running_count(self, conn: AsyncConnection[Any], queue: str) -> tuple[int, bool]:
-        """How many jobs of ``queue`` run now, and whether a session that may not write the jobs
-        table holds the key of its held-lock marker (see runtime.sql)."""
-        params = {"schema": self.schema, "queue": queue}
-        ((running, stranger),) = await self._rows(conn, "queue_running_count", params)
-        return int(running), bool(stranger)
+    async def queue_running_count(self, conn: AsyncConnection[Any], queue: str) -> int:
+        """How many jobs of ``queue`` run now, held-lock ones included (see runtime.sql)."""
+        ((running,),) = await self._rows(conn, "queue_running_count", {"queue": queue})
+        return int(running)
 
     async def queue_lock_for_claim(
         self, conn: AsyncConnection[Any], queue: str, lock_wait: float

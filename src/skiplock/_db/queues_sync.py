@@ -65,9 +65,7 @@ class SyncQueueStatements(SyncSeam):
         let start now, and the budget (None: no rate limit) to spend from.
 
         Raises :class:`QueueLockBusy` (the transaction is then failed) when another session
-        holds the queue's claim lock for ``claim.lock_wait`` seconds, or when a session that may
-        not write the jobs table holds the key of its held-lock marker (see
-        queue_running_count)."""
+        holds the queue's claim lock for ``claim.lock_wait`` seconds."""
         queue, limits = claim.queue, claim.limits
         try:
             self.queue_lock_for_claim(conn, queue, claim.lock_wait)
@@ -75,23 +73,17 @@ class SyncQueueStatements(SyncSeam):
             raise QueueLockBusy(queue) from exc
         room = claim.want
         if limits.concurrency is not None:
-            running, stranger = self.queue_running_count(conn, queue)
-            if stranger:
-                raise QueueLockBusy(
-                    queue, "a login that may not write the jobs table holds its held-lock marker"
-                )
+            running = self.queue_running_count(conn, queue)
             room = min(room, limits.concurrency - running)
         budget = self.queue_rate_budget(conn, queue) if limits.rated else None
         if budget is not None:
             room = min(room, math.floor(budget))
         return ClaimRoom(room, budget)
 
-    def queue_running_count(self, conn: Connection[Any], queue: str) -> tuple[int, bool]:
-        """How many jobs of ``queue`` run now, and whether a session that may not write the jobs
-        table holds the key of its held-lock marker (see runtime.sql)."""
-        params = {"schema": self.schema, "queue": queue}
-        ((running, stranger),) = self._rows(conn, "queue_running_count", params)
-        return int(running), bool(stranger)
+    def queue_running_count(self, conn: Connection[Any], queue: str) -> int:
+        """How many jobs of ``queue`` run now, held-lock ones included (see runtime.sql)."""
+        ((running,),) = self._rows(conn, "queue_running_count", {"queue": queue})
+        return int(running)
 
     def queue_lock_for_claim(self, conn: Connection[Any], queue: str, lock_wait: float) -> None:
         """Take the claim lock of a limited queue until the transaction ends, waiting at most

@@ -91,6 +91,7 @@ def statement(name: str, schema: str, roles: RoleNames, role: str | None = None)
         "ticks": sql.Identifier(schema, "periodic_ticks"),
         "held_starts": sql.Identifier(schema, "held_starts"),
         "held_key_slots": sql.Identifier(schema, "held_key_slots"),
+        "held_runs": sql.Identifier(schema, "held_runs"),
         "progress": sql.Identifier(schema, "job_progress"),
         "key_limits": sql.Identifier(schema, "key_limits"),
         "workers": sql.Identifier(schema, "workers"),

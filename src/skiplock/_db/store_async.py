@@ -432,6 +432,10 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
         params = {"keep_seconds": keep_seconds, "schema": self.schema}
         return len(await self._rows(conn, "job_progress_prune", params))
 
+    async def session_prune_held_runs(self, conn: AsyncConnection[Any]) -> int:
+        """Forget the rows of held_runs of sessions that are gone; how many were forgotten."""
+        return len(await self._rows(conn, "session_prune_held_runs", {}))
+
     async def job_reclaim_expired(
         self, conn: AsyncConnection[Any], limit: int = 1000, now: datetime | None = None
     ) -> dict[int, str]:

@@ -417,6 +417,10 @@ class SyncJobStatements(SyncQueueStatements, SyncDependencyStatements):
         params = {"keep_seconds": keep_seconds, "schema": self.schema}
         return len(self._rows(conn, "job_progress_prune", params))
 
+    def session_prune_held_runs(self, conn: Connection[Any]) -> int:
+        """Forget the rows of held_runs of sessions that are gone; how many were forgotten."""
+        return len(self._rows(conn, "session_prune_held_runs", {}))
+
     def job_reclaim_expired(
         self, conn: Connection[Any], limit: int = 1000, now: datetime | None = None
     ) -> dict[int, str]:

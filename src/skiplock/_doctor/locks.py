@@ -2,9 +2,11 @@
 
 Claims never wait long on a lock another session can take (see docs/security.md): a limited
 queue's claim lock (its row of the ``queues`` table) is waited for a bounded time, then that
-queue is passed over; a held-lock marker taken by a login that is no worker makes the jobs it
-names wait or show pending.  Either way the jobs are delayed, not lost, and this
-check names the session, so that it can be ended.
+queue is passed over.  A held-lock marker (an advisory lock) taken by a login that is no worker
+delays nothing now (held-lock jobs are counted by row locks only workers take), but workers of
+earlier versions miscount the jobs it names, and a login that takes skiplock's locks is worth
+a look.  Either way the jobs are not lost, and this check names the session, so that it can be
+ended.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ def check_locks(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
         "locks",
         "warn",
         "sessions delay claims: " + "; ".join(described) + ". A limited queue whose row is "
-        "locked is passed over by claims while it stays locked; jobs of a held-lock marker "
-        "locked by a login that is not a worker wait or show pending meanwhile",
+        "locked is passed over by claims while it stays locked; a held-lock marker locked by "
+        "a login that is not a worker delays nothing, but workers of earlier skiplock versions "
+        "miscount the jobs it names",
         "end those sessions' transactions, or the sessions: SELECT pg_terminate_backend(pid) "
         f"for pid in {pids}; give CONNECT on the database only to logins that need it",
         {"holders": holders},

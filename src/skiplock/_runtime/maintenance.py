@@ -337,13 +337,15 @@ class Maintenance:
 
     async def _report_strangers(self, conn: AsyncConnection[Any]) -> None:
         """Log each session that holds one of skiplock's advisory keys without being a worker
-        (the jobs the key names wait meanwhile; see docs/security.md) once when it is first
-        seen, and once when it has let go."""
+        (nothing waits on it, nor is counted by it, but workers of the last version count the
+        held-lock markers; see docs/security.md) once when it is first seen, and once when it
+        has let go."""
         now = set(await self.store.session_list_lock_strangers(conn))
         for pid, user, what, mode, granted in sorted(now - self._strangers):
             log.warning(
-                "session %s (%s), which may not write the jobs table, %s %s (%s): the jobs it "
-                "names wait meanwhile; `skiplock doctor` reports it",
+                "session %s (%s), which may not write the jobs table, %s %s (%s): claims do "
+                "not wait for it, but workers of earlier skiplock versions miscount the jobs "
+                "it names; `skiplock doctor` reports it",
                 pid,
                 user,
                 "holds" if granted else "waits for",
@@ -368,6 +370,7 @@ class Maintenance:
             )
         await self.store.job_held_starts_prune(conn)
         await self.store.job_progress_prune(conn)
+        await self.store.session_prune_held_runs(conn)
         await self.store.job_dependencies_prune(conn)
         await self.store.presence_prune_gone(conn, GONE_AFTER)
         if self.app.periodic_tasks:

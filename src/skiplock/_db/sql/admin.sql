@@ -14,25 +14,20 @@
 -- moved to the archive (completion 'archive') included; with %(before)s, only jobs with a
 -- smaller id (the next page).  PostgreSQL pushes the filters into both tables and merges
 -- their primary keys read newest first.  A running held-lock job, whose row looks pending, is
--- listed running (its job marker: see job_get); the markers are read only if a pending job
--- is.
-WITH held_jobs AS MATERIALIZED (
-    SELECT coalesce(array_agg(l.objid::int8), ARRAY[]::int8[]) AS ids
-    FROM pg_locks AS l
-    JOIN pg_stat_activity AS a ON a.pid = l.pid
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
-      AND {may_write_jobs}(a.usesysid)
+-- listed running (see job_get).
+WITH held_runs AS MATERIALIZED (
+    -- The transactions running held-lock jobs, with their queues (see job_get in jobs.sql).
+    SELECT h.queue, h.xmax FROM {held_runs} AS h WHERE {xact_running}(h.xmax)
 )
 SELECT * FROM (
     SELECT id, queue, task, payload,
-           CASE WHEN status = 'pending' AND (id & 4294967295) = ANY ((SELECT ids FROM held_jobs)::int8[])
+           CASE WHEN status = 'pending' AND EXISTS (
+                    SELECT FROM held_runs AS h WHERE h.queue = j.queue AND h.xmax = j.xmax)
                 THEN 'running' ELSE status END AS status,
            priority, run_at, attempts, max_attempts,
            locked_by, locked_until, locked_at, entity_key, idempotency_key, created_at, meta,
            expires_at, last_error, finished_at, result
-    FROM {jobs}
+    FROM {jobs} AS j
     UNION ALL
     SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts,
            locked_by, NULL::timestamptz, NULL::timestamptz, entity_key, idempotency_key,
@@ -218,24 +213,19 @@ LIMIT 1;
 -- would slow every enqueue and claim), and at most %(limit)s of them returned.  Every row
 -- ends with the smallest id read and how many were read; with no match, one row of NULLs
 -- and those two.
-WITH held_jobs AS MATERIALIZED (
-    SELECT coalesce(array_agg(l.objid::int8), ARRAY[]::int8[]) AS ids
-    FROM pg_locks AS l
-    JOIN pg_stat_activity AS a ON a.pid = l.pid
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
-      AND {may_write_jobs}(a.usesysid)
+WITH held_runs AS MATERIALIZED (
+    -- The transactions running held-lock jobs, with their queues (see job_get in jobs.sql).
+    SELECT h.queue, h.xmax FROM {held_runs} AS h WHERE {xact_running}(h.xmax)
 ), scanned AS MATERIALIZED (
     SELECT * FROM (
         SELECT id, queue, task, payload,
-               CASE WHEN status = 'pending'
-                         AND (id & 4294967295) = ANY ((SELECT ids FROM held_jobs)::int8[])
+               CASE WHEN status = 'pending' AND EXISTS (
+                        SELECT FROM held_runs AS h WHERE h.queue = j.queue AND h.xmax = j.xmax)
                     THEN 'running' ELSE status END AS status,
                priority, run_at, attempts, max_attempts,
                locked_by, locked_until, locked_at, entity_key, idempotency_key, created_at, meta,
                expires_at, last_error, finished_at, result
-        FROM {jobs}
+        FROM {jobs} AS j
         UNION ALL
         SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts,
                locked_by, NULL::timestamptz, NULL::timestamptz, entity_key, idempotency_key,

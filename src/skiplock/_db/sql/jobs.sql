@@ -170,12 +170,14 @@ WHERE idempotency_key = ANY(%(keys)s::text[])
 -- The payload comes back as JSON text, which the worker decodes itself (Job.from_claimed_row),
 -- faster than psycopg's jsonb loader (docs/design.md, "Payloads as JSON text, decoded by the
 -- worker").
--- A held-lock claim (held_marker) also marks its transaction as running a job of the queue
--- until the transaction ends: a shared advisory lock, one holder per running held-lock job,
--- which queue_running_count and queue_status count (every other session sees the job's row
--- as pending); and as running that job: a shared advisory lock keyed by the low 32 bits of
--- its id, by which job_get and job_list show it running.  Both are taken here, not by a
--- statement of their own, to save a round trip (docs/design.md, "Held-lock markers taken by the
+-- A held-lock claim also marks its transaction as running a job of the queue until the
+-- transaction ends: it locks its session's row of the queue in held_runs (run_mark,
+-- migration 0024), a row lock only a worker may take, which queue_running_count and
+-- queue_status count (every other session sees the job's row as pending), and by which
+-- job_get and job_list show the job running (its row's xmax is the same transaction).  It
+-- still takes the advisory markers of the last version (held_marker: its queue's key and
+-- its id's), which that version's workers count; a stranger may hold them, which only doctor
+-- reports now.  All are taken here, not by a statement of their own, to save a round trip (docs/design.md, "Held-lock markers taken by the
 -- claim"; nor pipelined with BEGIN and the claim: psycopg's pipeline sends a Flush after its Sync, after
 -- which PostgreSQL 15 leaves idle_in_transaction_session_timeout unarmed, and a held-lock
 -- job's session would outlive it; see test_held_sessions.py).  A claim that takes no job
@@ -254,6 +256,13 @@ WITH keys_idle AS MATERIALIZED (
     SELECT count(*) FILTER (WHERE pg_try_advisory_xact_lock_shared(
                hashtext('skiplock_held_job'), hashtext(%(schema)s || '/' || %(queue)s))) AS taken
     FROM (SELECT WHERE %(held_marker)s::bool) AS held
+), run_mark AS MATERIALIZED (
+    -- The row of this session for the queue in held_runs, locked until the transaction ends
+    -- (migration 0024): read, so locked, only once a held-lock claim has picked its job.  Not
+    -- registered yet: held_run_mark inserts it.
+    SELECT true AS marked FROM {held_runs}
+    WHERE queue = %(queue)s AND pid = pg_backend_pid()
+    FOR NO KEY UPDATE
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
@@ -263,8 +272,10 @@ FROM commit_mode, held_marker
 -- condition of the UPDATE, a scan of a small table marked every row it read; as a CTE of its
 -- own, picked was read twice, and so stored; docs/design.md, "Held-lock job markers in the
 -- claim's UPDATE").  The job
--- marker is tried and its outcome ignored (only a stranger's lock can refuse it: the job runs,
--- shown pending).  The job's entity key is taken too (entity_key_hold: a row lock on the key's
+-- marker is tried and its outcome ignored (only a stranger's lock can refuse it), and the
+-- session's row of the queue locked (run_mark, read only here, so only once a job is picked:
+-- what counts the job and shows it running; docs/design.md, "Running held-lock jobs: row locks
+-- of their sessions").  The job's entity key is taken too (entity_key_hold: a row lock on the key's
 -- slot, which only the worker role may take, migration 0020), or the claim fails as a lost
 -- entity-key race.  A leased claim checks the keys of its picks again,
 -- so that a held-lock claim that took one since its scan is not waited for.
@@ -276,8 +287,11 @@ WHERE j.id = ANY (ARRAY(
                                 ELSE {entity_key_held}(%(schema)s, p.entity_key) END
                WHEN pg_try_advisory_xact_lock_shared(
                         hashtext('skiplock_held_job_id/' || %(schema)s), p.id::bit(32)::int)
-               THEN p.entity_key IS NULL OR {entity_key_hold}(%(schema)s, p.entity_key)
-               ELSE p.entity_key IS NULL OR {entity_key_hold}(%(schema)s, p.entity_key) END))
+               THEN (p.entity_key IS NULL OR {entity_key_hold}(%(schema)s, p.entity_key))
+                    AND coalesce((SELECT marked FROM run_mark), {held_run_mark}(%(queue)s))
+               ELSE (p.entity_key IS NULL OR {entity_key_hold}(%(schema)s, p.entity_key))
+                    AND coalesce((SELECT marked FROM run_mark), {held_run_mark}(%(queue)s))
+          END))
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
           j.idempotency_key, j.created_at, j.meta, j.expires_at;
@@ -318,11 +332,16 @@ ORDER BY q.place;
 -- Claim one pending job by id, in a held-lock claim's transaction (after
 -- job_claim_candidates_from_queues chose it); nothing if another session took or holds it
 -- meanwhile, or its entity key has a running job now.  Takes the held-lock markers of the
--- job's queue, %(queue)s, and of the job, and its entity key, as job_claim does for a
--- held-lock claim.
+-- job's queue, %(queue)s, and of the job, its entity key, and its session's row of the queue
+-- in held_runs, as job_claim does for a held-lock claim.
 WITH held_marker AS MATERIALIZED (
     SELECT pg_try_advisory_xact_lock_shared(hashtext('skiplock_held_job'),
                                             hashtext(%(schema)s || '/' || %(queue)s)) AS taken
+), run_mark AS MATERIALIZED (
+    -- As in job_claim.
+    SELECT true AS marked FROM {held_runs}
+    WHERE queue = %(queue)s AND pid = pg_backend_pid()
+    FOR NO KEY UPDATE
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
@@ -337,8 +356,10 @@ WHERE j.id = (SELECT c.id FROM {jobs} AS c
               FOR UPDATE SKIP LOCKED)
   AND CASE WHEN pg_try_advisory_xact_lock_shared(hashtext('skiplock_held_job_id/' || %(schema)s),
                                                  j.id::bit(32)::int)
-           THEN j.entity_key IS NULL OR {entity_key_hold}(%(schema)s, j.entity_key)
-           ELSE j.entity_key IS NULL OR {entity_key_hold}(%(schema)s, j.entity_key) END
+           THEN (j.entity_key IS NULL OR {entity_key_hold}(%(schema)s, j.entity_key))
+                AND coalesce((SELECT marked FROM run_mark), {held_run_mark}(%(queue)s))
+           ELSE (j.entity_key IS NULL OR {entity_key_hold}(%(schema)s, j.entity_key))
+                AND coalesce((SELECT marked FROM run_mark), {held_run_mark}(%(queue)s)) END
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
           j.idempotency_key, j.created_at, j.meta, j.expires_at;
@@ -736,24 +757,18 @@ SELECT queue, count(*) FROM cancelled GROUP BY queue;
 -- name: job_get
 -- One job by id, with its current state; a done job moved to the archive (completion
 -- 'archive') is read from there (the move is one statement: a job is never in both).  A
--- held-lock job's row looks pending while its transaction runs it: it is shown running when a
--- transaction holds its job marker (see job_claim), whose key is the low 32 bits of its id,
--- in a session that may write the jobs table (another login's lock on the key shows nothing).
+-- held-lock job's row looks pending while its transaction runs it: it is shown running when
+-- that transaction, which updated the row (its xmax), holds a row of its queue in held_runs
+-- (see job_claim; a row lock only a worker may take, migration 0024).
 (SELECT id, queue, task, payload,
-        CASE WHEN status = 'pending' AND (id & 4294967295) = ANY (ARRAY(
-                 SELECT l.objid::int8 FROM pg_locks AS l
-                 JOIN pg_stat_activity AS a ON a.pid = l.pid
-                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-                   AND l.mode = 'ShareLock'
-                   AND l.database = (SELECT oid FROM pg_database
-                                     WHERE datname = current_database())
-                   AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
-                   AND {may_write_jobs}(a.usesysid)))
+        CASE WHEN status = 'pending' AND EXISTS (
+                 SELECT FROM {held_runs} AS h
+                 WHERE h.queue = j.queue AND h.xmax = j.xmax AND {xact_running}(h.xmax))
              THEN 'running' ELSE status END,
         priority, run_at, attempts, max_attempts, locked_by,
         locked_until, locked_at, entity_key, idempotency_key, created_at, meta, expires_at,
         last_error, finished_at, result
- FROM {jobs} WHERE id = %(id)s)
+ FROM {jobs} AS j WHERE id = %(id)s)
 UNION ALL
 (SELECT id, queue, task, payload, status, priority, run_at, attempts, max_attempts, locked_by,
         NULL::timestamptz, NULL::timestamptz, entity_key, idempotency_key, created_at, meta,
@@ -842,19 +857,19 @@ RETURNING p.job_id;
 
 -- name: job_progress_write_held
 -- Record the progress of held-lock jobs from a side connection (their rows are locked by the
--- transactions that run them), each only if the session %(pids)s names still holds the job's
--- marker (see job_claim), i.e. its claim is alive; returns the ids written.
+-- transactions that run them), each only if the session %(pids)s names still runs the job:
+-- its row of the job's queue in held_runs is locked by the transaction that updated the job's
+-- row (see job_claim), i.e. its claim is alive; returns the ids written.
 INSERT INTO {progress} AS p (job_id, attempt, worker, progress, status, updated_at)
 SELECT r.id, r.attempts, %(worker)s, r.progress, r.status, now()
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(pids)s::int[],
             %(progress)s::float8[], %(status)s::text[])
      AS r(id, attempts, pid, progress, status)
 WHERE EXISTS (
-    SELECT FROM pg_locks AS l
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
-      AND l.pid = r.pid AND l.objid::int8 = (r.id & 4294967295)
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
+    SELECT FROM {jobs} AS j
+    JOIN {held_runs} AS h ON h.queue = j.queue AND h.pid = r.pid
+    WHERE j.id = r.id AND j.status = 'pending' AND h.xmax = j.xmax
+      AND {xact_running}(h.xmax))
 ON CONFLICT (job_id) DO UPDATE
 SET attempt = excluded.attempt, worker = excluded.worker, progress = excluded.progress,
     status = excluded.status, updated_at = excluded.updated_at
@@ -868,19 +883,15 @@ SELECT progress, status, attempt, worker, updated_at FROM {progress} WHERE job_i
 -- name: job_progress_prune
 -- Forget the progress of jobs that no longer run the attempt that reported it (finished,
 -- retried, gone): a leased job's row says so; a held-lock job's row looks pending while it
--- runs, so its row is kept while a session that may write the jobs table holds the job's
--- marker (see job_claim; a stranger's lock on the key keeps nothing).  Rows younger than
+-- runs, so its row is kept while the transaction that runs it holds its session's row of the
+-- queue in held_runs (see job_get; a lock only a worker may take).  Rows younger than
 -- %(keep_seconds)s are kept (a claim being written).  Run by the maintenance leader.
 DELETE FROM {progress} AS p
 WHERE p.updated_at < now() - make_interval(secs => %(keep_seconds)s)
   AND NOT EXISTS (SELECT FROM {jobs} AS j
                   WHERE j.id = p.job_id AND j.status = 'running' AND j.attempts = p.attempt)
   AND NOT EXISTS (
-      SELECT FROM pg_locks AS l
-      JOIN pg_stat_activity AS a ON a.pid = l.pid
-      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
-        AND l.objid::int8 = (p.job_id & 4294967295)
-        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-        AND l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
-        AND {may_write_jobs}(a.usesysid))
+      SELECT FROM {jobs} AS j
+      JOIN {held_runs} AS h ON h.queue = j.queue AND h.xmax = j.xmax
+      WHERE j.id = p.job_id AND j.status = 'pending' AND {xact_running}(h.xmax))
 RETURNING p.job_id;

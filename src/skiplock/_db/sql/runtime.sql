@@ -91,30 +91,32 @@ SELECT q.name FROM wait, {queues} AS q WHERE q.name = %(queue)s FOR NO KEY UPDAT
 
 -- name: queue_running_count
 -- Running jobs of one queue, across all workers: leased ones by their status, held-lock ones
--- by the marker each one's transaction holds (held_marker in job_claim: every other session sees
--- a running held-lock job's row as pending), counted only for sessions that may write the jobs
--- table (a login that may not cannot fake a running job).  Also whether a session that may not
--- holds the marker's key exclusively: held-lock claims cannot mark their jobs meanwhile, so
--- the count would miss them, and the caller claims nothing from the queue.
+-- by the rows of held_runs their transactions lock (job_claim: every other session sees a
+-- running held-lock job's row as pending; a row lock only a worker may take, so no other
+-- login can fake a running job, nor keep one from being counted: migration 0024).
 SELECT (SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue)s)
-     + count(*) FILTER (WHERE m.trusted AND m.mode = 'ShareLock'),
-       coalesce(bool_or(NOT m.trusted AND m.mode = 'ExclusiveLock'), false)
-FROM (
-    SELECT l.mode, {may_write_jobs}(a.usesysid)
-               AS trusted
-    FROM pg_locks AS l
-    JOIN pg_stat_activity AS a ON a.pid = l.pid
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND l.classid = hashtext('skiplock_held_job')::oid
-      AND l.objid = hashtext(%(schema)s || '/' || %(queue)s)::oid
-) AS m;
+     + (SELECT count(*) FROM {held_runs} AS h
+        WHERE h.queue = %(queue)s AND {xact_running}(h.xmax));
+
+-- name: session_register_held_runs
+-- Give this session a row of held_runs for each of %(queues)s, committed before it claims a
+-- held-lock job of them, so that its claims' locks on the rows are counted (see job_claim).
+INSERT INTO {held_runs} (queue, pid)
+SELECT q, pg_backend_pid() FROM unnest(%(queues)s::text[]) AS q
+ON CONFLICT DO NOTHING;
+
+-- name: session_prune_held_runs
+-- Forget the rows of held_runs of sessions that are gone (a row of a live session is kept:
+-- it may be locked, and its session claims again).  Run by the maintenance leader.
+DELETE FROM {held_runs} AS h
+WHERE NOT EXISTS (SELECT FROM pg_stat_activity AS a WHERE a.pid = h.pid)
+RETURNING h.pid;
 
 -- name: session_list_lock_strangers
 -- Sessions that hold (or wait for) one of skiplock's advisory keys of this schema (held-lock
--- markers) without being allowed to write the jobs table: not workers, so the jobs those
--- keys name wait or show pending while they hold them (see doctor_lock_holders).  Entity keys
--- are marked by row locks no such session may take (migration 0020).
+-- markers, which workers of the last version count) without being allowed to write the jobs
+-- table: not workers (see doctor_lock_holders).  Held-lock jobs and their entity keys are
+-- marked by row locks no such session may take (migrations 0020 and 0024).
 SELECT l.pid, a.usename::text,
        CASE l.classid WHEN hashtext('skiplock_held_job')::oid THEN 'a held-lock queue marker'
                       ELSE 'a held-lock job marker' END AS what,
@@ -279,31 +281,17 @@ WHERE n.nspname = %(schema)s AND c.relname = 'jobs';
 -- in seconds, jobs finished in the last minute, its settings (paused,
 -- concurrency limit, rate limit) and the live workers that claim from it (reported within
 -- %(silent)s seconds); a queue with settings or workers but no jobs is listed with zero counts.
--- Running held-lock jobs, whose rows look pending, are counted running by their transactions'
--- queue markers (held_marker in job_claim), and their job markers (the low 32 bits of their
--- ids; both only those of sessions that may write the jobs table) keep them out of the oldest
--- due job's age: while any run, the due jobs are read a second time for it (in the claim
--- index), each checked against the few running ones (docs/design.md, "The oldest due age read
--- twice beside running held-lock jobs").
-WITH markers AS MATERIALIZED (
-    -- Held-lock markers of sessions that may write the jobs table (no other is counted).
-    SELECT l.classid, l.objid
-    FROM pg_locks AS l
-    JOIN pg_stat_activity AS a ON a.pid = l.pid
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND l.classid IN (hashtext('skiplock_held_job')::oid,
-                        hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
-      AND {may_write_jobs}(a.usesysid)
+-- Running held-lock jobs, whose rows look pending, are counted running by the rows of held_runs
+-- their transactions lock, and kept out of the oldest due job's age by their rows' xmax (see
+-- job_get): while any run, the due jobs are read a second time for it (in the claim index),
+-- each checked against the few running ones (docs/design.md, "The oldest due age read twice
+-- beside running held-lock jobs").
+WITH held_runs AS MATERIALIZED (
+    -- The transactions running held-lock jobs, with their queues (row locks only a worker
+    -- may take: migration 0024).
+    SELECT h.queue, h.xmax FROM {held_runs} AS h WHERE {xact_running}(h.xmax)
 ), held AS (
-    SELECT objid, count(*) AS running
-    FROM markers
-    WHERE classid = hashtext('skiplock_held_job')::oid
-    GROUP BY objid
-), held_jobs AS MATERIALIZED (
-    SELECT array_agg(objid::int8) AS ids  -- NULL when none runs
-    FROM markers
-    WHERE classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+    SELECT queue, count(*) AS running FROM held_runs GROUP BY queue
 ), counts AS (
     -- Live jobs counted exactly, each status in its partial index (jobs_claim_idx,
     -- jobs_scheduled_idx, jobs_waiting_idx, jobs_running_idx): as many rows as are live,
@@ -374,9 +362,9 @@ WITH markers AS MATERIALIZED (
     GROUP BY queue
 ), oldest_not_held AS (
     SELECT queue, min(run_at) AS oldest_pending
-    FROM {jobs}
-    WHERE status = 'pending' AND (SELECT ids FROM held_jobs) IS NOT NULL
-      AND NOT (id & 4294967295) = ANY ((SELECT ids FROM held_jobs)::int8[])
+    FROM {jobs} AS j
+    WHERE status = 'pending' AND EXISTS (SELECT FROM held_runs)
+      AND NOT EXISTS (SELECT FROM held_runs AS h WHERE h.queue = j.queue AND h.xmax = j.xmax)
     GROUP BY queue
 ), served AS (
     SELECT served.queue, count(*) AS workers
@@ -390,7 +378,7 @@ SELECT coalesce(c.queue, q.name, s.queue) AS queue,
        coalesce(c.running, 0) + least(coalesce(h.running, 0), coalesce(c.pending, 0)) AS running,
        coalesce(c.failed, 0) AS failed,
        coalesce(c.done, 0) AS done, coalesce(c.cancelled, 0) AS cancelled,
-       extract(epoch FROM now() - CASE WHEN (SELECT ids FROM held_jobs) IS NULL
+       extract(epoch FROM now() - CASE WHEN NOT EXISTS (SELECT FROM held_runs)
                                        THEN c.oldest_pending ELSE o.oldest_pending END)::float8
            AS oldest_pending_seconds,
        coalesce(c.finished_last_minute, 0) AS finished_last_minute,
@@ -400,7 +388,7 @@ SELECT coalesce(c.queue, q.name, s.queue) AS queue,
 FROM counts AS c
 FULL JOIN {queues} AS q ON q.name = c.queue
 FULL JOIN served AS s ON s.queue = coalesce(c.queue, q.name)
-LEFT JOIN held AS h ON h.objid = hashtext(%(schema)s || '/' || c.queue)::oid
+LEFT JOIN held AS h ON h.queue = c.queue
 LEFT JOIN oldest_not_held AS o ON o.queue = c.queue
 ORDER BY 1;
 

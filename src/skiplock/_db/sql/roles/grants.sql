@@ -1,6 +1,6 @@
 -- Least-privilege roles of one skiplock schema, for `skiplock roles` (src/skiplock/_cli/roles.py).
 -- Not loaded with the runtime statements: besides {schema}, {jobs}, {archive}, {queues},
--- {leaders}, {ticks}, {held_starts}, {held_key_slots}, {progress}, {workers}, {dependencies}, {jobs_id_seq} and {migrations}
+-- {leaders}, {ticks}, {held_starts}, {held_key_slots}, {held_runs}, {progress}, {workers}, {dependencies}, {jobs_id_seq} and {migrations}
 -- these name the roles: {enqueuer}, {worker}, {admin}, {viewer} (and {role} in role_create), all
 -- composed as quoted identifiers.
 
@@ -53,7 +53,7 @@ FROM pg_class AS c
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p')
   AND c.relname IN ('jobs', 'jobs_archive', 'queues', 'leaders', 'periodic_ticks', 'held_starts',
-                    'held_key_slots', 'workers', 'job_dependencies', 'job_progress', 'migrations');
+                    'held_key_slots', 'held_runs', 'workers', 'job_dependencies', 'job_progress', 'migrations');
 
 -- name: role_create
 -- One role without login rights; give it to login users with GRANT role TO user.
@@ -128,6 +128,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {progress} TO {worker};  -- ctx.progress
 -- (a row lock needs UPDATE; no role but the worker may take one, which makes the mark a
 -- worker's: migration 0020).
 GRANT SELECT, UPDATE ON {held_key_slots} TO {worker};
+-- The rows of held-lock workers' sessions: registered, locked by a held-lock claim for as long
+-- as its job runs, read by the counts (a row lock needs UPDATE: migration 0024).
+GRANT SELECT, INSERT, UPDATE, DELETE ON {held_runs} TO {worker};
+GRANT EXECUTE ON FUNCTION {schema}.xact_running(xid), {schema}.held_run_mark(text) TO {worker};
 
 -- name: role_grant_admin
 -- Admin: every row of every skiplock table (retry, cancel, pause, limit, prune, purge), the
@@ -140,6 +144,8 @@ GRANT SELECT ON SEQUENCE {jobs_id_seq} TO {admin};
 GRANT SELECT, DELETE ON {progress} TO {admin};
 GRANT SELECT ON {migrations} TO {admin};
 GRANT EXECUTE ON FUNCTION {schema}.may_write_jobs(oid) TO {admin};  -- doctor: which sessions are workers
+GRANT SELECT ON {held_runs} TO {admin};  -- running held-lock jobs shown running (0024)
+GRANT EXECUTE ON FUNCTION {schema}.xact_running(xid) TO {admin};
 GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {admin};  -- enqueue (0021)
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON {key_limits} TO {admin};  -- limits per key (0021)
 GRANT EXECUTE ON FUNCTION {schema}.archive_partitions_keep(int, float8, timestamptz)
@@ -151,7 +157,9 @@ GRANT EXECUTE ON FUNCTION {schema}.archive_partitions_keep(int, float8, timestam
 GRANT USAGE ON SCHEMA {schema} TO {viewer};
 GRANT SELECT ON {jobs}, {archive}, {queues}, {workers}, {dependencies}, {migrations}
     TO {viewer};
-GRANT EXECUTE ON FUNCTION {schema}.may_write_jobs(oid) TO {viewer};  -- held-lock jobs shown running
+GRANT EXECUTE ON FUNCTION {schema}.may_write_jobs(oid) TO {viewer};
+GRANT SELECT ON {held_runs} TO {viewer};  -- held-lock jobs shown running (0024)
+GRANT EXECUTE ON FUNCTION {schema}.xact_running(xid) TO {viewer};
 GRANT SELECT ON {progress} TO {viewer};
 GRANT SELECT ON {key_limits} TO {viewer};
 
