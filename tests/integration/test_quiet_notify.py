@@ -204,35 +204,37 @@ def test_a_busy_worker_is_not_notified_and_still_runs_what_comes(
     assert when_idle == ["mail"]
 
 
+async def trickle(app: App, concurrency: int, jobs: int) -> list[float]:
+    """Enqueue ``jobs`` jobs of "mail" one at a time into an idle worker (its poll 3 s away):
+    the seconds from each enqueue until the job is done."""
+    worker = Worker(app, queues=["mail"], concurrency=concurrency, poll_interval=3.0)
+    running = asyncio.create_task(worker.run())
+    while worker.listener is None or not worker.listener.listening.is_set():
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.3)
+    latencies = []
+    for _ in range(jobs):
+        enqueued = time.monotonic()
+        job_id = (await app.enqueue_async("mail")).id
+        while time.monotonic() - enqueued < 5:
+            job = await app.get_job_async(job_id)
+            if job is not None and job.status == JobStatus.DONE:
+                break
+            await asyncio.sleep(0.002)
+        latencies.append(time.monotonic() - enqueued)
+        await asyncio.sleep(0.1)
+    worker.stop()
+    await running
+    return latencies
+
+
 @pytest.mark.usefixtures("mail")
 def test_a_trickle_into_an_idle_worker_starts_at_notification_speed(app: App) -> None:
     """One job at a time into an idle worker: each is notified, so it starts within the
     wake-up latency (a few ms), not at the poll; a concurrency-1 worker marks itself busy and
     idle again around each job."""
-
-    async def scenario(concurrency: int) -> list[float]:
-        worker = Worker(app, queues=["mail"], concurrency=concurrency, poll_interval=3.0)
-        running = asyncio.create_task(worker.run())
-        while worker.listener is None or not worker.listener.listening.is_set():
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.3)
-        latencies = []
-        for _ in range(15):
-            enqueued = time.monotonic()
-            job_id = (await app.enqueue_async("mail")).id
-            while time.monotonic() - enqueued < 5:
-                job = await app.get_job_async(job_id)
-                if job is not None and job.status == JobStatus.DONE:
-                    break
-                await asyncio.sleep(0.002)
-            latencies.append(time.monotonic() - enqueued)
-            await asyncio.sleep(0.1)
-        worker.stop()
-        await running
-        return latencies
-
     for concurrency in (1, 8):
-        latencies = asyncio.run(scenario(concurrency))
+        latencies = asyncio.run(trickle(app, concurrency, 15))
         assert statistics.median(latencies) < 0.1, (concurrency, latencies)
         assert max(latencies) < 1.0, (concurrency, latencies)
 
@@ -247,30 +249,8 @@ def test_an_idle_worker_under_limits_is_still_woken_by_notification(app: App, li
         app.sync_client.set_concurrency_limit("mail", 4)
     else:
         app.sync_client.set_key_limit("some-tenant", concurrency=2)
-
-    async def scenario() -> list[float]:
-        worker = Worker(app, queues=["mail"], concurrency=4, poll_interval=3.0)
-        running = asyncio.create_task(worker.run())
-        while worker.listener is None or not worker.listener.listening.is_set():
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.3)
-        latencies = []
-        for _ in range(8):
-            enqueued = time.monotonic()
-            job_id = (await app.enqueue_async("mail")).id
-            while time.monotonic() - enqueued < 5:
-                job = await app.get_job_async(job_id)
-                if job is not None and job.status == JobStatus.DONE:
-                    break
-                await asyncio.sleep(0.002)
-            latencies.append(time.monotonic() - enqueued)
-            await asyncio.sleep(0.1)
-        worker.stop()
-        await running
-        return latencies
-
     try:
-        latencies = asyncio.run(scenario())
+        latencies = asyncio.run(trickle(app, 4, 8))
     finally:
         app.sync_client.set_concurrency_limit("mail", None)
         app.sync_client.set_key_limit("some-tenant")
