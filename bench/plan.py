@@ -242,12 +242,22 @@ SK_PREFETCH0 = Setting(
     extra=("--prefetch", "0"),
     notes="CLI defaults but --prefetch 0 (claims only for free slots)",
 )
+# Between the two: smaller claims, sent more often (what bounds the default's figure is the time
+# to its next claim and that claim's own time: docs/design.md, "Better jobs start before the
+# reserve").
+SK_PREFETCH100 = Setting(
+    "skiplock",
+    "prefetch100",
+    extra=("--prefetch", "100"),
+    notes="CLI defaults but --prefetch 100 (claims of about 50-100 jobs)",
+)
 
 UNDERLOAD = [
     dataclasses.replace(st, other_queue=True)
     for st in (
         SK_DEFAULT,
         SK_PREFETCH0,
+        SK_PREFETCH100,
         pgq(10, 1),
         PR_DEFAULT,
         celery("redis", "prefork", 2, 4, False),
