@@ -333,3 +333,49 @@ def test_a_job_retried_at_once_runs_again_without_waiting_for_the_poll(app: App,
     run_until(worker, lambda: worker.stats.done == 1)
     assert attempts == [1, 2]
     assert rows(db, app) == {job_id: ("done", 2)}
+
+
+def test_a_better_job_claimed_later_starts_before_the_jobs_reserved_ahead_of_it(
+    app: App, db: Any
+) -> None:
+    """A higher-priority job of the busy queue and a job of another queue, claimed while older
+    jobs wait in the reserve, start at the next free slot, not after that reserve."""
+    started: list[str] = []
+    gate = asyncio.Event()
+
+    @app.task(name="backlog", queue="busy")
+    async def backlog(n: int) -> None:
+        started.append(f"b{n}")
+        if n == 0:
+            await gate.wait()
+        else:
+            await asyncio.sleep(0.2)
+
+    @app.task(name="urgent", queue="busy", priority=-1)
+    async def urgent() -> None:
+        started.append("urgent")
+
+    @app.task(name="other", queue="other")
+    async def other() -> None:
+        started.append("other")
+
+    for n in range(8):
+        backlog.enqueue(n=n)
+    worker = reserving(Worker(app, queues=["busy", "other"], concurrency=1, poll_interval=0.1), 4)
+
+    async def main() -> None:
+        run = asyncio.create_task(worker.run())
+        # b0 runs, b1-b4 are reserved; the worker claims again once two of those have started
+        await wait_for_async(lambda: started == ["b0"] and len(worker.running_jobs) == 5, 5.0)
+        await urgent.enqueue_async()
+        await other.enqueue_async()
+        gate.set()
+        await wait_for_async(lambda: len(started) == 10 and not worker.running_jobs, 10.0)
+        worker.stop()
+        await run
+
+    asyncio.run(main())
+    # Claimed after b1-b4, both start as soon as the slot frees from the job that ran when they
+    # were claimed: before b3 and b4, which were reserved ahead of them.
+    assert started.index("urgent") < started.index("b3")
+    assert started.index("other") < started.index("b3")

@@ -68,6 +68,7 @@ class LeasedSlots:
         self.on_freed = on_freed  # a slot's job ended: start what waits, claim if due
         self.on_taken = on_taken  # a slot took a reserved job: claim if due
         self.parked: deque[ParkedSlot] = deque()  # the idle slots
+        state.reserved.weights = claims.turns.weights  # the reserve takes the claim's turns
         self._doubt_logged_at = -math.inf  # when the last "not starting job" line was logged
 
     def room(self, unwritten: int) -> int:

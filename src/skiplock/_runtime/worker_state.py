@@ -8,8 +8,8 @@ held-lock watchers read it through :meth:`WorkerState.jobs`.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 
+from skiplock._runtime.reserve import Reserve
 from skiplock._runtime.running import RunningJob
 from skiplock._task_settings import WorkerModel
 from skiplock.job import Job
@@ -18,7 +18,7 @@ from skiplock.job import Job
 class WorkerState:
     def __init__(self) -> None:
         self.running: dict[int, RunningJob] = {}  # every claimed job, reserved or started
-        self.reserved: deque[RunningJob] = deque()  # claimed, waiting for a slot
+        self.reserved = Reserve()  # claimed, waiting for a slot (in the order they start)
         self.busy: set[asyncio.Task[None]] = set()  # the busy slots (held-lock slots too)
         self.handlers = 0  # jobs whose task is running now (their outcomes are still to come)
         self.stopping = False  # stop claiming and starting (Worker.stop)
