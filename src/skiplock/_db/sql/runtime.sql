@@ -248,15 +248,37 @@ WHERE t.tick < now() - interval '1 day'
   AND EXISTS (SELECT 1 FROM {ticks} AS later WHERE later.name = t.name AND later.tick > t.tick);
 
 -- name: job_prune_finished
--- Delete up to %(limit)s jobs finished (in one status) before the retention.
-DELETE FROM {jobs} WHERE id IN (
-    SELECT id FROM {jobs}
-    WHERE status = %(status)s AND finished_at < now() - make_interval(secs => %(older_than)s)
-    ORDER BY finished_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+-- Delete up to %(limit)s jobs finished (in one status) before the retention.  Those done or
+-- failed within the charts' widest window (a retention under a day) are counted for the
+-- dashboard's charts in the same statement (finished_counts, migration 0025).
+WITH gone AS (
+    DELETE FROM {jobs} WHERE id IN (
+        SELECT id FROM {jobs}
+        WHERE status = %(status)s AND finished_at < now() - make_interval(secs => %(older_than)s)
+        ORDER BY finished_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id, queue, status, finished_at,
+              greatest(extract(epoch FROM locked_at - run_at), 0)::float8 AS wait
+), counted AS (
+    INSERT INTO {finished_counts} (minute, queue, bucket, done, failed, wait_sum, wait_max)
+    SELECT date_trunc('minute', finished_at), queue, {finished_wait_bucket}(wait),
+           count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'),
+           sum(wait), max(wait)
+    FROM gone
+    WHERE status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
+    GROUP BY 1, 2, 3
 )
-RETURNING id;
+SELECT id FROM gone;
+
+-- name: job_finished_counts_prune
+-- Forget the charts' counts older than their widest window (a day); how many.  Run by the
+-- maintenance leader.
+WITH forgotten AS (
+    DELETE FROM {finished_counts} WHERE minute < now() - interval '1 day' RETURNING 1
+)
+SELECT count(*) FROM forgotten;
 
 -- name: job_release_many
 -- Give back claimed jobs that never started (graceful shutdown): pending again, attempt unspent.
