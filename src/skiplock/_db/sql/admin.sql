@@ -271,30 +271,40 @@ WITH recent AS (
 ), per_bucket AS (
     SELECT queue, minute, bucket, sum(done) AS done, sum(failed) AS failed,
            sum(wait_sum) AS wait_sum, max(wait_max) AS wait_max, min(oldest) AS oldest,
-           sum(read) AS read
+           sum(read) AS read, sum(n) AS n
     FROM (
         SELECT queue, date_trunc('minute', finished_at) AS minute,
                {finished_wait_bucket}(wait) AS bucket,
                count(*) FILTER (WHERE NOT failed) AS done, count(*) FILTER (WHERE failed) AS failed,
                sum(wait) AS wait_sum, max(wait) AS wait_max, min(finished_at) AS oldest,
-               count(*) AS read
+               count(*) AS read, count(*) AS n
         FROM recent
         GROUP BY 1, 2, 3
         UNION ALL
-        SELECT queue, minute, bucket, done, failed, wait_sum, wait_max, NULL, 0
-        FROM {finished_counts}
-        WHERE minute > date_trunc('minute', now()) - make_interval(mins => %(minutes)s)
+        -- Each row of counts as its totals (bucket NULL, no jobs) and the jobs of its buckets.
+        SELECT c.queue, c.minute, x.bucket, x.done, x.failed, x.wait_sum, x.wait_max, NULL,
+               0, x.n
+        FROM {finished_counts} AS c
+        CROSS JOIN LATERAL (
+            SELECT NULL::int AS bucket, c.done::bigint AS done, c.failed::bigint AS failed,
+                   c.wait_sum, c.wait_max, 0::bigint AS n
+            UNION ALL
+            SELECT u.bucket, 0, 0, 0, NULL, u.n
+            FROM unnest(c.buckets, c.counts) AS u(bucket, n)
+        ) AS x
+        WHERE c.minute > date_trunc('minute', now()) - make_interval(mins => %(minutes)s)
     ) AS both_sources
     GROUP BY 1, 2, 3
 ), ranked AS (
-    SELECT *, sum(done + failed) OVER (PARTITION BY queue, minute ORDER BY bucket) AS up_to,
-           sum(done + failed) OVER (PARTITION BY queue, minute) AS n
+    SELECT *, sum(n) OVER (PARTITION BY queue, minute ORDER BY bucket) AS up_to,
+           sum(n) OVER (PARTITION BY queue, minute) AS total
     FROM per_bucket
 ), per_minute AS (
     SELECT queue, minute, sum(done)::bigint AS done, sum(failed)::bigint AS failed,
            (sum(wait_sum) / sum(done + failed))::float8 AS wait_mean,
            least(min(0.001 * power(2::float8, bucket / 4::float8))
-                     FILTER (WHERE up_to >= 0.95 * n), max(wait_max))::float8 AS wait_p95,
+                     FILTER (WHERE bucket IS NOT NULL AND up_to >= 0.95 * total),
+                 max(wait_max))::float8 AS wait_p95,
            max(wait_max)::float8 AS wait_max, min(oldest) AS oldest, sum(read) AS read
     FROM ranked
     GROUP BY 1, 2
@@ -340,13 +350,17 @@ WITH candidates AS (
     RETURNING j.id, j.queue, j.status, j.finished_at,
               greatest(extract(epoch FROM j.locked_at - j.run_at), 0)::float8 AS wait
 ), counted AS (
-    INSERT INTO {finished_counts} (minute, queue, bucket, done, failed, wait_sum, wait_max)
-    SELECT date_trunc('minute', finished_at), queue, {finished_wait_bucket}(wait),
-           count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'),
-           sum(wait), max(wait)
-    FROM deleted
-    WHERE status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
-    GROUP BY 1, 2, 3
+    INSERT INTO {finished_counts} (minute, queue, done, failed, wait_sum, wait_max, buckets,
+                                   counts)
+    SELECT minute, queue, sum(done), sum(failed), sum(wait_sum), max(wait_max),
+           array_agg(bucket ORDER BY bucket), array_agg(done + failed ORDER BY bucket)
+    FROM (SELECT date_trunc('minute', finished_at) AS minute, queue, {finished_wait_bucket}(wait) AS bucket,
+                 count(*) FILTER (WHERE status = 'done') AS done,
+                 count(*) FILTER (WHERE status = 'failed') AS failed, sum(wait) AS wait_sum, max(wait) AS wait_max
+          FROM deleted
+          WHERE status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
+          GROUP BY 1, 2, 3) AS per_bucket
+    GROUP BY 1, 2
 )
 SELECT (SELECT count(*) FROM candidates), (SELECT max(id) FROM candidates),
        (SELECT count(*) FROM deleted);

@@ -262,13 +262,17 @@ WITH gone AS (
     RETURNING id, queue, status, finished_at,
               greatest(extract(epoch FROM locked_at - run_at), 0)::float8 AS wait
 ), counted AS (
-    INSERT INTO {finished_counts} (minute, queue, bucket, done, failed, wait_sum, wait_max)
-    SELECT date_trunc('minute', finished_at), queue, {finished_wait_bucket}(wait),
-           count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'),
-           sum(wait), max(wait)
-    FROM gone
-    WHERE status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
-    GROUP BY 1, 2, 3
+    INSERT INTO {finished_counts} (minute, queue, done, failed, wait_sum, wait_max, buckets,
+                                   counts)
+    SELECT minute, queue, sum(done), sum(failed), sum(wait_sum), max(wait_max),
+           array_agg(bucket ORDER BY bucket), array_agg(done + failed ORDER BY bucket)
+    FROM (SELECT date_trunc('minute', finished_at) AS minute, queue, {finished_wait_bucket}(wait) AS bucket,
+                 count(*) FILTER (WHERE status = 'done') AS done,
+                 count(*) FILTER (WHERE status = 'failed') AS failed, sum(wait) AS wait_sum, max(wait) AS wait_max
+          FROM gone
+          WHERE status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
+          GROUP BY 1, 2, 3) AS per_bucket
+    GROUP BY 1, 2
 )
 SELECT id FROM gone;
 

@@ -2,17 +2,20 @@
 -- archived on completion, pruned, bulk-deleted), written by the statement that removes them,
 -- so a job is charted exactly once: from its row while it is in the table, from these counts
 -- once it left (docs/design.md, "Dashboard charts: an index-only read, and the jobs that left
--- the table").  Rows are only inserted, one per statement, queue, minute and wait bucket, never
--- updated: workers finishing jobs of one queue in one minute never wait on each other's row.
+-- the table").  Rows are only inserted, one per statement and queue, never updated: workers
+-- finishing jobs of one queue in one minute never wait on each other's row.  The histogram of
+-- the wait is two arrays of the row: the buckets that have jobs (finished_wait_bucket) and
+-- their counts, so a batch writes one row a queue however spread its waits are.
 -- The maintenance leader deletes rows older than the charts' widest window (a day).
 CREATE TABLE {schema}.finished_counts (
     minute timestamptz NOT NULL,  -- the minute the jobs finished in
     queue text NOT NULL,
-    bucket smallint NOT NULL,     -- of the wait (finished_wait_bucket)
     done int NOT NULL,
     failed int NOT NULL,
     wait_sum float8 NOT NULL,     -- seconds
-    wait_max float8 NOT NULL
+    wait_max float8 NOT NULL,
+    buckets smallint[] NOT NULL,  -- of the wait, ascending
+    counts int[] NOT NULL         -- the jobs in each of those buckets
 );
 CREATE INDEX finished_counts_minute_idx ON {schema}.finished_counts (minute);
 
