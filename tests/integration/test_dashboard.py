@@ -672,3 +672,42 @@ def test_the_leader_forgets_the_counts_older_than_a_day(shop: App, db: Any) -> N
         assert store.job_finished_counts_prune(conn) == 1
         assert store.job_finished_counts_prune(conn) == 0
     assert db.execute(f"SELECT count(*) FROM {counts}").fetchone() == (1,)
+
+
+def test_the_leader_merges_a_past_minutes_counts_into_one_row_and_the_charts_agree(
+    shop: App, db: Any
+) -> None:
+    counts = f'"{shop.schema}".finished_counts'
+    past, current = db.execute(
+        "SELECT date_trunc('minute', now()) - interval '3 minutes', date_trunc('minute', now())"
+    ).fetchone()
+    db.execute(
+        f"INSERT INTO {counts} (minute, queue, done, failed, wait_sum, wait_max, buckets, counts) "
+        "VALUES (%(past)s, 'emails', 2, 1, 6, 4,"
+        "        '{40,48}', '{1,2}'),"
+        "       (%(past)s, 'emails', 1, 0, 1, 1,"
+        "        '{40}', '{1}'),"
+        "       (%(past)s, 'reports', 1, 0, 1, 1,"
+        "        '{40}', '{1}'),"
+        "       (%(current)s, 'emails', 1, 0, 1, 1, '{40}', '{1}'),"
+        "       (%(current)s, 'emails', 1, 0, 1, 1, '{40}', '{1}')",
+        {"past": past, "current": current},
+    )
+    before = shop.sync_client.finished_per_minute()
+    store = shop.sync_client.store
+    with shop.sync_client.connection() as conn:
+        assert store.job_finished_counts_merge(conn) == 2  # the past minute's two of emails
+        assert store.job_finished_counts_merge(conn) == 0
+    rows = db.execute(
+        f"SELECT queue, done, failed, wait_sum, wait_max, buckets, counts FROM {counts} "
+        "WHERE minute = %s ORDER BY queue",
+        (past,),
+    ).fetchall()
+    assert rows == [("emails", 3, 1, 7.0, 4.0, [40, 48], [2, 2]),
+                    ("reports", 1, 0, 1.0, 1.0, [40], [1])]  # fmt: skip
+    assert shop.sync_client.finished_per_minute().queues == before.queues
+    series = before.queues["emails"]
+    at = series[before.minutes.index(past)]
+    assert at.done == 3 and at.failed == 1 and at.wait_mean == 7 / 4
+    assert at.wait_p95 == 4.0  # in bucket 48 (up to 4.096 s), capped at the max
+    assert series[before.minutes.index(current)].done == 2

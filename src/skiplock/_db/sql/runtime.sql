@@ -276,6 +276,39 @@ WITH gone AS (
 )
 SELECT id FROM gone;
 
+-- name: job_finished_counts_merge
+-- Merge the charts' counts of each queue and past minute (before the last one) that has more
+-- than one row into one row, so the charts' read sums one row per queue and minute once it
+-- is past, not one per outcome batch.  One statement: the rows it deletes are exactly those
+-- its insert adds up (a row inserted meanwhile stays, for the next merge).  How many rows it
+-- merged.  Run by the maintenance leader.
+WITH old AS (
+    DELETE FROM {finished_counts} AS f
+    WHERE f.minute < date_trunc('minute', now()) - interval '1 minute'
+      AND (f.minute, f.queue) IN (
+          SELECT minute, queue FROM {finished_counts}
+          WHERE minute < date_trunc('minute', now()) - interval '1 minute'
+          GROUP BY 1, 2
+          HAVING count(*) > 1)
+    RETURNING f.*
+), per_bucket AS (
+    SELECT o.minute, o.queue, u.bucket, sum(u.n) AS n
+    FROM old AS o
+    CROSS JOIN LATERAL unnest(o.buckets, o.counts) AS u(bucket, n)
+    GROUP BY 1, 2, 3
+), merged AS (
+    INSERT INTO {finished_counts} (minute, queue, done, failed, wait_sum, wait_max, buckets,
+                                   counts)
+    SELECT t.minute, t.queue, t.done, t.failed, t.wait_sum, t.wait_max, b.buckets, b.counts
+    FROM (SELECT minute, queue, sum(done) AS done, sum(failed) AS failed,
+                 sum(wait_sum) AS wait_sum, max(wait_max) AS wait_max
+          FROM old GROUP BY 1, 2) AS t
+    JOIN (SELECT minute, queue, array_agg(bucket ORDER BY bucket) AS buckets,
+                 array_agg(n ORDER BY bucket) AS counts
+          FROM per_bucket GROUP BY 1, 2) AS b USING (minute, queue)
+)
+SELECT count(*) FROM old;
+
 -- name: job_finished_counts_prune
 -- Forget the charts' counts older than their widest window (a day); how many.  Run by the
 -- maintenance leader.

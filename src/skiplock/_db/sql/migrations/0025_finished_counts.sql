@@ -6,7 +6,8 @@
 -- finishing jobs of one queue in one minute never wait on each other's row.  The histogram of
 -- the wait is two arrays of the row: the buckets that have jobs (finished_wait_bucket) and
 -- their counts, so a batch writes one row a queue however spread its waits are.
--- The maintenance leader deletes rows older than the charts' widest window (a day).
+-- The maintenance leader merges a past minute's rows of a queue into one
+-- (job_finished_counts_merge) and deletes rows older than the charts' widest window (a day).
 CREATE TABLE {schema}.finished_counts (
     minute timestamptz NOT NULL,  -- the minute the jobs finished in
     queue text NOT NULL,
