@@ -2,11 +2,13 @@
 and failed and how long they waited to start (their last attempt's start minus its due time).
 Pure, no I/O; the statement is ``job_finished_per_minute`` in admin.sql.
 
-They are aggregated from the finished jobs still in the jobs table, read newest first through
-the index pruning uses (no table of statistics that every completion would write): at most
-:data:`CHART_SCAN` jobs a request, so a busy hour costs no more than that, and the page says
-from which minute on its numbers are whole (docs/design.md, "Dashboard charts from the
-finished jobs").
+They are aggregated from two sources, each finished job in exactly one: the finished jobs
+still in the jobs table, read newest first through the index pruning uses, at most
+:data:`CHART_SCAN` a request (so a busy hour costs no more than that, and the page says from
+which minute on its numbers are whole); and the counts that the statements removing finished
+jobs write in the same statement (``finished_counts``: completion="delete" and "archive",
+pruning, the bulk delete). The wait's 95th percentile is that of the counts' wait buckets
+(docs/design.md, "Dashboard charts: an index-only read, and the jobs that left the table").
 """
 
 from __future__ import annotations

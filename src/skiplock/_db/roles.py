@@ -20,7 +20,7 @@ from skiplock.errors import InvalidName
 
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 GRANTS = ("role_grant_enqueuer", "role_grant_worker", "role_grant_admin", "role_grant_viewer")
-TABLE_COUNT = 11  # the tables role_check_owner looks for (grants.sql)
+TABLE_COUNT = 13  # the tables role_check_owner looks for (grants.sql)
 
 
 ANY_ROW_POLICY = "skiplock_any_row"  # the jobs table's permissive policy (grants.sql)
@@ -94,6 +94,7 @@ def statement(name: str, schema: str, roles: RoleNames, role: str | None = None)
         "held_runs": sql.Identifier(schema, "held_runs"),
         "progress": sql.Identifier(schema, "job_progress"),
         "key_limits": sql.Identifier(schema, "key_limits"),
+        "finished_counts": sql.Identifier(schema, "finished_counts"),
         "workers": sql.Identifier(schema, "workers"),
         "dependencies": sql.Identifier(schema, "job_dependencies"),
         "jobs_id_seq": sql.Identifier(schema, "jobs_id_seq"),

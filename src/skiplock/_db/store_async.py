@@ -424,6 +424,17 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
             written.update(row[0] for row in rows)
         return written
 
+    async def job_finished_counts_merge(self, conn: AsyncConnection[Any]) -> int:
+        """Merge the charts' counts of each queue and past minute into one row; how many rows
+        were merged."""
+        ((merged,),) = await self._rows(conn, "job_finished_counts_merge", {})
+        return int(merged)
+
+    async def job_finished_counts_prune(self, conn: AsyncConnection[Any]) -> int:
+        """Forget the charts' counts older than their widest window (a day); how many rows."""
+        ((forgotten,),) = await self._rows(conn, "job_finished_counts_prune", {})
+        return int(forgotten)
+
     async def job_progress_prune(
         self, conn: AsyncConnection[Any], keep_seconds: float = 60.0
     ) -> int:

@@ -411,6 +411,17 @@ class SyncJobStatements(SyncQueueStatements, SyncDependencyStatements):
             written.update(row[0] for row in rows)
         return written
 
+    def job_finished_counts_merge(self, conn: Connection[Any]) -> int:
+        """Merge the charts' counts of each queue and past minute into one row; how many rows
+        were merged."""
+        ((merged,),) = self._rows(conn, "job_finished_counts_merge", {})
+        return int(merged)
+
+    def job_finished_counts_prune(self, conn: Connection[Any]) -> int:
+        """Forget the charts' counts older than their widest window (a day); how many rows."""
+        ((forgotten,),) = self._rows(conn, "job_finished_counts_prune", {})
+        return int(forgotten)
+
     def job_progress_prune(self, conn: Connection[Any], keep_seconds: float = 60.0) -> int:
         """Forget the progress of jobs no longer running the attempt that reported it; how
         many rows were forgotten."""

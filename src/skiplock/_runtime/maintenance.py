@@ -371,6 +371,8 @@ class Maintenance:
         await self.store.job_held_starts_prune(conn)
         await self.store.job_progress_prune(conn)
         await self.store.session_prune_held_runs(conn)
+        await self.store.job_finished_counts_prune(conn)
+        await self.store.job_finished_counts_merge(conn)
         await self.store.job_dependencies_prune(conn)
         await self.store.presence_prune_gone(conn, GONE_AFTER)
         if self.app.periodic_tasks:

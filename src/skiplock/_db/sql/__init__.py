@@ -93,6 +93,8 @@ class Queries:
             "fair_key_turn": sql.Identifier(schema, "fair_key_turn"),
             "key_limited": sql.Identifier(schema, "key_limited"),
             "key_limits": sql.Identifier(schema, "key_limits"),
+            "finished_wait_bucket": sql.Identifier(schema, "finished_wait_bucket"),
+            "finished_counts": sql.Identifier(schema, "finished_counts"),
         }
         # Rendered once: composing identifiers on every execute costs more than the round trip
         # saves on a fast claim, and the driver caches the conversion of plain SQL text.

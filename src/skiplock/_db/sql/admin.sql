@@ -249,15 +249,17 @@ ORDER BY m.id DESC;
 -- name: job_finished_per_minute
 -- Dashboard charts: per queue and minute of the last %(minutes)s minutes, the jobs that
 -- finished done and failed, and their wait (start of the last attempt minus its due time,
--- run_at): mean, 95th percentile and max seconds, by the minute they finished.  Read newest
--- first from jobs_finished_idx, at most %(scan)s jobs, so the read is bounded at any
--- throughput; every row carries how many were read, the oldest finish time read (the minutes
--- before it are incomplete when the bound was reached) and the server's now; with nothing
--- read, one row of NULLs and those.  Jobs that left the table (deleted or archived on
--- completion, or deleted since they finished) are not counted; the index holds every column
--- read here, so the scan reads the index alone (docs/design.md, "Dashboard charts: an
--- index-only read, and the jobs that left the table").  The jobs read are counted from the
--- groups (each is done or failed), so the read is scanned once and never materialized.
+-- run_at): mean, 95th percentile and max seconds, by the minute they finished.  Two sources,
+-- each job in exactly one: the finished jobs still in the table, read newest first from
+-- jobs_finished_idx, at most %(scan)s of them, so the read is bounded at any throughput; and
+-- the counts that the statements removing finished jobs wrote (finished_counts, migration
+-- 0025: completion="delete" and "archive", pruning, the bulk delete).  The percentile is the
+-- upper bound of the wait bucket (finished_wait_bucket) it falls in, capped at the minute's
+-- max, for every job: the counts keep no single waits.  Every row carries how many rows were
+-- read, the oldest finish time read (the minutes before it are incomplete when the bound was
+-- reached) and the server's now; with nothing counted, one row of NULLs and those.  The index
+-- holds every column read here, so the scan reads the index alone, once (docs/design.md,
+-- "Dashboard charts: an index-only read, and the jobs that left the table").
 WITH recent AS (
     SELECT queue, status = 'failed' AS failed, finished_at,
            greatest(extract(epoch FROM locked_at - run_at), 0)::float8 AS wait
@@ -266,19 +268,49 @@ WITH recent AS (
       AND finished_at > now() - make_interval(mins => %(minutes)s)
     ORDER BY finished_at DESC
     LIMIT %(scan)s
+), per_bucket AS (
+    SELECT queue, minute, bucket, sum(done) AS done, sum(failed) AS failed,
+           sum(wait_sum) AS wait_sum, max(wait_max) AS wait_max, min(oldest) AS oldest,
+           sum(read) AS read, sum(n) AS n
+    FROM (
+        SELECT queue, date_trunc('minute', finished_at) AS minute,
+               {finished_wait_bucket}(wait) AS bucket,
+               count(*) FILTER (WHERE NOT failed) AS done, count(*) FILTER (WHERE failed) AS failed,
+               sum(wait) AS wait_sum, max(wait) AS wait_max, min(finished_at) AS oldest,
+               count(*) AS read, count(*) AS n
+        FROM recent
+        GROUP BY 1, 2, 3
+        UNION ALL
+        -- Each row of counts as its totals (bucket NULL, no jobs) and the jobs of its buckets.
+        SELECT c.queue, c.minute, x.bucket, x.done, x.failed, x.wait_sum, x.wait_max, NULL,
+               0, x.n
+        FROM {finished_counts} AS c
+        CROSS JOIN LATERAL (
+            SELECT NULL::int AS bucket, c.done::bigint AS done, c.failed::bigint AS failed,
+                   c.wait_sum, c.wait_max, 0::bigint AS n
+            UNION ALL
+            SELECT u.bucket, 0, 0, 0, NULL, u.n
+            FROM unnest(c.buckets, c.counts) AS u(bucket, n)
+        ) AS x
+        WHERE c.minute > date_trunc('minute', now()) - make_interval(mins => %(minutes)s)
+    ) AS both_sources
+    GROUP BY 1, 2, 3
+), ranked AS (
+    SELECT *, sum(n) OVER (PARTITION BY queue, minute ORDER BY bucket) AS up_to,
+           sum(n) OVER (PARTITION BY queue, minute) AS total
+    FROM per_bucket
 ), per_minute AS (
-    SELECT queue, date_trunc('minute', finished_at) AS minute,
-           count(*) FILTER (WHERE NOT failed) AS done,
-           count(*) FILTER (WHERE failed) AS failed,
-           avg(wait) AS wait_mean,
-           percentile_cont(0.95) WITHIN GROUP (ORDER BY wait) AS wait_p95,
-           max(wait) AS wait_max,
-           min(finished_at) AS oldest
-    FROM recent
+    SELECT queue, minute, sum(done)::bigint AS done, sum(failed)::bigint AS failed,
+           (sum(wait_sum) / sum(done + failed))::float8 AS wait_mean,
+           least(min(0.001 * power(2::float8, bucket / 4::float8))
+                     FILTER (WHERE bucket IS NOT NULL AND up_to >= 0.95 * total),
+                 max(wait_max))::float8 AS wait_p95,
+           max(wait_max)::float8 AS wait_max, min(oldest) AS oldest, sum(read) AS read
+    FROM ranked
     GROUP BY 1, 2
 )
 SELECT p.queue, p.minute, p.done, p.failed, p.wait_mean, p.wait_p95, p.wait_max,
-       coalesce(sum(p.done + p.failed) OVER (), 0)::bigint AS scanned,
+       coalesce(sum(p.read) OVER (), 0)::bigint AS scanned,
        min(p.oldest) OVER () AS oldest, now() AS now
 FROM (VALUES (1)) AS one
 LEFT JOIN per_minute AS p ON true
@@ -290,7 +322,9 @@ ORDER BY p.queue, p.minute;
 -- seconds; with %(older_than)s, those finished at least that many seconds ago); one batch.  Returns the jobs looked at, the last id looked at and the
 -- jobs deleted.  A row another session locks is left alone (it is being retried), and so is a
 -- failed or cancelled job that a waiting job depends on: a job no longer in the table counts
--- as done (dependencies.sql), and deleting it would let the waiting job run.
+-- as done (dependencies.sql), and deleting it would let the waiting job run.  The jobs done or
+-- failed within the charts' widest window (a day) are counted for the dashboard's charts in
+-- the same statement (finished_counts, migration 0025).
 WITH candidates AS (
     SELECT id, status FROM {jobs}
     WHERE id > %(after_id)s
@@ -313,7 +347,20 @@ WITH candidates AS (
           SELECT 1 FROM {dependencies} AS d
           JOIN {jobs} AS w ON w.id = d.job_id AND w.status = 'waiting'
           WHERE d.depends_on = c.id))
-    RETURNING j.id
+    RETURNING j.id, j.queue, j.status, j.finished_at,
+              greatest(extract(epoch FROM j.locked_at - j.run_at), 0)::float8 AS wait
+), counted AS (
+    INSERT INTO {finished_counts} (minute, queue, done, failed, wait_sum, wait_max, buckets,
+                                   counts)
+    SELECT minute, queue, sum(done), sum(failed), sum(wait_sum), max(wait_max),
+           array_agg(bucket ORDER BY bucket), array_agg(done + failed ORDER BY bucket)
+    FROM (SELECT date_trunc('minute', finished_at) AS minute, queue, {finished_wait_bucket}(wait) AS bucket,
+                 count(*) FILTER (WHERE status = 'done') AS done,
+                 count(*) FILTER (WHERE status = 'failed') AS failed, sum(wait) AS wait_sum, max(wait) AS wait_max
+          FROM deleted
+          WHERE status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
+          GROUP BY 1, 2, 3) AS per_bucket
+    GROUP BY 1, 2
 )
 SELECT (SELECT count(*) FROM candidates), (SELECT max(id) FROM candidates),
        (SELECT count(*) FROM deleted);

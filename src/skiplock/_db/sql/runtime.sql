@@ -248,15 +248,74 @@ WHERE t.tick < now() - interval '1 day'
   AND EXISTS (SELECT 1 FROM {ticks} AS later WHERE later.name = t.name AND later.tick > t.tick);
 
 -- name: job_prune_finished
--- Delete up to %(limit)s jobs finished (in one status) before the retention.
-DELETE FROM {jobs} WHERE id IN (
-    SELECT id FROM {jobs}
-    WHERE status = %(status)s AND finished_at < now() - make_interval(secs => %(older_than)s)
-    ORDER BY finished_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+-- Delete up to %(limit)s jobs finished (in one status) before the retention.  Those done or
+-- failed within the charts' widest window (a retention under a day) are counted for the
+-- dashboard's charts in the same statement (finished_counts, migration 0025).
+WITH gone AS (
+    DELETE FROM {jobs} WHERE id IN (
+        SELECT id FROM {jobs}
+        WHERE status = %(status)s AND finished_at < now() - make_interval(secs => %(older_than)s)
+        ORDER BY finished_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id, queue, status, finished_at,
+              greatest(extract(epoch FROM locked_at - run_at), 0)::float8 AS wait
+), counted AS (
+    INSERT INTO {finished_counts} (minute, queue, done, failed, wait_sum, wait_max, buckets,
+                                   counts)
+    SELECT minute, queue, sum(done), sum(failed), sum(wait_sum), max(wait_max),
+           array_agg(bucket ORDER BY bucket), array_agg(done + failed ORDER BY bucket)
+    FROM (SELECT date_trunc('minute', finished_at) AS minute, queue, {finished_wait_bucket}(wait) AS bucket,
+                 count(*) FILTER (WHERE status = 'done') AS done,
+                 count(*) FILTER (WHERE status = 'failed') AS failed, sum(wait) AS wait_sum, max(wait) AS wait_max
+          FROM gone
+          WHERE status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
+          GROUP BY 1, 2, 3) AS per_bucket
+    GROUP BY 1, 2
 )
-RETURNING id;
+SELECT id FROM gone;
+
+-- name: job_finished_counts_merge
+-- Merge the charts' counts of each queue and past minute (before the last one) that has more
+-- than one row into one row, so the charts' read sums one row per queue and minute once it
+-- is past, not one per outcome batch.  One statement: the rows it deletes are exactly those
+-- its insert adds up (a row inserted meanwhile stays, for the next merge).  How many rows it
+-- merged.  Run by the maintenance leader.
+WITH old AS (
+    DELETE FROM {finished_counts} AS f
+    WHERE f.minute < date_trunc('minute', now()) - interval '1 minute'
+      AND (f.minute, f.queue) IN (
+          SELECT minute, queue FROM {finished_counts}
+          WHERE minute < date_trunc('minute', now()) - interval '1 minute'
+          GROUP BY 1, 2
+          HAVING count(*) > 1)
+    RETURNING f.*
+), per_bucket AS (
+    SELECT o.minute, o.queue, u.bucket, sum(u.n) AS n
+    FROM old AS o
+    CROSS JOIN LATERAL unnest(o.buckets, o.counts) AS u(bucket, n)
+    GROUP BY 1, 2, 3
+), merged AS (
+    INSERT INTO {finished_counts} (minute, queue, done, failed, wait_sum, wait_max, buckets,
+                                   counts)
+    SELECT t.minute, t.queue, t.done, t.failed, t.wait_sum, t.wait_max, b.buckets, b.counts
+    FROM (SELECT minute, queue, sum(done) AS done, sum(failed) AS failed,
+                 sum(wait_sum) AS wait_sum, max(wait_max) AS wait_max
+          FROM old GROUP BY 1, 2) AS t
+    JOIN (SELECT minute, queue, array_agg(bucket ORDER BY bucket) AS buckets,
+                 array_agg(n ORDER BY bucket) AS counts
+          FROM per_bucket GROUP BY 1, 2) AS b USING (minute, queue)
+)
+SELECT count(*) FROM old;
+
+-- name: job_finished_counts_prune
+-- Forget the charts' counts older than their widest window (a day); how many.  Run by the
+-- maintenance leader.
+WITH forgotten AS (
+    DELETE FROM {finished_counts} WHERE minute < now() - interval '1 day' RETURNING 1
+)
+SELECT count(*) FROM forgotten;
 
 -- name: job_release_many
 -- Give back claimed jobs that never started (graceful shutdown): pending again, attempt unspent.
