@@ -471,7 +471,9 @@ def test_a_noinherit_worker_login_counts_as_a_worker(app: App, store: SyncStore,
         with psycopg.connect(worker_dsn, autocommit=True) as held, connect(app) as leased:
             job = store.job_claim_held(held, ["q"], "w1", 30.0)
             assert job is not None and job.id == keyed[0]
-            running = store._rows(leased, "queue_running_count", {"queue": "q"})
+            running = store._rows(
+                leased, "queue_running_count", {"schema": app.schema, "queue": "q"}
+            )
             assert running == [(1,)]  # its held-lock job counts
             started = time.monotonic()
             jobs = store.job_claim(leased, ["q"], 10, "w2", 30.0)

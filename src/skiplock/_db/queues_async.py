@@ -85,7 +85,8 @@ class AsyncQueueStatements(AsyncSeam):
 
     async def queue_running_count(self, conn: AsyncConnection[Any], queue: str) -> int:
         """How many jobs of ``queue`` run now, held-lock ones included (see runtime.sql)."""
-        ((running,),) = await self._rows(conn, "queue_running_count", {"queue": queue})
+        params = {"schema": self.schema, "queue": queue}
+        ((running,),) = await self._rows(conn, "queue_running_count", params)
         return int(running)
 
     async def queue_lock_for_claim(

@@ -82,7 +82,8 @@ class SyncQueueStatements(SyncSeam):
 
     def queue_running_count(self, conn: Connection[Any], queue: str) -> int:
         """How many jobs of ``queue`` run now, held-lock ones included (see runtime.sql)."""
-        ((running,),) = self._rows(conn, "queue_running_count", {"queue": queue})
+        params = {"schema": self.schema, "queue": queue}
+        ((running,),) = self._rows(conn, "queue_running_count", params)
         return int(running)
 
     def queue_lock_for_claim(self, conn: Connection[Any], queue: str, lock_wait: float) -> None:

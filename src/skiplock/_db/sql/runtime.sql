@@ -93,10 +93,26 @@ SELECT q.name FROM wait, {queues} AS q WHERE q.name = %(queue)s FOR NO KEY UPDAT
 -- Running jobs of one queue, across all workers: leased ones by their status, held-lock ones
 -- by the rows of held_runs their transactions lock (job_claim: every other session sees a
 -- running held-lock job's row as pending; a row lock only a worker may take, so no other
--- login can fake a running job, nor keep one from being counted: migration 0024).
+-- login can fake a running job, nor keep one from being counted: migration 0024), or by the
+-- shared queue markers their transactions hold, counted only for sessions that may write the
+-- jobs table, whichever is more.  Behind a transaction-mode pooler a claim's server session
+-- may have no committed row of its own yet (it then inserts one, seen by others only at its
+-- commit), and its marker counts it; a stranger's exclusive lock on the marker, which keeps
+-- markers from being taken, leaves the rows to count.  Neither a stranger nor a producer can
+-- raise either count.
 SELECT (SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue)s)
-     + (SELECT count(*) FROM {held_runs} AS h
-        WHERE h.queue = %(queue)s AND {xact_running}(h.xmax));
+     + greatest(
+           (SELECT count(*) FROM {held_runs} AS h
+            WHERE h.queue = %(queue)s AND {xact_running}(h.xmax)),
+           (SELECT count(*)
+            FROM pg_locks AS l
+            JOIN pg_stat_activity AS a ON a.pid = l.pid
+            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+              AND l.mode = 'ShareLock'
+              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+              AND l.classid = hashtext('skiplock_held_job')::oid
+              AND l.objid = hashtext(%(schema)s || '/' || %(queue)s)::oid
+              AND {may_write_jobs}(a.usesysid)));
 
 -- name: session_register_held_runs
 -- Give this session a row of held_runs for each of %(queues)s, committed before it claims a
