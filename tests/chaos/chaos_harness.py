@@ -549,16 +549,29 @@ def check(
         # until its transaction commits, however long after its handler that is; the rerun
         # may start before the harness has read the clock after the kill); or still held in
         # the rows (lease claims).
+        # Also a job its worker started after the fault, before the service was back (from
+        # the jobs it had claimed ahead: a claim committed as the server went away), whose
+        # outcome it never reported written, and that ran again.
+        back = fault.up_at or fault.at
         interrupted = fault.jobs | {
             e.job_id
             for e in runs
             if e.pid in hit
-            and e.started <= fault.at
             and (
-                e.ended is None
-                or e.ended > fault.at
+                (
+                    e.started <= fault.at
+                    and (
+                        e.ended is None
+                        or e.ended > fault.at
+                        or (
+                            (e.job_id, e.attempt) not in reported.get(e.pid, set())
+                            and any(x.started > e.started for x in by_job[e.job_id])
+                        )
+                    )
+                )
                 or (
-                    (e.job_id, e.attempt) not in reported.get(e.pid, set())
+                    fault.at < e.started <= back
+                    and (e.job_id, e.attempt) not in reported.get(e.pid, set())
                     and any(x.started > e.started for x in by_job[e.job_id])
                 )
             )

@@ -93,7 +93,9 @@ def served(pg_dsn: str, tmp_path: Path, request: pytest.FixtureRequest) -> Itera
                 cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         deadline = time.monotonic() + 30
-        while "Application startup complete" not in log.read_text():
+        # uvicorn binds its socket after the app's startup ("Application startup complete"),
+        # then says where it listens: requests before that line are refused.
+        while "Uvicorn running on" not in log.read_text():
             assert server.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
