@@ -319,3 +319,44 @@ def test_a_leader_with_jobs_waiting_releases_them_between_its_rounds(app: App) -
     (one, _), (two, released), (three, last) = ran
     assert (one, two, three) == (1, 2, 3)
     assert last - released < 2.0  # not the next round, 3 s later
+
+
+def test_a_job_that_starts_waiting_after_a_round_found_none_is_released_between_rounds(
+    app: App,
+) -> None:
+    """A leader's round that found no job waiting does not leave the next one to wait for the
+    round after: a job made to wait just after it (its dependency still running) starts soon
+    after its dependency is done, not a poll interval (3 s here) later."""
+    ran: dict[str, float] = {}
+    blocker_may_end = asyncio.Event()
+
+    @app.task(name="blocker")
+    async def blocker() -> None:
+        await blocker_may_end.wait()
+        ran["blocker"] = time.monotonic()
+
+    @app.task(name="after")
+    async def after() -> None:
+        ran["after"] = time.monotonic()
+
+    async def scenario() -> None:
+        worker = Worker(app, poll_interval=3)
+        running = asyncio.create_task(worker.run())
+        try:
+            first = await blocker.enqueue_async()
+            async with asyncio.timeout(10):
+                while app.get_job(first.id).status != JobStatus.RUNNING:  # type: ignore[union-attr]
+                    await asyncio.sleep(0.02)
+            await asyncio.sleep(0.5)  # the leader's first round has read no job waiting
+            await after.with_options(depends_on=[first]).enqueue_async()
+            blocker_may_end.set()
+            async with asyncio.timeout(20):
+                while "after" not in ran:
+                    await asyncio.sleep(0.02)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(running, 30)
+            await app.close_async()
+
+    asyncio.run(scenario())
+    assert ran["after"] - ran["blocker"] < 1.5  # not the next round's release

@@ -478,11 +478,11 @@ class AsyncJobStatements(AsyncQueueStatements, AsyncDependencyStatements):
             if sum(n for _, n, _ in rows) < limit:
                 return promoted
 
-    async def job_next_due(self, conn: AsyncConnection[Any]) -> float | None:
+    async def job_next_due(self, conn: AsyncConnection[Any]) -> tuple[float | None, bool]:
         """Seconds until the next scheduled job is due, by the server's clock (None: none is
-        scheduled; 0 or less: one is due now)."""
-        ((seconds,),) = await self._rows(conn, "job_next_due", {})
-        return cast("float | None", seconds)
+        scheduled; 0 or less: one is due now), and whether any job waits for others."""
+        ((seconds, waiting),) = await self._rows(conn, "job_next_due", {})
+        return cast("float | None", seconds), bool(waiting)
 
     async def job_cancel_expired(
         self, conn: AsyncConnection[Any], limit: int = 1000, now: datetime | None = None

@@ -463,11 +463,11 @@ class SyncJobStatements(SyncQueueStatements, SyncDependencyStatements):
             if sum(n for _, n, _ in rows) < limit:
                 return promoted
 
-    def job_next_due(self, conn: Connection[Any]) -> float | None:
+    def job_next_due(self, conn: Connection[Any]) -> tuple[float | None, bool]:
         """Seconds until the next scheduled job is due, by the server's clock (None: none is
-        scheduled; 0 or less: one is due now)."""
-        ((seconds,),) = self._rows(conn, "job_next_due", {})
-        return cast("float | None", seconds)
+        scheduled; 0 or less: one is due now), and whether any job waits for others."""
+        ((seconds, waiting),) = self._rows(conn, "job_next_due", {})
+        return cast("float | None", seconds), bool(waiting)
 
     def job_cancel_expired(
         self, conn: Connection[Any], limit: int = 1000, now: datetime | None = None

@@ -227,7 +227,9 @@ class Maintenance:
         the server's clock, by which promotion compares; a ms late rather than early.  One
         still due just after a promotion is locked by another transaction (which skipped
         it): looked at again after DUE_LOOK_INTERVAL, not in a busy loop."""
-        seconds = await self.store.job_next_due(conn)
+        seconds, waiting = await self.store.job_next_due(conn)
+        # A job made to wait since the last release read: read again between rounds.
+        self._jobs_waiting = self._jobs_waiting or waiting
         if seconds is None:
             self._next_due = None
         elif promoted and seconds <= 0:

@@ -758,7 +758,11 @@ FROM (SELECT queue, count(*) AS n FROM promoted GROUP BY queue) AS q;
 -- name: job_next_due
 -- Seconds until the next scheduled job is due, by the server's clock (NULL: none is scheduled;
 -- 0 or less: one is due now): the leader sleeps until then (one probe of jobs_scheduled_idx).
-SELECT extract(epoch FROM min(run_at) - now())::float8 FROM {jobs} WHERE status = 'scheduled';
+-- And whether any job waits for others (one probe of jobs_waiting_idx): one made to wait after
+-- the leader's last release read is then looked at between rounds too.
+SELECT extract(epoch FROM min(run_at) - now())::float8,
+       EXISTS (SELECT FROM {jobs} WHERE status = 'waiting')
+FROM {jobs} WHERE status = 'scheduled';
 
 -- name: job_cancel_expired
 -- Cancel jobs not started by their expires_at (claims skip them already); returns how many
