@@ -42,6 +42,21 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT = ROOT / "tests" / "django_project"
 
 
+def test_the_backend_serves_the_task_framework_this_django_has() -> None:
+    """Django 6 has ``django.tasks`` built in; before it, the django-tasks package serves.  CI
+    runs this file on both: on Django 5.2 with the suite, and on Django 6 (Python 3.13) with
+    SKIPLOCK_REQUIRE_DJANGO6 set, where an older Django fails this test instead of passing."""
+    import django
+
+    from skiplock.contrib.django import _framework
+
+    if os.environ.get("SKIPLOCK_REQUIRE_DJANGO6"):
+        assert django.VERSION >= (6,), django.__version__
+    package = _framework.PACKAGE
+    assert package == ("django.tasks" if django.VERSION >= (6,) else "django_tasks")
+    assert issubclass(_framework.InvalidTaskError, Exception)
+
+
 class Project:
     def __init__(self, folder: Path, dsn: str) -> None:
         self.folder = folder
@@ -177,7 +192,7 @@ print(json.dumps({name: r.id for name, r in results.items()}))
 
 READ_RESULTS = """
 import json, sys
-from django_tasks import default_task_backend
+from orders.framework import default_task_backend
 
 shown = {}
 for name, result_id in json.loads(sys.argv[-1]).items():

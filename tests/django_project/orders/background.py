@@ -1,12 +1,12 @@
-"""Tasks of Django's task framework (the django-tasks package on Django 5.2), run by skiplock's
-backend (TASKS in shopsite/settings.py) and its worker (manage.py skiplock worker)."""
+"""Tasks of Django's task framework (django.tasks on Django 6, the django-tasks package before),
+run by skiplock's backend (TASKS in shopsite/settings.py) and its worker (manage.py skiplock
+worker)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django_tasks import TaskContext, task
-
+from orders.framework import TaskContext, task
 from orders.models import Order
 
 

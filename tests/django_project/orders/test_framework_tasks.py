@@ -13,11 +13,16 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.test import TestCase, TransactionTestCase, override_settings
 from django.utils import timezone
-from django_tasks import TaskResultStatus, default_task_backend, task_backends
-from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
-from django_tasks.signals import task_enqueued
 
 from orders import background
+from orders.framework import (
+    InvalidTaskError,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    default_task_backend,
+    task_backends,
+    task_enqueued,
+)
 from skiplock.contrib.django.admin import jobs_app
 from skiplock.contrib.django.models import Job
 from skiplock.contrib.django.tasks_backend import SkiplockBackend

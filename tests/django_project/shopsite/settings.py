@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from psycopg.conninfo import conninfo_to_dict
@@ -24,7 +25,8 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
-    "django_tasks",
+    # Django 6 has the task framework built in; before, the django-tasks package is an app
+    *(["django_tasks"] if importlib.util.find_spec("django.tasks") is None else []),
     "skiplock.contrib.django",
     "orders",
 ]

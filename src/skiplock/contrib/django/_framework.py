@@ -1,6 +1,7 @@
 """Django's task framework, wherever it is installed: ``django.tasks`` (Django 6) or the
-``django-tasks`` package (its backport, for Django 4.2 to 5.2).  Both publish the same API;
-the backend uses only what they share."""
+``django-tasks`` package (its backport, for Django 4.2 to 5.2).  Both publish the same API
+but for a name or two; the backend uses only what they share.  Django 6 wins where both are
+installed (tests/e2e/test_django_project.py runs on each)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ TaskContext: Any = _base.TaskContext
 TaskError: Any = _base.TaskError
 TaskResultStatus: Any = _base.TaskResultStatus
 DEFAULT_TASK_QUEUE_NAME: str = _base.DEFAULT_TASK_QUEUE_NAME
-InvalidTaskError: Any = _exceptions.InvalidTaskError
+# Django 6 names it InvalidTask; the backport, InvalidTaskError.
+InvalidTaskError: Any = getattr(_exceptions, "InvalidTask", None) or _exceptions.InvalidTaskError
 TaskResultDoesNotExist: Any = _exceptions.TaskResultDoesNotExist
 task_enqueued: Any = _signals.task_enqueued
 task_started: Any = _signals.task_started
