@@ -31,6 +31,7 @@ from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.leader import LeaderElector
 from skiplock._runtime.periodic import PeriodicTask, ServerClock
 from skiplock.app import App
+from skiplock.backends.base import Backend
 from skiplock.errors import SkiplockError
 
 log = logging.getLogger("skiplock._runtime.maintenance")
@@ -73,10 +74,13 @@ class Maintenance:
         prune_interval: float = 60.0,
         on_work: Callable[[], None] = lambda: None,
         queues: Collection[str] | None = None,
+        backend: Backend | None = None,
     ) -> None:
         """``queues``: those the worker serves (None: every one), whose periodic tasks it
-        enqueues."""
+        enqueues.  ``backend``: where expired leases are reclaimed (the app's by default);
+        the rest is PostgreSQL's upkeep, on ``store``."""
         self.app = app
+        self.backend: Backend = backend or app.backend
         self.store = store
         self.pool = pool
         self.elector = elector
@@ -173,8 +177,7 @@ class Maintenance:
             return
         self._next_reclaim = now + self.reclaim_interval
         try:
-            async with self.pool.connection() as conn:
-                await self._reclaim(conn)
+            await self._reclaim_expired()
         except (psycopg.Error, SkiplockError) as exc:
             self.stats.errors += 1
             log.warning("reclaim failed, retrying next round: %s", exc)
@@ -268,7 +271,10 @@ class Maintenance:
                 return
 
     async def _reclaim(self, conn: AsyncConnection[Any]) -> None:
-        reclaimed = await self.store.job_reclaim_expired(conn)
+        await self._reclaim_expired()  # through the backend, not on the leader's connection
+
+    async def _reclaim_expired(self) -> None:
+        reclaimed = await self.backend.reclaim_expired()
         if reclaimed:
             self.stats.reclaimed += len(reclaimed)
             log.warning("reclaimed %d jobs whose lease expired: %s", len(reclaimed), reclaimed)
