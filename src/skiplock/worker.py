@@ -427,7 +427,8 @@ class Worker:
 
 def worker_backend(backend: Backend, pool: AsyncConnectionPool, store: AsyncStore) -> Backend:
     """The backend a worker's leased jobs go through: the app's, and for PostgreSQL's the same
-    on the worker's own pool (sized for its claims, heartbeats and outcome writes) and store."""
-    if isinstance(backend, PostgresBackend):
+    on the worker's own pool (sized for its claims, heartbeats and outcome writes) and store.
+    A subclass, or a wrapper, is another backend: its methods are what it says they are."""
+    if type(backend) is PostgresBackend:
         return backend.on_pool(pool, store)
     return backend

@@ -57,7 +57,7 @@ class LeasedClaims:
         # PostgreSQL's claim of the queues without limits runs here, on the kept connection:
         # beyond the contract, it reads from this worker's claim cursor, takes the queues'
         # weights, and claims limited keys' jobs only while some key has limits.
-        self.on_postgres = isinstance(backend, PostgresBackend)
+        self.on_postgres = type(backend) is PostgresBackend
         self.store = store
         self.pool = pool
         self.settings = settings
