@@ -176,6 +176,9 @@ class Maintenance:
         if now < self._next_reclaim:
             return
         self._next_reclaim = now + self.reclaim_interval
+        await self._reclaim_logged()
+
+    async def _reclaim_logged(self) -> None:
         try:
             await self._reclaim_expired()
         except (psycopg.Error, SkiplockError) as exc:
@@ -193,14 +196,19 @@ class Maintenance:
             ("release", self._release_waiting),
             ("periodic", self._enqueue_periodic),
         ]
-        if force or now >= self._next_reclaim:
+        later: list[tuple[str, Callable[[AsyncConnection[Any]], Awaitable[None]]]] = []
+        reclaim = force or now >= self._next_reclaim
+        if reclaim:
             self._next_reclaim = now + self.reclaim_interval
-            steps.append(("reclaim", self._reclaim))
-            steps.append(("locks", self._report_strangers))
+            later.append(("locks", self._report_strangers))
         if force or now >= self._next_prune:
             self._next_prune = now + self.prune_interval
-            steps.append(("prune", self._prune))
+            later.append(("prune", self._prune))
         for name, step in steps:
+            await self._run_step(name, step)
+        if reclaim:  # through the backend, holding no connection of a step meanwhile
+            await self._reclaim_logged()
+        for name, step in later:
             await self._run_step(name, step)
 
     async def _run_step(
@@ -269,9 +277,6 @@ class Maintenance:
                 )
             else:
                 return
-
-    async def _reclaim(self, conn: AsyncConnection[Any]) -> None:
-        await self._reclaim_expired()  # through the backend, not on the leader's connection
 
     async def _reclaim_expired(self) -> None:
         reclaimed = await self.backend.reclaim_expired()
