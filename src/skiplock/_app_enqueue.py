@@ -20,6 +20,7 @@ from skiplock._db.enqueue import (
     build_jobs,
     with_provided_meta,
 )
+from skiplock.backends.base import Backend
 from skiplock.errors import UnknownTask
 from skiplock.job import Enqueued
 from skiplock.task import EnqueueHook, Task
@@ -34,6 +35,7 @@ class JobEnqueue:
     default_queue: str
     sync_client: SyncClient
     async_client: AsyncClient
+    backend: Backend
 
     def around_enqueue(self, hook: EnqueueHook) -> EnqueueHook:
         """Register ``hook`` (usable as a decorator): called at every enqueue of a task's jobs
@@ -167,12 +169,14 @@ class JobEnqueue:
         options: EnqueueOptions,
         conn: AsyncCallerConnection | None,
     ) -> list[Enqueued]:
-        client = self.async_client
+        backend = self.backend
         if not self.enqueue_hooks:
-            return await client.enqueue_batch(self.build_jobs(task_name, payloads, options), conn)
+            jobs = self.build_jobs(task_name, payloads, options)
+            return await backend.enqueue(jobs, transaction=conn)
         listed = list(payloads)
         with self._enqueue_hooked(task_name, options, len(listed)):
-            return await client.enqueue_batch(self.build_jobs(task_name, listed, options), conn)
+            jobs = self.build_jobs(task_name, listed, options)
+            return await backend.enqueue(jobs, transaction=conn)
 
     def _enqueue_hooked(self, task_name: str, options: EnqueueOptions, count: int) -> ExitStack:
         queue = self.get_task(task_name).settings.options.merged(options).queue

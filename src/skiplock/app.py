@@ -38,6 +38,8 @@ from skiplock._task_settings import (
     checked_serializer,
     checked_settings,
 )
+from skiplock.backends.base import Backend
+from skiplock.backends.postgres import PostgresBackend
 from skiplock.errors import ConfigurationError
 from skiplock.events import JobEvent
 from skiplock.retry import RetryPolicy
@@ -94,6 +96,11 @@ class App(JobEnqueue, JobAdmin):
     ``serializer`` turns task arguments and results into JSON and back (a task may have its
     own): by default a :class:`~skiplock.serializer.JSONSerializer`, which takes datetimes,
     UUIDs, Decimals, enums, dataclasses and pydantic models (see docs/tasks.md).
+    ``backend``: where jobs are enqueued (async), claimed by leasing workers and finished
+    (a :class:`~skiplock.backends.Backend`; by default a
+    :class:`~skiplock.backends.PostgresBackend` on the app's own client); the app does not
+    close a backend it was given.  PostgreSQL-only features stay on ``dsn`` whatever the
+    backend (docs/backends.md, "Beyond the contract").
     ``read_dsn`` (else ``SKIPLOCK_READ_DATABASE_URL``): a standby that ``skiplock status``,
     ``skiplock jobs list``, the dashboard's pages and the metrics exporter read from, through
     :attr:`read_sync_client` / :attr:`read_async_client`; everything that writes (enqueue,
@@ -112,6 +119,7 @@ class App(JobEnqueue, JobAdmin):
         prepared_statements: bool | None = None,
         serializer: Serializer | None = None,
         read_dsn: str | None = None,
+        backend: Backend | None = None,
     ) -> None:
         self.serializer: Serializer = checked_serializer(serializer) or DEFAULT_SERIALIZER
         if completion not in COMPLETIONS:
@@ -149,6 +157,7 @@ class App(JobEnqueue, JobAdmin):
         self.async_client: AsyncClient = AsyncClient(
             lambda: self.dsn, AsyncStore(self.queries), prepare=self.prepared_statements
         )
+        self.backend: Backend = backend or PostgresBackend.on_client(self.async_client)
         # Clients on the read DSN, opened only when there is one.
         self._read_sync = SyncClient(
             lambda: self._read_dsn or self.dsn,

@@ -8,6 +8,10 @@ there are free slots; :class:`~skiplock._runtime.capacity.Capacity` decides how 
 ones wait in the worker, leased, until a slot frees.  Held model: claim, task and finish share
 one transaction that keeps the row locked; a crash rolls it back and the job is claimable at once.
 
+A leasing worker's claims, heartbeats, outcomes and reclaims go through the app's backend
+(:mod:`skiplock.backends`); the rest (held-lock jobs, queue settings, wake-ups, presence,
+leadership, upkeep) is PostgreSQL's, on the app's database (docs/backends.md).
+
 Shutdown (:meth:`Worker.stop`): stop claiming, give running jobs ``shutdown_grace`` seconds,
 cancel the rest and give them back without spending their attempt, flush, resign
 leadership.  A worker given ``max_jobs`` or ``max_memory`` (:mod:`skiplock._runtime.recycling`)
@@ -61,6 +65,8 @@ from skiplock._runtime.task_threads import TaskThreads
 from skiplock._runtime.worker_state import WorkerState
 from skiplock._task_settings import WorkerModel
 from skiplock.app import App
+from skiplock.backends.base import Backend
+from skiplock.backends.postgres import PostgresBackend
 from skiplock.errors import NoConnectionSlot, SkiplockError
 from skiplock.events import JobEvent, WorkerStats, new_worker_id
 from skiplock.job import Job
@@ -161,6 +167,8 @@ class Worker:
         self.slots: Slots | None = None
         self.claims: ClaimLoop | None = None
         self._pool: AsyncConnectionPool | None = None
+        # The app's backend as run() uses it: PostgreSQL's on the worker's own pool.
+        self.backend: Backend = app.backend
 
     # -- public --------------------------------------------------------------------------
 
@@ -204,6 +212,7 @@ class Worker:
             executor.shutdown(wait=False)
             raise
         state, store = self.state, self.store
+        backend = self.backend = worker_backend(self.app.backend, pool, store)
         # The claim loop hears from the services made before it (new work, freed room, written
         # outcomes); it is made last, as it claims through the slots.
         claims: ClaimLoop
@@ -220,7 +229,7 @@ class Worker:
         reporter = self.reporter = OutcomeReporter(
             self.app,
             store,
-            pool,
+            backend,
             state,
             worker_id=self.worker_id,
             stats=self.stats,
@@ -239,6 +248,7 @@ class Worker:
             reclaim_interval=min(self.lease_seconds / 2, 5.0),
             on_work=work_behind_cursor,
             queues=queues,
+            backend=backend,
         )
         log.info(
             "worker %s started: queues=%s concurrency=%d model=%s",
@@ -247,7 +257,7 @@ class Worker:
             self.concurrency,
             "held" if held else "lease",
         )
-        heartbeat = Heartbeat(store, pool, self.lease_seconds, state.jobs)
+        heartbeat = Heartbeat(backend, self.lease_seconds, state.jobs)
         progress = ProgressWriter(store, pool, state.jobs)
         settings = self.settings = QueueSettings(
             store, pool, queues, self.poll_interval, on_resume=work_behind_cursor
@@ -281,6 +291,7 @@ class Worker:
             )
         else:
             leased_claims = LeasedClaims(
+                backend,
                 store,
                 pool,
                 settings,
@@ -412,3 +423,12 @@ class Worker:
             for task in late:
                 task.cancel()  # held-lock slots: their transactions roll back
             await asyncio.gather(*late, return_exceptions=True)
+
+
+def worker_backend(backend: Backend, pool: AsyncConnectionPool, store: AsyncStore) -> Backend:
+    """The backend a worker's leased jobs go through: the app's, and for PostgreSQL's the same
+    on the worker's own pool (sized for its claims, heartbeats and outcome writes) and store.
+    A subclass, or a wrapper, is another backend: its methods are what it says they are."""
+    if type(backend) is PostgresBackend:
+        return backend.on_pool(pool, store)
+    return backend

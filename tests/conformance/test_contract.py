@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from helpers.backends import Harness, new_job, run
-from skiplock.backends import Backend, FailedAttempt, PostgresBackend, Snooze, TaskResult
+from skiplock.backends import (
+    Backend,
+    FailedAttempt,
+    NewJobs,
+    PostgresBackend,
+    Snooze,
+    TaskResult,
+)
 from skiplock.job import Job, JobStatus
 
 MICROSECOND = timedelta(microseconds=1)
@@ -50,6 +58,20 @@ def test_enqueue_makes_pending_or_scheduled_jobs(harness: Harness) -> None:
         assert (job.status, job.attempts, job.payload, job.queue) == (PENDING, 0, {"n": 1}, "q")
         assert (await the_job(b, later.id)).status == SCHEDULED
         assert [j.id for j in await b.claim(["q"], 10, "w1", 30)] == [now.id]
+
+    run(harness, body)
+
+
+def test_one_calls_jobs_as_new_jobs_are_one_job_per_payload(harness: Harness) -> None:
+    async def body(b: Backend) -> None:
+        batch = NewJobs.repeated(new_job(priority=3, max_attempts=2), 3)
+        batch = replace(batch, payloads='[{"n": 0}, {"n": 1}, {"n": 2}]', first_payload='{"n": 0}')
+        enqueued = await b.enqueue(batch)
+        assert len(enqueued) == 3 and not any(e.deduplicated for e in enqueued)
+        jobs = [await the_job(b, e.id) for e in enqueued]
+        assert [j.payload for j in jobs] == [{"n": 0}, {"n": 1}, {"n": 2}]
+        assert {(j.priority, j.max_attempts, j.status) for j in jobs} == {(3, 2, PENDING)}
+        assert await b.enqueue(NewJobs.repeated(new_job(), 0)) == []
 
     run(harness, body)
 

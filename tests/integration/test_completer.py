@@ -17,6 +17,7 @@ from skiplock import App
 from skiplock._db.client_async import open_pool
 from skiplock._runtime.completer import Completer, Recorded
 from skiplock._runtime.execution import DONE
+from skiplock.backends import PostgresBackend
 from skiplock.job import Job
 
 
@@ -57,8 +58,9 @@ def test_a_held_up_write_does_not_hold_up_the_next_batch_and_counts_as_unwritten
 
     async def main() -> None:
         pool = await open_pool(app.dsn, async_store, min_size=2, max_size=4)
+        backend = PostgresBackend.on_client(app.async_client).on_pool(pool)
         completer = Completer(
-            async_store, pool, "keep", on_recorded=recorded.extend,
+            async_store, backend, "keep", on_recorded=recorded.extend,
             max_writes=max_writes,
         )  # fmt: skip
         completer.start()
@@ -97,7 +99,8 @@ def test_a_failed_write_keeps_its_outcomes_and_writes_them_again(
 
     async def main() -> None:
         pool = await open_pool(app.dsn, async_store, min_size=2, max_size=4)
-        completer = Completer(async_store, pool, "keep", on_recorded=recorded.extend)
+        backend = PostgresBackend.on_client(app.async_client).on_pool(pool)
+        completer = Completer(async_store, backend, "keep", on_recorded=recorded.extend)
         completer.start()
         with psycopg.connect(app.dsn) as locker:
             locker.execute(f'SELECT 1 FROM "{app.schema}".jobs WHERE id = %s FOR UPDATE', (job.id,))

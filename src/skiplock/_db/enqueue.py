@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -236,6 +237,16 @@ class NewJobs:
         payloads = "[" + ",".join([job.payload] * count) + "]"
         first = job.payload if count else ""
         return cls(payloads=payloads, count=count, first_payload=first, **columns)
+
+    def one_by_one(self) -> list[NewJob]:
+        """The jobs as :class:`NewJob` rows, in order (for a backend without a batch form)."""
+        columns = {
+            name: value
+            for name, value in vars(self).items()
+            if name not in ("payloads", "count", "first_payload")
+        }
+        payloads = json.loads(self.payloads)
+        return [NewJob(payload=json.dumps(p, separators=(",", ":")), **columns) for p in payloads]
 
     def params(self, channel: str) -> dict[str, Any]:
         """Parameters of ``job_insert_batch``, and of ``job_insert_one`` for the first job."""

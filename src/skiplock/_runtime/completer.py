@@ -2,12 +2,15 @@
 
 Finished jobs wait in a buffer for at most ``flush_interval`` seconds (a few milliseconds), or
 not at all once no job that could join the batch is still running; then all completions are
-written with one ``job_*_many`` statement, all failures with another, and so on.  Each statement
-still checks every claim's ownership; the ids it returns are the outcomes that counted, the rest
-belonged to claims that had lost their job.  A crash loses at most the buffered outcomes, whose
-jobs then run again once their leases expire (at-least-once).
+written with one call of the worker's backend (``complete``: one ``job_*_many`` statement on
+PostgreSQL), all failures with another (``fail``), and so on.  Each call still checks every
+claim's ownership; the ids it returns are the outcomes that counted, the rest belonged to claims
+that had lost their job.  A batch of several kinds is written kind by kind: when a call fails,
+the kinds written before it are reported, and only the rest are kept to be written again.  A
+crash loses at most the buffered outcomes, whose jobs then run again once their leases expire
+(at-least-once).
 
-Up to ``max_writes`` (2) writes are in flight at once, each on a pooled connection of its own:
+Up to ``max_writes`` (2) writes are in flight at once (on PostgreSQL each on a pooled connection):
 the next batch gathers and goes out while the last one waits for its commit.  Outcomes in a
 write that has not returned still count as unwritten (:attr:`Completer.pending`), so the
 ``--max-in-flight`` bound holds; a worker bounded that way claims only as its outcomes are
@@ -30,17 +33,15 @@ from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 
-from skiplock._db.records import FailedAttempt, Snooze, TaskResult
 from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.execution import Outcome, storable
+from skiplock._runtime.outcome_kinds import Entry, failures, grouped, results, snoozes, write_held
+from skiplock.backends.base import Backend, Completion
 from skiplock.errors import SkiplockError
 from skiplock.job import Job
 
 log = logging.getLogger("skiplock.worker")
-
-Entry = tuple[Job, Outcome, float]  # the job, how it ended, when it started (monotonic)
 
 
 class Recorded(NamedTuple):  # one per job: a tuple is the cheapest record
@@ -54,8 +55,8 @@ class Completer:
     def __init__(
         self,
         store: AsyncStore,
-        pool: AsyncConnectionPool,
-        completion: str,
+        backend: Backend,
+        completion: Completion,
         *,
         on_recorded: Callable[[list[Recorded]], None],
         still_running: Callable[[], int] = lambda: 0,
@@ -63,9 +64,9 @@ class Completer:
         max_batch: int = 1000,
         max_writes: int = 2,
     ) -> None:
-        self.store = store
-        self.pool = pool
-        self.completion = completion
+        self.store = store  # for held-lock jobs' outcomes (write)
+        self.backend = backend  # for the rest
+        self.completion: Completion = completion
         self.on_recorded = on_recorded
         self.still_running = still_running
         self.flush_interval = flush_interval
@@ -147,27 +148,44 @@ class Completer:
         return batch
 
     async def _write_batch(self, batch: list[Entry]) -> bool:
+        written: list[Entry] = []  # of the kinds written before a write failed
+        owned: set[int] = set()
         try:
             try:
-                async with self.pool.connection() as conn:
-                    owned = await self.write(conn, batch)
+                for kind, entries in grouped(batch).items():
+                    owned |= await self._write_kind(kind, entries)
+                    written += entries
             finally:
                 self._writing -= len(batch)
         except (psycopg.Error, SkiplockError) as exc:
+            rest = self._recorded_but(written, owned, batch)
             if _refused(exc):
                 # The database refused an outcome (not the connection): written one at a time,
                 # so that one it refuses does not hold up the others, for good.
-                return await self._write_apart(batch)
-            log.warning("could not record %d job outcomes, retrying: %s", len(batch), exc)
-            self._buffer[:0] = batch
+                return await self._write_apart(rest)
+            log.warning("could not record %d job outcomes, retrying: %s", len(rest), exc)
+            self._buffer[:0] = rest
             self._trouble = True
             self._ready.set()
             return False
         except BaseException:
-            self._buffer[:0] = batch  # cut short: not known to be written, so kept
+            # Cut short: what is not known to be written is kept.
+            self._buffer[:0] = self._recorded_but(written, owned, batch)
             raise
         self.on_recorded([Recorded(job, outcome, job.id in owned, s) for job, outcome, s in batch])
         return True
+
+    def _recorded_but(
+        self, written: list[Entry], owned: set[int], batch: list[Entry]
+    ) -> list[Entry]:
+        """Report the outcomes of the kinds written before a write failed (each kind is a call
+        of its own to the backend, so a retry must not write them again: their claims would
+        own their jobs no more); the rest of ``batch``, in order."""
+        if not written:
+            return batch
+        self.on_recorded([Recorded(job, o, job.id in owned, s) for job, o, s in written])
+        done = {id(entry) for entry in written}
+        return [entry for entry in batch if id(entry) not in done]
 
     async def _write_apart(self, batch: list[Entry]) -> bool:
         """Write a refused batch's outcomes one at a time.  An outcome the database refuses on
@@ -201,69 +219,46 @@ class Completer:
     async def _write_one(self, job: Job, outcome: Outcome, started: float) -> tuple[bool, Outcome]:
         """Write one outcome, or, if the database refuses it, the job's failure saying why;
         whether the claim still owned the job, and the outcome written."""
-        async with self.pool.connection() as conn:
-            try:
-                owned = await self.write(conn, [(job, outcome, started)])
-            except (psycopg.Error, SkiplockError) as exc:
-                if not _refused(exc):
-                    raise
-                error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                log.error("job %s: its outcome (%s) was refused, failing it: %s", job.id,
-                          outcome.kind, error)  # fmt: skip
-                outcome = Outcome(
-                    "failed",
-                    error=storable(
-                        f"its outcome ({outcome.kind}) could not be recorded: "
-                        f"{type(exc).__name__}: {error}"
-                    ),
-                )
-                owned = await self.write(conn, [(job, outcome, started)])
+        ((kind, entries),) = grouped([(job, outcome, started)]).items()
+        try:
+            owned = await self._write_kind(kind, entries)
+        except (psycopg.Error, SkiplockError) as exc:
+            if not _refused(exc):
+                raise
+            error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.error("job %s: its outcome (%s) was refused, failing it: %s", job.id,
+                      outcome.kind, error)  # fmt: skip
+            outcome = Outcome(
+                "failed",
+                error=storable(
+                    f"its outcome ({outcome.kind}) could not be recorded: "
+                    f"{type(exc).__name__}: {error}"
+                ),
+            )
+            owned = await self._write_kind("fail", [(job, outcome, started)])
         return job.id in owned, outcome
 
-    async def write(self, conn: AsyncConnection[Any], batch: Sequence[Entry]) -> set[int]:
-        """Write outcomes on ``conn``; returns the ids whose claims still owned their jobs."""
-        kinds: dict[str, list[tuple[Job, Outcome]]] = {}
-        for job, outcome, _ in batch:
-            if outcome.kind in ("retry", "failed"):
-                group = "fail"
-            else:  # done jobs whose tasks returned a result to store are written apart
-                group = "result" if outcome.result is not None else outcome.kind
-            kinds.setdefault(group, []).append((job, outcome))
-        owned: set[int] = set()
-        # Several kinds go in one transaction, so a retried flush never finds half of its batch
-        # already written (the held-lock caller is in a transaction already); so do results
-        # stored before their jobs are archived (two statements).
-        archived_results = "result" in kinds and self.completion == "archive"
-        several = len(kinds) > 1 or archived_results
-        async with conn.transaction() if several else contextlib.nullcontext():
-            for kind, entries in kinds.items():
-                owned |= await self._write_kind(conn, kind, entries)
-        return owned
-
-    async def _write_kind(
-        self, conn: AsyncConnection[Any], kind: str, entries: list[tuple[Job, Outcome]]
-    ) -> set[int]:
-        claims = [job.claim for job, _ in entries]
+    async def _write_kind(self, kind: str, entries: list[Entry]) -> set[int]:
+        """Write one kind of outcome through the backend; the ids still owned."""
+        backend = self.backend
+        claims = [job.claim for job, _, _ in entries]
         if kind == "done":
-            return await self.store.job_finish_many(conn, claims, self.completion)
+            return await backend.complete(claims, completion=self.completion)
         if kind == "result":
-            results = [
-                TaskResult(job.claim, o.result) for job, o in entries if o.result is not None
-            ]
-            return await self.store.job_finish_with_results_many(conn, results, self.completion)
+            return await backend.complete(results(entries), completion=self.completion)
         if kind == "snooze":
-            return await self.store.job_snooze_many(
-                conn, [Snooze(job.claim, o.delay) for job, o in entries]
-            )
+            return await backend.snooze(snoozes(entries))
         if kind == "cancelled":
-            return await self.store.job_cancel_claimed_many(conn, claims)
+            return await backend.cancel_claimed(claims)
         if kind == "release":
-            return await self.store.job_release_many(conn, claims)
-        failures = [
-            FailedAttempt(job.claim, o.error or "", o.delay if o.kind == "retry" else None)
-            for job, o in entries
-        ]
-        return set(await self.store.job_fail_many(conn, failures))
+            return await backend.release(claims)
+        return set(await backend.fail(failures(entries)))
+
+    async def write(self, conn: AsyncConnection[Any], batch: Sequence[Entry]) -> set[int]:
+        """Write a held-lock job's outcomes on ``conn``, in its claim's transaction (on the
+        PostgreSQL store: held-lock jobs are beyond the backend contract); returns the ids
+        whose claims still owned their jobs."""
+        return await write_held(self.store, conn, batch, self.completion)
 
 
 # SQLSTATE classes of a statement refused for what it wrote (a value out of range, a constraint,

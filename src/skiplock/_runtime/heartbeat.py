@@ -1,5 +1,6 @@
-"""The heartbeat: one statement per tick extends the leases of all of a worker's running jobs,
-and reports which of them an admin asked to cancel and which were reclaimed (both stopped)."""
+"""The heartbeat: one call of the backend (``extend``: one statement on PostgreSQL) per tick
+extends the leases of all of a worker's running leased jobs, and reports which of them an admin
+asked to cancel and which were reclaimed (both stopped)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ import time
 from collections.abc import Callable
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
-from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.running import RunningJob
+from skiplock.backends.base import Backend
 from skiplock.errors import SkiplockError
 
 log = logging.getLogger("skiplock.worker")
@@ -21,13 +21,11 @@ log = logging.getLogger("skiplock.worker")
 class Heartbeat:
     def __init__(
         self,
-        store: AsyncStore,
-        pool: AsyncConnectionPool,
+        backend: Backend,
         lease_seconds: float,
         running: Callable[[], list[RunningJob]],
     ) -> None:
-        self.store = store
-        self.pool = pool
+        self.backend = backend
         self.lease_seconds = lease_seconds
         self.running = running
 
@@ -42,10 +40,7 @@ class Heartbeat:
             return
         sent = time.monotonic()
         try:
-            async with self.pool.connection() as conn:
-                kept = await self.store.job_extend_leases(
-                    conn, [r.job.claim for r in leased], self.lease_seconds
-                )
+            kept = await self.backend.extend([r.job.claim for r in leased], self.lease_seconds)
         except (psycopg.Error, SkiplockError) as exc:
             log.warning("heartbeat failed: %s", exc)
             return

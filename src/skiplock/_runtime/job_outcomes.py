@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 
 from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.completer import Completer, Recorded
@@ -26,6 +25,7 @@ from skiplock._runtime.task_threads import TaskThreads
 from skiplock._runtime.worker_state import WorkerState
 from skiplock._task_settings import WorkerModel
 from skiplock.app import App
+from skiplock.backends.base import Backend
 from skiplock.errors import UnknownTask
 from skiplock.events import JobEvent, WorkerStats, finished_level, log_event
 from skiplock.job import Job, UnrunnableJob
@@ -38,7 +38,7 @@ class OutcomeReporter:
         self,
         app: App,
         store: AsyncStore,
-        pool: AsyncConnectionPool,
+        backend: Backend,
         state: WorkerState,
         *,
         worker_id: str,
@@ -56,7 +56,7 @@ class OutcomeReporter:
         self.on_recorded = on_recorded  # after the outcomes are counted and told
         self.completer: Completer = Completer(
             store,
-            pool,
+            backend,
             app.completion,
             on_recorded=self.recorded,
             still_running=lambda: state.handlers,

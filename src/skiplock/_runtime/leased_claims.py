@@ -1,6 +1,7 @@
 """The leasing worker's claim statements: one claim across its queues (a queue with a
 concurrency limit claimed apart, and jobs whose limit_key has limits, both only for slots that
-can start now), each committed at once.
+can start now), each committed at once.  With a backend other than PostgreSQL, the queues
+without limits are claimed by its ``claim``.
 
 Claims run one at a time, so they keep one connection of the pool instead of taking one per
 claim (see docs/design.md, "The claim connection").  A claim that fails gives it back (the pool
@@ -25,6 +26,8 @@ from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.claim_cursor import RESCAN_SHARE, ClaimCursor
 from skiplock._runtime.queue_settings import QueueSettings
 from skiplock._runtime.queue_turns import QueueTurns
+from skiplock.backends.base import Backend
+from skiplock.backends.postgres import PostgresBackend
 from skiplock.errors import QueueLockBusy, SkiplockError
 from skiplock.job import Job
 
@@ -39,6 +42,7 @@ PLAIN_CLAIM_PAUSE = 1.0
 class LeasedClaims:
     def __init__(
         self,
+        backend: Backend,
         store: AsyncStore,
         pool: AsyncConnectionPool,
         settings: QueueSettings,
@@ -49,6 +53,11 @@ class LeasedClaims:
         lease_seconds: float,
         weights: Mapping[str, int] | None = None,
     ) -> None:
+        self.backend = backend
+        # PostgreSQL's claim of the queues without limits runs here, on the kept connection:
+        # beyond the contract, it reads from this worker's claim cursor, takes the queues'
+        # weights, and claims limited keys' jobs only while some key has limits.
+        self.on_postgres = type(backend) is PostgresBackend
         self.store = store
         self.pool = pool
         self.settings = settings
@@ -95,6 +104,10 @@ class LeasedClaims:
         # waiting here would count against its limit while other workers' slots sit idle.
         limit_startable = min(limit, startable())
         jobs: list[Job] = []
+        if unlimited and not self.on_postgres:
+            # Another backend: its claim, whole (the cursor and limits per key are its own).
+            jobs = await self.backend.claim(unlimited, limit, self.worker_id, self.lease_seconds)
+            unlimited = []
         if unlimited and self.settings.keys_limited:
             # Jobs of limited keys first (they are few by their limits) and no more than the
             # slots can start now, as for a limited queue; the other claims pass them over.

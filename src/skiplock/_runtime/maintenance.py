@@ -31,6 +31,7 @@ from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.leader import LeaderElector
 from skiplock._runtime.periodic import PeriodicTask, ServerClock
 from skiplock.app import App
+from skiplock.backends.base import Backend
 from skiplock.errors import SkiplockError
 
 log = logging.getLogger("skiplock._runtime.maintenance")
@@ -73,10 +74,13 @@ class Maintenance:
         prune_interval: float = 60.0,
         on_work: Callable[[], None] = lambda: None,
         queues: Collection[str] | None = None,
+        backend: Backend | None = None,
     ) -> None:
         """``queues``: those the worker serves (None: every one), whose periodic tasks it
-        enqueues."""
+        enqueues.  ``backend``: where expired leases are reclaimed (the app's by default);
+        the rest is PostgreSQL's upkeep, on ``store``."""
         self.app = app
+        self.backend: Backend = backend or app.backend
         self.store = store
         self.pool = pool
         self.elector = elector
@@ -172,9 +176,11 @@ class Maintenance:
         if now < self._next_reclaim:
             return
         self._next_reclaim = now + self.reclaim_interval
+        await self._reclaim_logged()
+
+    async def _reclaim_logged(self) -> None:
         try:
-            async with self.pool.connection() as conn:
-                await self._reclaim(conn)
+            await self._reclaim_expired()
         except (psycopg.Error, SkiplockError) as exc:
             self.stats.errors += 1
             log.warning("reclaim failed, retrying next round: %s", exc)
@@ -190,14 +196,19 @@ class Maintenance:
             ("release", self._release_waiting),
             ("periodic", self._enqueue_periodic),
         ]
-        if force or now >= self._next_reclaim:
+        later: list[tuple[str, Callable[[AsyncConnection[Any]], Awaitable[None]]]] = []
+        reclaim = force or now >= self._next_reclaim
+        if reclaim:
             self._next_reclaim = now + self.reclaim_interval
-            steps.append(("reclaim", self._reclaim))
-            steps.append(("locks", self._report_strangers))
+            later.append(("locks", self._report_strangers))
         if force or now >= self._next_prune:
             self._next_prune = now + self.prune_interval
-            steps.append(("prune", self._prune))
+            later.append(("prune", self._prune))
         for name, step in steps:
+            await self._run_step(name, step)
+        if reclaim:  # through the backend, holding no connection of a step meanwhile
+            await self._reclaim_logged()
+        for name, step in later:
             await self._run_step(name, step)
 
     async def _run_step(
@@ -269,8 +280,8 @@ class Maintenance:
             else:
                 return
 
-    async def _reclaim(self, conn: AsyncConnection[Any]) -> None:
-        reclaimed = await self.store.job_reclaim_expired(conn)
+    async def _reclaim_expired(self) -> None:
+        reclaimed = await self.backend.reclaim_expired()
         if reclaimed:
             self.stats.reclaimed += len(reclaimed)
             log.warning("reclaimed %d jobs whose lease expired: %s", len(reclaimed), reclaimed)

@@ -21,9 +21,12 @@ The vocabulary:
 - A transaction is opaque: whatever the backend accepts as the caller's transaction (for
   PostgreSQL, a psycopg ``AsyncConnection`` or the objects ``App.enqueue(conn=...)`` takes).
 
-Not in the contract (PostgreSQL-only, the worker keeps them off the seam for now): held-lock
-jobs, queue settings (pause, cluster-wide limits), LISTEN/NOTIFY wake-ups, worker presence,
-leadership, periodic ticks and dependencies' release (docs/backends.md, "Beyond the contract").
+``App`` holds one (``App(backend=...)``; by default a PostgresBackend on the app's database):
+its async enqueues, and a leasing worker's claims, heartbeats, outcomes and reclaims, go
+through it.  Not in the contract (PostgreSQL-only, reached on the app's database as before):
+held-lock jobs, queue settings (pause, cluster-wide limits), LISTEN/NOTIFY wake-ups, worker
+presence, leadership, periodic ticks and dependencies' release (docs/backends.md, "Beyond the
+contract").
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from skiplock._db.enqueue import NewJob as NewJob
+from skiplock._db.enqueue import NewJobs as NewJobs
 from skiplock._db.records import FailedAttempt as FailedAttempt
 from skiplock._db.records import Snooze as Snooze
 from skiplock._db.records import TaskResult as TaskResult
@@ -61,9 +65,14 @@ class Backend(Protocol):
     # -- enqueue -------------------------------------------------------------------------
 
     async def enqueue(
-        self, jobs: Sequence[NewJob], *, transaction: Transaction | None = None
+        self, jobs: Sequence[NewJob] | NewJobs, *, transaction: Transaction | None = None
     ) -> list[Enqueued]:
         """Store new jobs; one :class:`~skiplock.job.Enqueued` per job, in order.
+
+        - ``jobs`` is a sequence of :class:`NewJob`, or the jobs of one enqueue call as a
+          :class:`NewJobs` (every column shared but the payload: what ``App`` and ``Task`` pass;
+          ``jobs.one_by_one()`` gives them as :class:`NewJob` rows for a backend without a
+          batch form).
 
         - A job is ``pending`` (claimable at once) when it has neither ``run_at`` nor ``delay``
           in the future, else ``scheduled`` until then.  Its ``attempts`` start at 0.
