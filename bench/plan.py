@@ -39,7 +39,18 @@ SK_X2_SYNC = Setting(
 # Held-lock workers (one transaction per job), for before/after pairs of changes to the held-lock
 # claim (`python -m bench.pairs --settings held`); not in the full run.
 SK_HELD = Setting("skiplock", "held", extra=("--model", "held"), notes="CLI defaults, --model held")
-PAIRS_ONLY = [SK_HELD]
+# completion="archive" beside c100x2-delete, for before/after pairs of changes to the archiving
+# outcome (bench/README.md, "The charts' counts on the drain with completion delete").
+SK_C100X2_ARCHIVE = Setting(
+    "skiplock",
+    "c100x2-archive",
+    concurrency=100,
+    processes=2,
+    log_level="WARNING",
+    completion="archive",
+    notes="concurrency 100, --processes 2, log WARNING, completion archive",
+)
+PAIRS_ONLY = [SK_HELD, SK_C100X2_ARCHIVE]
 SK_C100 = Setting(
     "skiplock", "c100", concurrency=100, log_level="WARNING", notes="concurrency 100, log WARNING"
 )

@@ -211,6 +211,14 @@ class Skiplock(System):
         if setting.completion == "delete":
             _check(problems, "rows left in skiplock.jobs", sum(rows.values()), 0)
             return problems
+        if setting.completion == "archive":
+            _check(problems, "rows left in skiplock.jobs", sum(rows.values()), 0)
+            archived = conn.execute(
+                "SELECT status, count(*) FROM skiplock.jobs_archive GROUP BY status"
+            ).fetchall()
+            _check(problems, "skiplock.jobs_archive by status", dict(archived),
+                   {"done": expected} if expected else {})  # fmt: skip
+            return problems
         _check(problems, "skiplock.jobs by status", rows, {"done": expected} if expected else {})
         row = conn.execute(
             "SELECT count(*) FILTER (WHERE attempts <> 1), max(attempts) FROM skiplock.jobs"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from helpers.polling import comes_true
 from helpers.stores import SyncStore
 from skiplock import App, JobStatus, Worker
 from skiplock._doctor.command import Doctor, Finding, Thresholds
+from skiplock._doctor.findings import byte_size
 from skiplock.app import DEFAULT_RETENTION
 
 
@@ -275,6 +277,50 @@ def test_a_few_dead_tuples_are_not_reported(pg_dsn: str, schema: str, db: Any) -
     assert found.status == "ok", found  # 300 dead rows: below the 10,000 floor
     stricter = findings(pg_dsn, schema, dead_tuples=100)["dead_tuples"]
     assert stricter.status == "warn", stricter  # ratio 1:1 -> warn, not more dead than live
+
+
+def test_the_charts_counts_are_checked_as_the_other_tables_with_their_size(
+    pg_dsn: str, schema: str, db: Any
+) -> None:
+    """finished_counts (migration 0025) takes a row per outcome statement of completion="delete"
+    and "archive" and loses them to the maintenance leader's merges: its dead rows are checked
+    as the jobs table's are, and every table's size is shown."""
+    counts = table(schema, "finished_counts")
+    db.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(counts))
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (minute, queue, done, failed, wait_sum, wait_max, buckets, counts) "
+            "SELECT date_trunc('minute', now()), 'q', 1, 0, 0, 0, '{{0}}', '{{1}}' "
+            "FROM generate_series(1, 300)"
+        ).format(counts)
+    )
+    db.execute(sql.SQL("DELETE FROM {}").format(counts))
+    flush_statistics(db)
+    found = wait_for_finding(
+        pg_dsn,
+        schema,
+        "dead_tuples",
+        lambda f: any(t["relname"] == "finished_counts" and t["n_dead_tup"] >= 300
+                      for t in f.details["tables"]),
+        dead_tuples=100,
+    )  # fmt: skip
+    assert found.status == "fail", found  # 300 dead rows, none live
+    assert f"{schema}.finished_counts has 300 dead rows for 0 live ones" in found.message
+    assert f"autovacuum is disabled on {schema}.finished_counts" in found.message
+    assert f'VACUUM (ANALYZE) "{schema}".finished_counts;' in found.fix
+    [stats] = [t for t in found.details["tables"] if t["relname"] == "finished_counts"]
+    assert stats["bytes"] > 0
+
+    # Below the thresholds (not vacuumed: another session's transaction on a shared server
+    # could keep VACUUM from removing the rows), each table is listed with its size.
+    db.execute(sql.SQL("ALTER TABLE {} RESET (autovacuum_enabled)").format(counts))
+    calm = findings(pg_dsn, schema, dead_tuples=10**9)["dead_tuples"]
+    assert calm.status == "ok", calm
+    sizes = {t["relname"]: t["bytes"] for t in calm.details["tables"]}
+    for name in ("jobs", "finished_counts"):
+        shown = re.search(rf"\b{name}: \d+ live, \d+ dead, [^,;]+, ([^;]+)", calm.message)
+        assert shown is not None, calm.message
+        assert shown.group(1) == byte_size(sizes[name]), calm.message
 
 
 # -- leases --------------------------------------------------------------------------------

@@ -91,6 +91,7 @@ def check_dead_tuples(doctor: DoctorSession, conn: Connection[Any]) -> list[Find
             )
         )
     problems: list[str] = []
+    bloated: list[str] = []
     status: Status = "ok"
     summary = []
     for row in tables:
@@ -100,6 +101,7 @@ def check_dead_tuples(doctor: DoctorSession, conn: Connection[Any]) -> list[Find
         summary.append(
             f"{name}: {live} live, {dead} dead, "
             + (f"vacuumed {duration(vacuumed)} ago" if vacuumed is not None else "never vacuumed")
+            + f", {byte_size(row['bytes'])}"
         )
         if options.get("autovacuum_enabled", "on").lower() in ("false", "off", "0", "no"):
             problems.append(f"autovacuum is disabled on {doctor.schema}.{name}")
@@ -111,6 +113,7 @@ def check_dead_tuples(doctor: DoctorSession, conn: Connection[Any]) -> list[Find
                 f"{duration(row['analyze_seconds'])} ago"
             )
             status = worse(status, "fail" if dead > live else "warn")
+            bloated.append(f'"{doctor.schema}".{name}')
     details = {"tables": tables}
     if not problems:
         findings.append(
@@ -123,9 +126,9 @@ def check_dead_tuples(doctor: DoctorSession, conn: Connection[Any]) -> list[Find
             "dead_tuples",
             status,
             "; ".join(problems),
-            f"VACUUM (ANALYZE) {jobs}; first end the long transactions the xmin_horizon "
-            "check lists, or vacuum cannot remove them. Keep autovacuum on (ALTER TABLE "
-            f"{jobs} RESET (autovacuum_enabled)); if it cannot keep up, lower "
+            f"VACUUM (ANALYZE) {', '.join(bloated or [jobs])}; first end the long transactions "
+            "the xmin_horizon check lists, or vacuum cannot remove them. Keep autovacuum on "
+            f"(ALTER TABLE {jobs} RESET (autovacuum_enabled)); if it cannot keep up, lower "
             "autovacuum_vacuum_scale_factor/threshold on the table, delete finished jobs "
             "sooner (retention, completion='delete'), or give autovacuum more workers",
             details,

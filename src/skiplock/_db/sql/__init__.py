@@ -95,6 +95,7 @@ class Queries:
             "key_limits": sql.Identifier(schema, "key_limits"),
             "finished_wait_bucket": sql.Identifier(schema, "finished_wait_bucket"),
             "finished_counts": sql.Identifier(schema, "finished_counts"),
+            "finished_counts_add": sql.Identifier(schema, "finished_counts_add"),
         }
         # Rendered once: composing identifiers on every execute costs more than the round trip
         # saves on a fast claim, and the driver caches the conversion of plain SQL text.

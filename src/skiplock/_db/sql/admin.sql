@@ -324,7 +324,8 @@ ORDER BY p.queue, p.minute;
 -- failed or cancelled job that a waiting job depends on: a job no longer in the table counts
 -- as done (dependencies.sql), and deleting it would let the waiting job run.  The jobs done or
 -- failed within the charts' widest window (a day) are counted for the dashboard's charts in
--- the same statement (finished_counts, migration 0025).
+-- the same statement (finished_counts_add, migration 0026; the last SELECT reads the count's
+-- CTE so that it runs).
 WITH candidates AS (
     SELECT id, status FROM {jobs}
     WHERE id > %(after_id)s
@@ -350,17 +351,10 @@ WITH candidates AS (
     RETURNING j.id, j.queue, j.status, j.finished_at,
               greatest(extract(epoch FROM j.locked_at - j.run_at), 0)::float8 AS wait
 ), counted AS (
-    INSERT INTO {finished_counts} (minute, queue, done, failed, wait_sum, wait_max, buckets,
-                                   counts)
-    SELECT minute, queue, sum(done), sum(failed), sum(wait_sum), max(wait_max),
-           array_agg(bucket ORDER BY bucket), array_agg(done + failed ORDER BY bucket)
-    FROM (SELECT date_trunc('minute', finished_at) AS minute, queue, {finished_wait_bucket}(wait) AS bucket,
-                 count(*) FILTER (WHERE status = 'done') AS done,
-                 count(*) FILTER (WHERE status = 'failed') AS failed, sum(wait) AS wait_sum, max(wait) AS wait_max
-          FROM deleted
-          WHERE status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
-          GROUP BY 1, 2, 3) AS per_bucket
-    GROUP BY 1, 2
+    SELECT {finished_counts_add}(array_agg(finished_at), array_agg(queue), array_agg(status),
+                                 array_agg(wait)) AS counted_rows
+    FROM deleted
 )
 SELECT (SELECT count(*) FROM candidates), (SELECT max(id) FROM candidates),
-       (SELECT count(*) FROM deleted);
+       (SELECT count(*) FROM deleted)
+FROM counted;

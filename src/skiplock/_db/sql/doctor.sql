@@ -26,19 +26,22 @@ ORDER BY xact_start
 LIMIT %(limit)s;
 
 -- name: doctor_table_health
--- Live and dead rows, last (auto)vacuum and (auto)analyze, and storage options of the
--- schema's tables, with the server-wide autovacuum switch.
+-- Live and dead rows, last (auto)vacuum and (auto)analyze, size in bytes (indexes and TOAST
+-- included) and storage options of the schema's tables that rows come and go in, with the
+-- server-wide autovacuum switch.
 SELECT s.relname::text AS relname, s.n_live_tup, s.n_dead_tup,
        extract(epoch FROM now() - greatest(s.last_vacuum, s.last_autovacuum))::float8
            AS vacuum_seconds,
        extract(epoch FROM now() - greatest(s.last_analyze, s.last_autoanalyze))::float8
            AS analyze_seconds,
+       pg_total_relation_size(s.relid) AS bytes,
        coalesce(c.reloptions, ARRAY[]::text[]) AS reloptions,
        current_setting('autovacuum') AS autovacuum
 FROM pg_stat_user_tables AS s
 JOIN pg_class AS c ON c.oid = s.relid
 WHERE s.schemaname = %(schema)s
-  AND s.relname IN ('jobs', 'jobs_archive', 'queues', 'leaders', 'periodic_ticks', 'workers')
+  AND s.relname IN ('jobs', 'jobs_archive', 'queues', 'leaders', 'periodic_ticks', 'workers',
+                    'finished_counts')
 ORDER BY s.relname;
 
 -- name: doctor_expired_leases

@@ -586,8 +586,9 @@ WHERE j.id = r.id
 
 -- name: job_delete_many
 -- Delete claimed jobs that finished, if each claim still owns its job; the same statement
--- counts them for the dashboard's charts (finished_counts, migration 0025: rows inserted, one
--- per queue, never updated), since their rows no longer can.
+-- counts them for the dashboard's charts (finished_counts_add, migration 0026: rows inserted,
+-- one per queue, never updated), since their rows no longer can.  The last SELECT reads the
+-- count's CTE so that it runs (a CTE without a write runs only if read).
 WITH gone AS (
     DELETE FROM {jobs} AS j
     USING unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
@@ -597,22 +598,17 @@ WITH gone AS (
                    AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
     RETURNING j.id, j.queue, greatest(extract(epoch FROM j.locked_at - j.run_at), 0)::float8 AS wait
 ), counted AS (
-    INSERT INTO {finished_counts} (minute, queue, done, failed, wait_sum, wait_max, buckets,
-                                   counts)
-    SELECT minute, queue, sum(done), sum(failed), sum(wait_sum), max(wait_max),
-           array_agg(bucket ORDER BY bucket), array_agg(done + failed ORDER BY bucket)
-    FROM (SELECT date_trunc('minute', now()) AS minute, queue, {finished_wait_bucket}(wait) AS bucket,
-                 count(*) AS done, 0 AS failed, sum(wait) AS wait_sum, max(wait) AS wait_max
-          FROM gone
-          GROUP BY 1, 2, 3) AS per_bucket
-    GROUP BY 1, 2
+    SELECT {finished_counts_add}(array_agg(now()), array_agg(queue), array_agg('done'::text),
+                                 array_agg(wait)) AS counted_rows
+    FROM gone
 )
-SELECT id FROM gone;
+SELECT id FROM gone CROSS JOIN counted;
 
 -- name: job_archive_many
 -- Move claimed jobs that finished to the archive table, if each claim still owns its job; the
 -- done attempt goes into its attempt_log (the archive keeps no locked_at to tell it from), and
--- the same statement counts them for the dashboard's charts, as job_delete_many does.
+-- the same statement counts them for the dashboard's charts, as job_delete_many does (and
+-- reads the count's CTE so that it runs).
 WITH moved AS (
     DELETE FROM {jobs} AS j
     USING unnest(%(ids)s::bigint[], %(attempts)s::int[], %(claim_time_index)s::int[])
@@ -622,16 +618,10 @@ WITH moved AS (
                    AND j.locked_at = (%(claim_times)s::timestamptz[])[c.claim_time], false)
     RETURNING j.*
 ), counted AS (
-    INSERT INTO {finished_counts} (minute, queue, done, failed, wait_sum, wait_max, buckets,
-                                   counts)
-    SELECT minute, queue, sum(done), sum(failed), sum(wait_sum), max(wait_max),
-           array_agg(bucket ORDER BY bucket), array_agg(done + failed ORDER BY bucket)
-    FROM (SELECT date_trunc('minute', now()) AS minute, queue, {finished_wait_bucket}(wait) AS bucket,
-                 count(*) AS done, 0 AS failed, sum(wait) AS wait_sum, max(wait) AS wait_max
-          FROM (SELECT queue, greatest(extract(epoch FROM locked_at - run_at), 0)::float8 AS wait
-                FROM moved) AS m
-          GROUP BY 1, 2, 3) AS per_bucket
-    GROUP BY 1, 2
+    SELECT {finished_counts_add}(array_agg(now()), array_agg(queue), array_agg('done'::text),
+                                 array_agg(wait)) AS counted_rows
+    FROM (SELECT queue, greatest(extract(epoch FROM locked_at - run_at), 0)::float8 AS wait
+          FROM moved) AS m
 )
 INSERT INTO {archive} (id, queue, task, payload, status, priority, run_at, attempts,
                        max_attempts, locked_by, entity_key, idempotency_key, last_error,
@@ -643,7 +633,7 @@ SELECT id, queue, task, payload, 'done', priority, run_at, attempts, max_attempt
        {attempt_log_append}(attempt_log, jsonb_build_object(
            'attempt', attempts, 'worker', locked_by, 'started_at', locked_at,
            'ended_at', now(), 'outcome', 'done', 'error', NULL))
-FROM moved
+FROM moved CROSS JOIN counted
 RETURNING id;
 
 -- name: job_fail_many

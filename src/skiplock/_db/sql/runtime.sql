@@ -266,7 +266,8 @@ WHERE t.tick < now() - interval '1 day'
 -- name: job_prune_finished
 -- Delete up to %(limit)s jobs finished (in one status) before the retention.  Those done or
 -- failed within the charts' widest window (a retention under a day) are counted for the
--- dashboard's charts in the same statement (finished_counts, migration 0025).
+-- dashboard's charts in the same statement (finished_counts_add, migration 0026; the last
+-- SELECT reads the count's CTE so that it runs).
 WITH gone AS (
     DELETE FROM {jobs} WHERE id IN (
         SELECT id FROM {jobs}
@@ -278,19 +279,11 @@ WITH gone AS (
     RETURNING id, queue, status, finished_at,
               greatest(extract(epoch FROM locked_at - run_at), 0)::float8 AS wait
 ), counted AS (
-    INSERT INTO {finished_counts} (minute, queue, done, failed, wait_sum, wait_max, buckets,
-                                   counts)
-    SELECT minute, queue, sum(done), sum(failed), sum(wait_sum), max(wait_max),
-           array_agg(bucket ORDER BY bucket), array_agg(done + failed ORDER BY bucket)
-    FROM (SELECT date_trunc('minute', finished_at) AS minute, queue, {finished_wait_bucket}(wait) AS bucket,
-                 count(*) FILTER (WHERE status = 'done') AS done,
-                 count(*) FILTER (WHERE status = 'failed') AS failed, sum(wait) AS wait_sum, max(wait) AS wait_max
-          FROM gone
-          WHERE status IN ('done', 'failed') AND finished_at > now() - interval '1 day'
-          GROUP BY 1, 2, 3) AS per_bucket
-    GROUP BY 1, 2
+    SELECT {finished_counts_add}(array_agg(finished_at), array_agg(queue), array_agg(status),
+                                 array_agg(wait)) AS counted_rows
+    FROM gone
 )
-SELECT id FROM gone;
+SELECT id FROM gone CROSS JOIN counted;
 
 -- name: job_finished_counts_merge
 -- Merge the charts' counts of each queue and past minute (before the last one) that has more

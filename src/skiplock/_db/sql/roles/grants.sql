@@ -138,6 +138,9 @@ GRANT EXECUTE ON FUNCTION {schema}.xact_running(xid), {schema}.held_run_mark(tex
 -- completion="delete" and "archive" and by pruning, pruned by the maintenance leader.
 GRANT SELECT, INSERT, DELETE ON {finished_counts} TO {worker};
 GRANT EXECUTE ON FUNCTION {schema}.finished_wait_bucket(float8) TO {worker};
+-- The one INSERT of those counts (0026), run with the caller's rights.
+GRANT EXECUTE ON FUNCTION {schema}.finished_counts_add(timestamptz[], text[], text[], float8[])
+    TO {worker};
 
 -- name: role_grant_admin
 -- Admin: every row of every skiplock table (retry, cancel, pause, limit, prune, purge), the
@@ -158,6 +161,8 @@ GRANT EXECUTE ON FUNCTION {schema}.archive_partitions_keep(int, float8, timestam
     TO {admin};  -- skiplock prune (0022)
 GRANT SELECT, INSERT, DELETE, TRUNCATE ON {finished_counts} TO {admin};  -- charts, bulk delete (0025)
 GRANT EXECUTE ON FUNCTION {schema}.finished_wait_bucket(float8) TO {admin};
+GRANT EXECUTE ON FUNCTION {schema}.finished_counts_add(timestamptz[], text[], text[], float8[])
+    TO {admin};  -- the bulk delete and pruning count what they delete (0026)
 
 -- name: role_grant_viewer
 -- Viewer: read jobs, archived jobs, queue settings, workers and the migration record; change
