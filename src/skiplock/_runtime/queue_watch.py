@@ -13,7 +13,6 @@ import asyncio
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from skiplock._runtime.thread_calls import ThreadCall
 from skiplock._runtime.thread_outcomes import LoopOutcomes
@@ -89,20 +88,3 @@ class QueueWatch:
         else:
             self._empty_looks = 0
         self._timer = loop.call_later(WATCH_INTERVAL, self._look)
-
-
-def kick_before_select(loop: asyncio.AbstractEventLoop, kick: Callable[[], None]) -> bool:
-    """Have ``loop`` call ``kick`` each time before it looks for I/O (and waits for it, when
-    nothing is ready to run): its selector's ``select`` wrapped.  False when the loop has no
-    selector to wrap (uvloop, the proactor loop): nothing is called then."""
-    selector = getattr(loop, "_selector", None)
-    real = getattr(selector, "select", None)
-    if real is None:
-        return False
-
-    def select(timeout: float | None = None) -> Any:
-        kick()
-        return real(timeout)
-
-    selector.select = select  # type: ignore[union-attr]
-    return True

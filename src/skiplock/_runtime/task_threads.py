@@ -22,7 +22,7 @@ from time import perf_counter
 from typing import Any, ParamSpec, TypeVar
 
 from skiplock._runtime.django_requests import as_request_if_django, django_is_set_up
-from skiplock._runtime.queue_watch import QueueWatch, kick_before_select
+from skiplock._runtime.queue_watch import QueueWatch
 from skiplock._runtime.thread_calls import (
     DROPPED,
     QUEUED,
@@ -67,8 +67,6 @@ class TaskThreads:
         self._call_time = 0.0  # moving average of how long calls take, in seconds
         self._shutdown = False
         self._outcomes = LoopOutcomes()
-        self._kick_due = False  # calls queued since the loop's last kick (see start)
-        self._kicks = False  # the loop kicks before it looks for I/O (kick_before_select)
         self._watch = QueueWatch(
             self._queue, self._lock, self._outcomes, self._hand_on_now, lambda: self._shutdown
         )
@@ -83,35 +81,9 @@ class TaskThreads:
         if self._outcomes.loop is not loop:
             self._outcomes.loop = loop
             self._watch.bind(threading.get_ident())
-            self._kick_due = False
-            self._kicks = kick_before_select(loop, self._kick)
         call = ThreadCall(as_request_if_django(fn), loop.create_future())
-        if not self._kicks or self._shutdown:
-            self._put(call, force=False)
-            return call
-        # A thread woken now would wait for the GIL, and take a CPU from the loop, while the
-        # loop goes on with the other slots' calls and its own work: it is woken when the
-        # loop is about to wait for I/O, and finds the GIL free (see _kick).
-        self._queue.append(call)
-        if not self._searching:
-            self._kick_due = True
+        self._put(call, force=False)
         return call
-
-    def _kick(self) -> None:
-        """In the event loop, before it looks for I/O: get a thread on its way to the calls
-        queued since the last kick, unless one is (see _put)."""
-        if not self._kick_due:
-            return
-        self._kick_due = False
-        if self._searching or (self._running and self._call_time < QUICK_CALL and self._watch.on):
-            return
-        try:
-            with self._lock:
-                if self._queue:
-                    self._hand_on()
-        except Exception:  # no thread could be started: tried again at the loop's next look
-            self._kick_due = True
-            log.exception("starting a thread for sync tasks failed")
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> CallFuture[R]:
         """Queue ``fn(*args, **kwargs)`` for a thread; a concurrent future for its outcome."""
