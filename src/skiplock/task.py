@@ -15,6 +15,7 @@ from psycopg import AsyncConnection
 
 from skiplock._db.caller_connection import AsyncCallerConnection, CallerConnection
 from skiplock._db.enqueue import EnqueueOptions
+from skiplock._runtime.cancel_flag import CancelFlag
 from skiplock._runtime.progress import ProgressSlot, checked_progress
 from skiplock._task_arguments import ArgumentCheck, uncallable
 from skiplock._task_settings import TaskSettings
@@ -90,7 +91,7 @@ class JobContext:
     job: Job
     worker_id: str
     conn: AsyncConnection[Any] | None = None
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=CancelFlag)
     _progress: ProgressSlot = field(default_factory=ProgressSlot, repr=False)
 
     def progress(self, fraction: float, status: str | None = None) -> None:

@@ -2,9 +2,9 @@
 
 A small Django project (settings, a model, a task module that calls ``django.setup()``) is
 written to a temporary folder.  The worker looks after Django's connections as a request
-does (see ``skiplock/_runtime/task_threads.py``): a connection the server dropped between two tasks
-is replaced for the retry, or before the task with ``CONN_HEALTH_CHECKS``, instead of failing
-every later task on that thread; with ``CONN_MAX_AGE = 0`` (Django's default) no connection
+does (see ``skiplock/_runtime/django_requests.py``): a connection the server dropped between
+two tasks is replaced for the retry, or before the task with ``CONN_HEALTH_CHECKS``, instead of
+failing every later task on that thread; with ``CONN_MAX_AGE = 0`` (Django's default) no connection
 stays open after a task.
 """
 

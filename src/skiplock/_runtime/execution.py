@@ -16,6 +16,7 @@ from typing import Any, Literal
 from psycopg import AsyncConnection
 
 from skiplock._db.payload import encode_result
+from skiplock._runtime.cancel_flag import CancelFlag
 from skiplock._runtime.progress import ProgressSlot
 from skiplock._runtime.task_threads import TaskThreads
 from skiplock.errors import Fail, JobTimeout, Retry, UnknownTask
@@ -175,7 +176,7 @@ async def run_job(
     flag = None
     slot = None
     if task.settings.pass_context:
-        flag = cancel_flag() if cancel_flag is not None else threading.Event()
+        flag = cancel_flag() if cancel_flag is not None else CancelFlag()
         slot = progress_slot() if progress_slot is not None else ProgressSlot()
     timeout = task.settings.timeout
     if timeout is None:

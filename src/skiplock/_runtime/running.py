@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from psycopg import AsyncConnection
 
+from skiplock._runtime.cancel_flag import CancelFlag
 from skiplock._runtime.progress import ProgressSlot
 from skiplock._task_settings import WorkerModel
 from skiplock.job import Job
@@ -56,9 +57,9 @@ class RunningJob:
     def cancel_flag(self) -> threading.Event:
         """Set when the job is stopped (see ``stop``) or times out: sync tasks cannot be
         interrupted, so they get this flag (ctx.cancelled) to check.  Made on first use (most
-        jobs never need it)."""
+        jobs never need it), its condition too (see CancelFlag)."""
         if self._cancel_flag is None:
-            self._cancel_flag = threading.Event()
+            self._cancel_flag = CancelFlag()
             if self.stop_reason is not None:
                 self._cancel_flag.set()
         return self._cancel_flag

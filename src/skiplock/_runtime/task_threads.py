@@ -1,77 +1,48 @@
-"""The threads sync tasks run in, and Django's connection upkeep around each task.
+"""The threads a worker's sync tasks run in.
 
-A worker runs each sync task in one of ``concurrency`` threads.  Django keeps a database
-connection per thread and looks after it only between requests: its ``request_started`` and
-``request_finished`` signals call ``close_old_connections()``, which closes a connection that
-has seen an error and no longer works, or is older than ``CONN_MAX_AGE``.  A worker thread
-serves no requests, so without that a connection the server dropped (a restart, a failover, a
-pooler's idle timeout) stays in its thread and every later task there fails with "the
-connection is closed" until the worker restarts: jobs end up ``failed`` for nothing.
-
-So while the worker's process has Django set up (``django.setup()`` ran, as it must before a
-task module imports models), each sync task runs the way a request does: old connections are
-closed before and after it.  A connection that failed a task is replaced for the retry; with
-``CONN_HEALTH_CHECKS = True`` a dropped connection is replaced before the task's first query,
-so the task does not fail at all; ``CONN_MAX_AGE`` keeps connections across tasks (0, Django's
-default, opens one per task, as per request).  Async tasks are not covered: one that uses
-the ORM through ``sync_to_async`` should call ``close_old_connections`` the same way (two thread
-hops per job would be too much to spend on every async task, most of which never touch it).
+A worker runs each sync task in one of ``concurrency`` long-lived threads that take calls from
+one queue.  How a call gets a thread and its outcome gets back to the event loop in batches is
+told in docs/design.md, "Sync tasks in batches"; the parts live beside this module: the calls
+(:mod:`~skiplock._runtime.thread_calls`), the outcomes' way back
+(:mod:`~skiplock._runtime.thread_outcomes`), the loop's watch over the queue
+(:mod:`~skiplock._runtime.queue_watch`) and Django's connection upkeep around each task
+(:mod:`~skiplock._runtime.django_requests`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-import sys
 import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
 from time import perf_counter
 from typing import Any, ParamSpec, TypeVar
+
+from skiplock._runtime.django_requests import as_request_if_django, django_is_set_up
+from skiplock._runtime.queue_watch import QueueWatch
+from skiplock._runtime.thread_calls import (
+    DROPPED,
+    QUEUED,
+    RETURNED,
+    RUNNING,
+    CallFuture,
+    ThreadCall,
+)
+from skiplock._runtime.thread_outcomes import LoopOutcomes
+
+__all__ = ["CallFuture", "TaskThreads", "ThreadCall", "django_is_set_up"]
 
 log = logging.getLogger("skiplock.worker")
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# The states of a call: queued for a thread, running in one, returned (or raised), and dropped
-# (its waiter was cancelled before a thread took it: it never runs).
-QUEUED, RUNNING, RETURNED, DROPPED = range(4)
-
 # Calls that take less than this (on a moving average) are quick: a thread running one will
-# soon take the next queued call, so no sleeping thread is woken for it; the watch (see
-# TaskThreads._look) wakes one if a call stays queued longer than WATCH_INTERVAL all the same.
+# soon take the next queued call, so no sleeping thread is woken for it (see QueueWatch).
 QUICK_CALL = 0.0001
-WATCH_INTERVAL = 0.001
-WATCH_IDLE_ROUNDS = 200  # the watch sleeps after this many looks that found nothing queued
-
-
-class ThreadCall:
-    """One call handed to the task threads, and what became of it."""
-
-    __slots__ = ("error", "fn", "future", "kept", "returned", "state", "value", "waiter")
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self.fn = fn
-        self.state = QUEUED
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.waiter: asyncio.Future[Any] | None = None  # the event loop's (see TaskThreads.start)
-        self.future: Future[Any] | None = None  # a thread's (see TaskThreads.submit)
-        self.kept = False
-        self.returned = False  # set (without the lock) as soon as it has
-
-
-class CallFuture(Future[R]):
-    """The future :meth:`TaskThreads.submit` returns: the call's outcome, and the call."""
-
-    def __init__(self, call: ThreadCall) -> None:
-        super().__init__()
-        self.call = call
 
 
 class TaskThreads:
@@ -79,11 +50,9 @@ class TaskThreads:
     stopped task keeps (see ``keep``).  A task started while Django is set up in this process
     runs between two ``close_old_connections()`` in its thread, as a request does.
 
-    The threads live as long as the worker and take calls from one queue; a thread that
-    returns takes the next queued call without sleeping, and a sleeping thread is woken only
-    when no other is on its way to the queue.  Outcomes go back to the event loop in batches:
-    one wake-up of the loop delivers every outcome that came in since the last one (see
-    docs/design.md, "Sync tasks in batches")."""
+    A thread that returns takes the next queued call without sleeping, and a sleeping thread
+    is woken only when no other is on its way to the queue.  Outcomes go back to the event
+    loop in batches (:class:`LoopOutcomes`)."""
 
     def __init__(self, concurrency: int) -> None:
         self.concurrency = concurrency
@@ -96,15 +65,11 @@ class TaskThreads:
         self._searching = 0  # threads woken or started that have not taken a call yet
         self._running = 0  # threads in a call that was not kept
         self._call_time = 0.0  # moving average of how long calls take, in seconds
-        self._watched = False  # the loop looks at the queue every WATCH_INTERVAL (_look)
-        self._watch_timer: asyncio.TimerHandle | None = None
-        self._head_seen: ThreadCall | None = None  # the first queued call at the last look
-        self._empty_looks = 0
-        self._loop_thread = 0  # the event loop's thread
         self._shutdown = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._returned: deque[ThreadCall] = deque()  # outcomes the loop has not been given yet
-        self._delivery_due = False  # a wake-up of the loop is on its way for them
+        self._outcomes = LoopOutcomes()
+        self._watch = QueueWatch(
+            self._queue, self._lock, self._outcomes, self._hand_on_now, lambda: self._shutdown
+        )
         _ALL.add(self)
 
     # -- handing calls over -------------------------------------------------------------------
@@ -113,18 +78,16 @@ class TaskThreads:
         """Queue ``fn`` for a thread; its outcome comes to ``call.waiter``, a future of the
         running event loop, with the other outcomes of the same batch."""
         loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            self._loop = loop
-            self._loop_thread = threading.get_ident()
-        call = ThreadCall(_in_request(fn) if django_is_set_up() else fn)
-        call.waiter = loop.create_future()
+        if self._outcomes.loop is not loop:
+            self._outcomes.loop = loop
+            self._watch.bind(threading.get_ident())
+        call = ThreadCall(as_request_if_django(fn), loop.create_future())
         self._put(call, force=False)
         return call
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> CallFuture[R]:
         """Queue ``fn(*args, **kwargs)`` for a thread; a concurrent future for its outcome."""
-        bound = functools.partial(fn, *args, **kwargs)
-        call = ThreadCall(_in_request(bound) if django_is_set_up() else bound)
+        call = ThreadCall(as_request_if_django(functools.partial(fn, *args, **kwargs)))
         future: CallFuture[R] = CallFuture(call)
         call.future = future
         future.set_running_or_notify_cancel()
@@ -139,12 +102,15 @@ class TaskThreads:
         # last time, so either it sees this call or this sees it idle.
         self._queue.append(call)
         if self._searching or (
-            not force and self._running and self._call_time < QUICK_CALL and self._watched
+            not force and self._running and self._call_time < QUICK_CALL and self._watch.on
         ):
             return
         with self._lock:
             if self._queue:
                 self._hand_on(force)
+
+    def _hand_on_now(self) -> None:
+        self._hand_on(force=True)
 
     def _hand_on(self, force: bool = False) -> None:
         """With the lock held and calls queued: get a thread on its way to them, unless one
@@ -152,13 +118,13 @@ class TaskThreads:
         will take the next when it returns (the watch makes sure it does not take too long)."""
         if self._searching:
             return
-        if self._running and self._call_time < QUICK_CALL and not force and self._loop:
-            if not self._watched:
-                self._watched = True
-                if threading.get_ident() == self._loop_thread:
-                    self._loop.call_soon(self._look)  # not here: the lock is held
-                else:
-                    self._in_loop(self._look)
+        if (
+            self._running
+            and self._call_time < QUICK_CALL
+            and not force
+            and self._outcomes.loop is not None
+        ):
+            self._watch.start()
             return
         if self._idle:
             self._searching += 1
@@ -171,45 +137,6 @@ class TaskThreads:
             self._threads.append(thread)
             thread.start()
 
-    def _look(self) -> None:
-        """In the event loop, every WATCH_INTERVAL while calls are quick: a call queued since
-        the last look gets a thread on its way (the thread that was to take it is in a call
-        that is not quick after all), and outcomes a thread held back are delivered.  Stops
-        after WATCH_IDLE_ROUNDS looks that found nothing to do."""
-        self._watch_timer = None
-        if self._shutdown or self._loop is None:
-            self._watched = False
-            return
-        queue = self._queue
-        head = queue[0] if queue else None
-        if head is not None and head is self._head_seen:
-            with self._lock:
-                if queue and queue[0] is head:
-                    self._hand_on(force=True)
-        self._head_seen = head
-        if self._returned:
-            self._deliver()
-        if head is None:
-            self._empty_looks += 1
-            if self._empty_looks >= WATCH_IDLE_ROUNDS:
-                # Cleared before the last look at the held-back outcomes: a thread that holds
-                # one back after this sees the flag clear and wakes the loop (see _serve).
-                self._watched = False
-                self._empty_looks = 0
-                if self._returned:
-                    self._deliver()
-                return
-        else:
-            self._empty_looks = 0
-        self._watch_timer = self._loop.call_later(WATCH_INTERVAL, self._look)
-
-    def _in_loop(self, callback: Callable[[], None]) -> None:
-        loop = self._loop
-        if loop is not None:
-            # A closed loop raises RuntimeError: nobody waits for outcomes any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(callback)
-
     def _limit(self) -> int:
         return self.concurrency + min(self.kept, self.concurrency)
 
@@ -218,6 +145,12 @@ class TaskThreads:
     def _serve(self) -> None:
         lock = self._lock
         queue = self._queue
+        outcomes = self._outcomes
+        watch = self._watch
+
+        def watched() -> bool:
+            return watch.on
+
         searching = True
         done: ThreadCall | None = None
         while True:
@@ -237,8 +170,8 @@ class TaskThreads:
                             searching = False
                         self._idle += 1  # before the last look (see _put)
                         if not queue:
-                            if self._returned and not self._delivery_due:
-                                self._wake_loop()  # an outcome this thread held back
+                            if outcomes.returned and not outcomes.due:
+                                outcomes.wake()  # an outcome this thread held back
                             self._wake.wait()
                             searching = True  # the one who woke this thread counted it
                         self._idle -= 1
@@ -258,57 +191,18 @@ class TaskThreads:
                 if queue:
                     self._hand_on()
             began = perf_counter()
-            try:
-                call.value = call.fn()
-            except BaseException as exc:  # the task's own SystemExit too: its job's outcome
-                call.error = exc
+            call.run()
             self._call_time += (perf_counter() - began - self._call_time) * 0.125
-            call.returned = True
-            if queue and call.future is None and self._call_time < QUICK_CALL and self._watched:
+            if call.future is not None:
+                call.settle_future()
+            elif queue and self._call_time < QUICK_CALL and watch.on:
                 # Quick calls with more queued: this thread takes the next at once, and hands
-                # this outcome back with that one's (or the loop's look takes it, if that one
-                # is slow).  Appended before the flag is read again: see _look.
-                self._returned.append(call)
-                if not self._watched and not self._delivery_due:
-                    self._wake_loop()
+                # this outcome back with that one's (or the watch takes it, if that one is slow).
+                outcomes.hold_back(call, watched)
             else:
-                self._hand_back(call)
+                outcomes.hand_back(call)
             done = call
             del call
-
-    def _hand_back(self, call: ThreadCall) -> None:
-        """A call returned: its outcome to its future, or to the loop with the others that
-        returned since the loop's last wake-up (one wake-up for them all)."""
-        future = call.future
-        if future is not None:
-            if call.error is not None:
-                future.set_exception(call.error)
-            else:
-                future.set_result(call.value)
-            return
-        # Atomic appends; the loop clears the flag before it takes the outcomes (see _deliver),
-        # so an outcome it does not take finds the flag clear and wakes it again.
-        self._returned.append(call)
-        if not self._delivery_due:
-            self._wake_loop()
-
-    def _wake_loop(self) -> None:
-        self._delivery_due = True
-        self._in_loop(self._deliver)
-
-    def _deliver(self) -> None:
-        """In the event loop: hand it every outcome returned since the last delivery."""
-        self._delivery_due = False
-        returned = self._returned
-        while returned:
-            call = returned.popleft()
-            waiter = call.waiter
-            if waiter is None or waiter.done():  # cancelled: the job was stopped
-                continue
-            if call.error is not None:
-                waiter.set_exception(call.error)
-            else:
-                waiter.set_result(call.value)
 
     # -- calls the worker stopped waiting for -------------------------------------------------
 
@@ -378,29 +272,3 @@ def _at_exit() -> None:
 
 
 threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
-
-
-def django_is_set_up() -> bool:
-    """True once this process has run ``django.setup()`` (never imports Django itself)."""
-    apps_module = sys.modules.get("django.apps")
-    if apps_module is None or "django.db" not in sys.modules:
-        return False
-    return bool(apps_module.apps.ready)
-
-
-def _in_request(call: Callable[[], R]) -> Callable[[], R]:
-    return functools.partial(_as_request, call)
-
-
-def _as_request(call: Callable[[], R]) -> R:
-    from django.db import close_old_connections
-
-    close_old_connections()  # if this fails, the task has not run: its attempt fails
-    try:
-        return call()
-    finally:
-        try:
-            close_old_connections()
-        except Exception:
-            # The task's outcome stands: closing a connection after it is not part of it.
-            log.warning("closing Django's connections after a task failed", exc_info=True)
