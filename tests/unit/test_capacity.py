@@ -122,30 +122,25 @@ def test_max_in_flight_below_concurrency_is_refused() -> None:
     assert Capacity(10, 0, max_in_flight=10).max_in_flight == 10
 
 
-def _drain_rate(
-    claim_seconds: float, prefetch: int, *, jobs: int = 20_000, at_once: int = 1
-) -> float:
+def _drain_rate(claim_seconds: float, prefetch: int, *, jobs: int = 20_000) -> float:
     """Jobs per second of a simulated drain: slots that could run ``jobs`` jobs at 20,000 a
-    second, fed by claims that each take ``claim_seconds`` (up to ``at_once`` in flight, as the
-    claim loop sends them), sized by the capacity's arithmetic, outcomes recorded as the jobs
-    end."""
+    second, fed by claims that each take ``claim_seconds`` (one at a time, as the claim loop
+    sends them), sized by the capacity's arithmetic, outcomes recorded as the jobs end."""
     clock = FakeClock()
     start, step, service = clock.now, 0.001, 20_000
     cap = Capacity(10, prefetch, horizon=0.1, throughput=Throughput(clock=clock))
-    cap.claims_at_once = at_once
     left, reserved, done = jobs, 0, 0
-    arriving: list[tuple[float, int]] = []  # the claims in flight: when each returns, its jobs
+    arriving: tuple[float, int] | None = None  # the claim in flight: when it returns, its jobs
     while done < jobs:
-        for claim in [c for c in arriving if clock.now >= c[0] - 1e-9]:
-            arriving.remove(claim)
-            reserved += claim[1]
+        if arriving is not None and clock.now >= arriving[0] - 1e-9:
+            reserved += arriving[1]
             cap.claim_took(claim_seconds)
-        if len(arriving) < at_once and left:
-            coming = sum(n for _, n in arriving)
-            want = min(cap.to_claim(active=0, reserved=reserved + coming, unwritten=0), left)
+            arriving = None
+        if arriving is None and left:
+            want = min(cap.to_claim(active=0, reserved=reserved, unwritten=0), left)
             if want:
                 left -= want
-                arriving.append((clock.now + claim_seconds, want))
+                arriving = (clock.now + claim_seconds, want)
         ran = min(reserved, int(service * step))
         reserved -= ran
         done += ran
@@ -177,13 +172,3 @@ def test_the_reach_is_the_horizon_or_a_few_recent_claims() -> None:
     capped = _capacity(10, 100, rate=3000.0)
     capped.claim_took(0.05)
     assert capped.ahead() == 100  # prefetch still caps it
-
-
-def test_two_claims_in_flight_outrun_one_behind_a_long_round_trip() -> None:
-    """Behind a 20 ms round trip, one claim at a time brings at most about half the target per
-    claim's time; with the next claim sent while the last is on its way, a third of the target
-    each, two thirds of it are on their way at once (docs/design.md, "Two claims in flight")."""
-    one = _drain_rate(0.025, 500, at_once=1)
-    two = _drain_rate(0.025, 500, at_once=2)
-    assert two > 1.2 * one
-    assert _drain_rate(0.001, 500, at_once=2) > 0.9 * 20_000  # a nearby server: as before

@@ -95,9 +95,6 @@ class Capacity:
         self.unwritten_max: int = max(concurrency, UNWRITTEN_FLOOR)
         self.throughput: Throughput = throughput or Throughput()
         self._claim_times: deque[float] = deque(maxlen=CLAIM_TIMES_KEPT)
-        # Claims that may be in flight at once (set by the claim loop): with n, a claim is sent
-        # once 1/(n+1) of the target is missing, counting what the claims in flight asked for.
-        self.claims_at_once: int = 1
 
     def claim_took(self, seconds: float) -> None:
         """A claim took this long, from its send to its jobs in the worker."""
@@ -125,22 +122,19 @@ class Capacity:
         return max(0, self.concurrency - active)
 
     def refill_below(self) -> int:
-        """Claim again once active + reserved jobs (and those the claims in flight asked for)
-        drop below this (see :meth:`to_claim`)."""
+        """Claim again once active + reserved jobs drop below this (see :meth:`to_claim`)."""
         return self._refill_below(self.concurrency + self.ahead())
 
-    def _refill_below(self, target: int) -> int:
-        # Below this, at least 1/(n+1) of the target (and at least one job) is missing, n the
-        # claims that may be in flight: one at a time, half; two, a third each, so that the two
-        # together keep up to two thirds of the target on its way.
-        return target - max(1, target // (self.claims_at_once + 1)) + 1
+    @staticmethod
+    def _refill_below(target: int) -> int:
+        # Below this, at least half of the target (and at least one job) is missing.
+        return target - max(1, target // 2) + 1
 
     def to_claim(self, active: int, reserved: int, unwritten: int) -> int:
         """How many jobs the next claim should ask for; 0 means do not claim now.
 
-        ``reserved`` counts the jobs claims in flight asked for too.  A slot that is free with
-        nothing reserved is filled at once, even by a claim of one; otherwise the worker waits
-        until a share of its target is missing (see :meth:`_refill_below`), so that claims stay
+        A slot that is free with nothing reserved is filled at once, even by a claim of one;
+        otherwise the worker waits until half of its target is missing, so that claims stay
         large while it keeps its slots busy from what it reserved.
         """
         target = self.concurrency + self.ahead()

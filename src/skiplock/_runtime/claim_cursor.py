@@ -26,10 +26,6 @@ transaction began, and a worker keeping up with its producers (so coming up shor
 claims) would read from the start at almost every claim (what that cost: the same section of
 docs/design.md).  Then a job behind the keys waits up to ten times the cost of such a read, or
 ``rescan_interval``, or the poll interval when the worker is idle.
-
-Two claims may be in flight at once (docs/design.md, "Two claims in flight"): each gets its own
-:class:`CursorRead`, and a claim that read after the keys moves a key only forward, so one that
-returns after a later-sent one does not send the next claim back over jobs already claimed.
 """
 
 from __future__ import annotations
@@ -37,22 +33,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from skiplock.job import ClaimKey, Job, UnrunnableJob
 
 RESCAN_INTERVAL = 1.0  # seconds between claims that read every queue from its lowest key
 RESCAN_SHARE = 0.1  # the share of the time, at most, that claims reading from the start may take
-
-
-@dataclass(slots=True)
-class CursorRead:
-    """One claim's read: the keys it starts after, and what :meth:`ClaimCursor.advance` needs."""
-
-    after: dict[str, ClaimKey]
-    began: float
-    from_start: bool
-    asked_at_start: int
 
 
 class ClaimCursor:
@@ -68,41 +53,35 @@ class ClaimCursor:
         self._rescan_at = now + rescan_interval  # the next read from the start, at the latest
         self._wanted = False  # a read from the start was asked for ...
         self._asked = 0  # times rescan() was called (one during a claim outlives that claim)
+        self._asked_at_start = 0
         self._allowed_at = 0.0  # ... and may come from then on
         self._costs: deque[float] = deque([0.0, 0.0], maxlen=3)  # of the last reads from the start
-        self._read: CursorRead | None = None  # the last start()'s, for advance() without one
+        self._began = now  # when the claim being made called start() ...
+        self._from_start = True  # ... and whether it reads from the start
 
     def start(self) -> Mapping[str, ClaimKey]:
         """The key each queue's next claim starts after (a queue not listed: its lowest key);
         the claim is timed from here to :meth:`advance`."""
-        self._read = self.begin()
-        return self._read.after
-
-    def begin(self) -> CursorRead:
-        """:meth:`start` for a claim that may overlap another: pass the read to :meth:`advance`."""
         now = self._clock()
         if now >= self._allowed_at and (self._wanted or now >= self._rescan_at):
             self._after.clear()
-        return CursorRead(dict(self._after), now, not self._after, self._asked)
+        self._began, self._from_start = now, not self._after
+        self._asked_at_start = self._asked
+        return dict(self._after)
 
-    def advance(self, claimed: Sequence[Job], asked: int, read: CursorRead | None = None) -> None:
-        """Record the claim that followed :meth:`start` (or made ``read``): its jobs in claim
-        order and how many it asked for."""
-        read = read or self._read
-        assert read is not None, "advance() without start()"
+    def advance(self, claimed: Sequence[Job], asked: int) -> None:
+        """Record the claim that followed :meth:`start`: its jobs in claim order and how many it
+        asked for."""
         now = self._clock()
-        if read.from_start:  # what it cost decides when the next read from the start may come
+        if self._from_start:  # what it cost decides when the next read from the start may come
             # Served, unless asked for again while it ran: its snapshot may predate that work.
-            self._wanted = self._asked != read.asked_at_start
+            self._wanted = self._asked != self._asked_at_start
             self._rescan_at = now + self.rescan_interval
-            self._costs.append(now - read.began)
+            self._costs.append(now - self._began)
             self._allowed_at = now + min(self._costs) * (1 / RESCAN_SHARE - 1)
-        after = self._after
         for job in claimed:
             if not isinstance(job, UnrunnableJob):  # whose run_at may stand for another
-                key, queue = job.claim_key, job.queue
-                if read.from_start or queue not in after or key > after[queue]:
-                    after[queue] = key
+                self._after[job.queue] = job.claim_key
         if len(claimed) < asked:
             self._wanted = True  # nothing more after the keys: look from the start
 

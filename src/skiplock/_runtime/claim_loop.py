@@ -6,13 +6,6 @@ the worker does not go back to the queues when a slot frees, only when new work 
 NOTIFY, a promotion, a resumed queue) or at the next poll; claims that keep coming back empty
 are spaced so that a flood of NOTIFYs cannot drive them.
 
-A leasing worker sends its next claim while the last one is still on its way when its reserve
-runs low meanwhile: two claims in flight, each asking for what the target misses beyond the
-jobs the other asked for (docs/design.md, "Two claims in flight").  So neither a long round trip
-nor a claim slowed by a busy server leaves the slots without work, and a job enqueued meanwhile
-waits for a claim sent about every half claim's time.  Claims of limited queues or keys, which
-must see what the slots can start now, go one at a time.
-
 Producers notify a queue only while a worker of it is idle: after a claim that came up short
 the loop has its listener mark the worker idle, after a full one busy (docs/design.md,
 "Notifications only to idle workers").
@@ -86,12 +79,6 @@ class ClaimLoop:
         # not run what was due, and ``skiplock worker --burst`` exits 1.
         self.claim_error: str | None = None
         self.idle_mark: IdleMark | None = None  # set when the worker LISTENs
-        self.in_flight: set[asyncio.Task[None]] = set()  # the claims sent, not yet returned
-        self.asked: int = 0  # jobs the claims in flight asked for
-        self.landed: int = 0  # jobs the claims that returned brought, since the loop looked
-        self.empty_claims: int = 0  # claims in a row that found nothing
-        self.at_once: int = 1  # claims that may be in flight now (set by each round)
-        self.queues: list[str] = []  # the worker's queues, set by run()
 
     def nudge(self) -> None:
         self.wake.set()
@@ -109,12 +96,12 @@ class ClaimLoop:
         self.new_work()
 
     def want(self) -> int:
-        """How many jobs to claim now (beyond those the claims in flight asked for)."""
-        want = self.slots.room(self.completer.pending, self.asked)
+        """How many jobs to claim now."""
+        want = self.slots.room(self.completer.pending)
         if self.recycling.enabled:  # no more than its share (--max-jobs), none once it is due
             left = self.recycling.claimable()
             if left is not None:
-                return max(0, min(want, left - self.asked))
+                return min(want, left)
         return want
 
     def capacity_freed(self) -> None:
@@ -125,36 +112,14 @@ class ClaimLoop:
         self.claim_if_due()
 
     def claim_if_due(self) -> None:
-        """Claim when the slots and reserved jobs ran low (not after a claim that came up short:
-        then only announced work or the poll sends the worker back to the queues).  Sent from
-        here, not by waking the loop: short jobs would empty the reserve before the loop's turn
-        came round (docs/design.md, "Two claims in flight")."""
+        """Wake the claim loop when the slots and reserved jobs ran low (not after a claim that
+        came up short: then only announced work or the poll sends it back to the queues)."""
         reserved = self.state.reserved
         claimed = len(self.state.busy) + len(reserved)
-        if self.drained or self.state.stopping:
-            due = False
-        elif not self.in_flight:
-            due = not reserved or claimed < self.refill_below
-        else:  # a claim is on its way: send the next once a share is missing beyond it too
-            due = len(self.in_flight) < self.at_once and claimed + self.asked < self.refill_below
-        if due and (self.in_flight or not self.empty_claims):
-            self._send_if_due()  # (after empty claims, the loop's cooldown decides instead)
-        if due or self.burst:  # (a burst may be over)
+        if not self.drained and (not reserved or claimed < self.refill_below):
             self.nudge()
-
-    def _send_if_due(self) -> None:
-        """Send a claim if the worker has room for one and may have another in flight."""
-        if self.state.stopping:
-            return
-        settings = self.settings
-        active = [q for q in self.queues if q not in settings.paused]
-        limited = settings.keys_limited or any(q in settings.limits for q in active)
-        self.at_once = 1 if limited else self.slots.claims_at_once
-        self.capacity.claims_at_once = self.at_once
-        self.refill_below = self.capacity.refill_below()
-        want = self.want() if len(self.in_flight) < self.at_once else 0
-        if want > 0 and active and not self.drained:
-            self._send(active, want)
+        elif self.burst:
+            self.nudge()  # the burst may be over
 
     def recorded(self, batch: list[Recorded]) -> None:
         """Outcomes were written (or found lost), counted and reported: refill the slots."""
@@ -171,61 +136,10 @@ class ClaimLoop:
         self.capacity_freed()
 
     async def run(self, queues: list[str]) -> None:
-        """Claim until the worker stops (or a burst or a recycled worker is done); returns once
-        the claims in flight have returned (their jobs reserved, given back at shutdown)."""
-        try:
-            await self._run(queues)
-        finally:
-            while self.in_flight:
-                await asyncio.wait(set(self.in_flight))
-
-    def _send(self, active: list[str], want: int) -> None:
-        """Send a claim of up to ``want`` jobs; it reports to the loop when it returns."""
-        self.asked += want
-        task = asyncio.create_task(self._claim(active, want))
-        self.in_flight.add(task)
-
-    async def _claim(self, active: list[str], want: int) -> None:
-        announced = self.announced
-        sent = time.monotonic()
-        claimed = 0
-        try:
-            claimed = await self.slots.claim(active, want)
-            self.claim_error = None
-            self.capacity.claim_took(time.monotonic() - sent)
-        except (psycopg.Error, SkiplockError) as exc:
-            self.claim_error = str(exc).strip().splitlines()[0] or type(exc).__name__
-            again = "" if self.burst else ", retrying after the poll interval"
-            log.warning("claim failed%s: %s", again, exc)
-        except Exception as exc:  # a bug, not a bad row (see claimed_rows): the worker lives
-            self.claim_error = f"{type(exc).__name__}: {exc}"
-            log.exception("claim failed unexpectedly")
-        finally:
-            self.asked -= want
-            task = asyncio.current_task()
-            assert task is not None
-            self.in_flight.discard(task)
-            self.nudge()
-        # Until new work is announced (or the poll interval passes), a slot that frees does not
-        # send the worker back to an empty queue.  Not after an announcement that came during
-        # the claim (its snapshot may have missed that job), nor when a limit, not an empty
-        # queue, may have made the claim come up short: a queue's limit, or any key's (the claim
-        # of limited keys takes no more than the slots can start; docs/design.md, "Limits per
-        # key").
+        """Claim until the worker stops (or a burst or a recycled worker is done)."""
         settings = self.settings
-        limited = settings.keys_limited or any(q in settings.limits for q in active)
-        self.drained = claimed < want and announced == self.announced and not limited
-        if self.idle_mark is not None:
-            # Short: the queues are empty (or a limit held the claim back: a slot that frees may
-            # be news too), producers must say when that changes.  Full: this worker comes back
-            # for more by itself, no notification needed.
-            self.idle_mark.want_idle(claimed < want)
-        self.empty_claims = 0 if claimed else self.empty_claims + 1
-        self.landed += claimed
-
-    async def _run(self, queues: list[str]) -> None:
-        self.queues = queues
         idle_rounds = 0
+        empty_claims = 0  # claims in a row that found nothing
         woken_by_news = False  # the wait below ended with an announcement of new work
         while not self.state.stopping:
             if not woken_by_news:
@@ -234,15 +148,40 @@ class ClaimLoop:
             # Cleared every round: a wake-up that came while nothing could be claimed (all slots
             # busy, queues paused) must not make the wait below return at once, forever.
             self.wake.clear()
-            self._send_if_due()
-            while self.in_flight:
-                # Until every claim sent has returned; meanwhile news, or room for the next
-                # claim, may send another beside one still on its way.
-                await self.wake.wait()
-                self.wake.clear()
-                if self.in_flight:
-                    self._send_if_due()
-            claimed, self.landed = self.landed, 0
+            want = self.want()
+            self.refill_below = self.capacity.refill_below()
+            active = [q for q in queues if q not in settings.paused]
+            claimed = 0
+            if want > 0 and active and not self.drained:
+                announced = self.announced
+                sent = time.monotonic()
+                try:
+                    claimed = await self.slots.claim(active, want)
+                    self.claim_error = None
+                    self.capacity.claim_took(time.monotonic() - sent)
+                except (psycopg.Error, SkiplockError) as exc:
+                    self.claim_error = str(exc).strip().splitlines()[0] or type(exc).__name__
+                    again = "" if self.burst else ", retrying after the poll interval"
+                    log.warning("claim failed%s: %s", again, exc)
+                except (
+                    Exception
+                ) as exc:  # a bug, not a bad row (see claimed_rows): the worker lives
+                    self.claim_error = f"{type(exc).__name__}: {exc}"
+                    log.exception("claim failed unexpectedly")
+                # Until new work is announced (or the poll interval passes), a slot that frees
+                # does not send the worker back to an empty queue.  Not after an announcement
+                # that came during the claim (its snapshot may have missed that job), nor when a
+                # limit, not an empty queue, may have made the claim come up short: a queue's
+                # limit, or any key's (the claim of limited keys takes no more than the slots
+                # can start; docs/design.md, "Limits per key").
+                limited = settings.keys_limited or any(q in settings.limits for q in active)
+                self.drained = claimed < want and announced == self.announced and not limited
+                if self.idle_mark is not None:
+                    # Short: the queues are empty (or a limit held the claim back: a slot that
+                    # frees may be news too), producers must say when that changes.  Full: this
+                    # worker comes back for more by itself, no notification needed.
+                    self.idle_mark.want_idle(claimed < want)
+                empty_claims = 0 if claimed else empty_claims + 1
             if claimed:
                 idle_rounds = 0
                 continue
@@ -261,7 +200,7 @@ class ClaimLoop:
             # Claims keep coming back empty: let wake-ups that arrive in the next moment collapse
             # into one, so a flood of NOTIFYs (anyone may send them) cannot drive claims.  The
             # first empty claim after work waits for nothing, so a new job starts at once.
-            if self.empty_claims > 1:
+            if empty_claims > 1:
                 await asyncio.sleep(EMPTY_CLAIM_COOLDOWN)
             # Jittered, so that workers started together do not poll in step.  asyncio.timeout,
             # not wait_for: a wake-up resumes this loop directly, not through a task of its own.

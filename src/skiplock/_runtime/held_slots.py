@@ -86,11 +86,9 @@ class HeldSlots:
         self.lease_seconds = lease_seconds
         self.on_freed = on_freed  # a slot's job ended: claim if due
 
-    claims_at_once = 1  # each slot claims its own job, in its transaction
-
-    def room(self, unwritten: int, coming: int = 0) -> int:
+    def room(self, unwritten: int) -> int:
         # One transaction per slot; a finished job keeps its slot until written.
-        return self.concurrency - len(self.state.busy) - unwritten - coming
+        return self.concurrency - len(self.state.busy) - unwritten
 
     def start_waiting(self) -> None:
         pass  # no job waits for a slot: each slot claims its own

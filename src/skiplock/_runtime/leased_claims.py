@@ -2,11 +2,10 @@
 concurrency limit claimed apart, and jobs whose limit_key has limits, both only for slots that
 can start now), each committed at once.
 
-Claims keep their connections of the pool instead of taking one per claim (see docs/design.md,
-"The claim connection"): one while claims run one at a time, two while the next claim is sent
-before the last one returned (docs/design.md, "Two claims in flight").  A claim that fails
-gives its connection back (the pool replaces a broken one); when the connection was lost, the
-claim runs once more at once, on a new one.
+Claims run one at a time, so they keep one connection of the pool instead of taking one per
+claim (see docs/design.md, "The claim connection").  A claim that fails gives it back (the pool
+replaces a broken one); when the connection was lost, the claim runs once more at once, on a
+new one.
 """
 
 from __future__ import annotations
@@ -57,42 +56,30 @@ class LeasedClaims:
         self.queue_lock_waits = queue_lock_waits
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds
-        self.kept: list[AsyncConnection[Any]] = []  # kept from one claim to the next ...
-        self.idle: list[AsyncConnection[Any]] = []  # ... and of those, the ones no claim uses
+        self.conn: AsyncConnection[Any] | None = None  # kept from one claim to the next
         self.turns = QueueTurns(weights)
         self.after_key: str | None = None  # where the next claim of limited keys goes on
         # The same, for the limited keys' jobs of each queue with limits of its own.
         self.queue_after_key: dict[str, str | None] = {}
         self.plain_at = 0.0  # the plain claim waits until then while limited keys bring jobs
 
-    @property
-    def conn(self) -> AsyncConnection[Any] | None:
-        """The first connection kept for claims, if any."""
-        return self.kept[0] if self.kept else None
-
     async def claim(self, queues: list[str], limit: int, startable: Callable[[], int]) -> list[Job]:
         """Up to ``limit`` jobs, leased; from queues with a concurrency limit no more than
         ``startable()``, the jobs the slots could start now."""
         for attempt in range(2):
-            if self.idle:
-                conn = self.idle.pop()
-            else:
-                conn = await self.pool.getconn()
-                self.kept.append(conn)
+            if self.conn is None:
+                self.conn = await self.pool.getconn()
+            conn = self.conn
             try:
-                jobs = await self._claim_on(conn, queues, limit, startable)
+                return await self._claim_on(conn, queues, limit, startable)
             except BaseException as exc:
-                self.kept.remove(conn)
-                await self.pool.putconn(conn)
+                await self.release()
                 # The kept connection may have died while idle (a server restart, an idle
                 # timeout, a dropped TCP connection): claim once more, at once, on a new one.
                 failed = isinstance(exc, psycopg.Error | SkiplockError)
                 if attempt or not (failed and conn.broken):
                     raise
                 log.info("the claim connection was lost (%s); claiming on a new one", exc)
-            else:
-                self.idle.append(conn)
-                return jobs
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def _claim_on(
@@ -117,14 +104,14 @@ class LeasedClaims:
             )  # fmt: skip
         keyed = bool(jobs)
         if unlimited and len(jobs) < limit and time.monotonic() >= self.plain_at:
-            read = self.cursor.begin()
+            after = self.cursor.start()
             want = limit - len(jobs)
             began = time.monotonic()
             claimed = await self.store.job_claim(
-                conn, unlimited, want, self.worker_id, self.lease_seconds, after=read.after,
+                conn, unlimited, want, self.worker_id, self.lease_seconds, after=after,
                 weights=self.turns.weights,
             )  # fmt: skip
-            self.cursor.advance(claimed, want, read)
+            self.cursor.advance(claimed, want)
             jobs += claimed
             if keyed and not claimed:
                 # Limited keys have work and nothing else came: their jobs may fill the claim
@@ -159,7 +146,7 @@ class LeasedClaims:
         return jobs
 
     async def release(self) -> None:
-        """Give the claim connections back to the pool (at shutdown, no claim in flight)."""
-        self.idle.clear()
-        while self.kept:
-            await self.pool.putconn(self.kept.pop())
+        """Give the claim connection back to the pool (after a failed claim, at shutdown)."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            await self.pool.putconn(conn)

@@ -70,32 +70,16 @@ class LeasedSlots:
         self.parked: deque[ParkedSlot] = deque()  # the idle slots
         state.reserved.weights = claims.turns.weights  # the reserve takes the claim's turns
         self._doubt_logged_at = -math.inf  # when the last "not starting job" line was logged
-        self._landing: asyncio.Future[None] | None = None  # the last claim sent, until reserved
 
-    claims_at_once = 2
-
-    def room(self, unwritten: int, coming: int = 0) -> int:
-        # Jobs a claim in flight asked for count as reserved: they are on their way.
+    def room(self, unwritten: int) -> int:
         state = self.state
-        return self.capacity.to_claim(len(state.busy), len(state.reserved) + coming, unwritten)
+        return self.capacity.to_claim(len(state.busy), len(state.reserved), unwritten)
 
     async def claim(self, queues: list[str], limit: int) -> int:
-        """Claim up to ``limit`` jobs, reserve them, and start as many as slots are free.  With
-        two claims in flight, the jobs are reserved in the order the claims were sent: a claim
-        that returns first waits for the one sent before it, so a queue's jobs of one priority
-        start oldest first."""
+        """Claim up to ``limit`` jobs, reserve them, and start as many as slots are free."""
         state = self.state
-        before, landed = self._landing, asyncio.get_running_loop().create_future()
-        self._landing = landed
-        try:
-            sent = time.monotonic()  # the leases run from the claim's commit, a little later
-            jobs = await self.claims.claim(queues, limit, self._startable)
-            if before is not None:
-                await before
-        finally:
-            landed.set_result(None)
-            if self._landing is landed:
-                self._landing = None
+        sent = time.monotonic()  # the leases run from the claim's commit, a little later
+        jobs = await self.claims.claim(queues, limit, self._startable)
         self.recycling.count_claimed(len(jobs))
         lease_until = sent + self.lease_seconds
         for job in jobs:

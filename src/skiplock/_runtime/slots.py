@@ -13,13 +13,8 @@ from typing import Protocol
 
 
 class Slots(Protocol):
-    # How many claims may be in flight at once: leased slots send the next claim while the last
-    # is still on its way (docs/design.md, "Two claims in flight"), held-lock slots one.
-    claims_at_once: int
-
-    def room(self, unwritten: int, coming: int = 0) -> int:
-        """How many jobs to claim now, with ``unwritten`` outcomes not yet written and claims in
-        flight that asked for ``coming`` jobs."""
+    def room(self, unwritten: int) -> int:
+        """How many jobs to claim now, with ``unwritten`` outcomes not yet written."""
         ...
 
     async def claim(self, queues: list[str], limit: int) -> int:
