@@ -86,3 +86,15 @@ def test_a_strangers_markers_alone_are_not_said_to_delay_claims(
     assert "delay" not in finding.message.split(".")[0], finding.message
     stranger.execute("SELECT pg_advisory_unlock_all()")
     assert locks(app).status == "ok"
+
+
+def test_a_session_holding_the_migration_lock_is_named_with_what_it_delays(
+    app: App, stranger: psycopg.Connection[Any]
+) -> None:
+    stranger.execute(
+        "SELECT pg_advisory_lock(hashtext('skiplock.migrate'), hashtext(%s))", [app.schema]
+    )
+    finding = locks(app)
+    assert finding.status == "warn"
+    assert [h["pid"] for h in finding.details["holders"]] == [stranger.info.backend_pid]
+    assert "migration lock" in finding.message and "skiplock migrate" in finding.message

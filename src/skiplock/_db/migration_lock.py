@@ -19,6 +19,7 @@ from skiplock.errors import MigrationLockBusy
 
 log = logging.getLogger("skiplock.migrate")
 
+MIGRATION_KEY = "skiplock.migrate"  # hashed, with the schema's name, into the advisory key
 LOCK_WAIT = 120.0  # seconds a migrate waits for another migrator (or a stranger) by default
 LOCK_TIMEOUT = 10.0  # seconds a migration's statement waits for a table's lock by default
 TRY_EVERY = 0.2

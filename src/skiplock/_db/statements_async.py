@@ -22,6 +22,7 @@ from skiplock._db.admin_async import AsyncAdminStatements
 from skiplock._db.migration_lock import (
     LOCK_TIMEOUT,
     LOCK_WAIT,
+    MIGRATION_KEY,
     TRY_EVERY,
     LockWait,
     ddl_timed_out,
@@ -92,10 +93,11 @@ class AsyncSchemaStatements(AsyncSeam):
     async def _migration_lock(self, conn: AsyncConnection[Any], wait: LockWait) -> None:
         """Take the schema's migration lock for the transaction, trying every TRY_EVERY seconds;
         MigrationLockBusy once ``wait`` expires."""
-        while not (await self._rows(conn, "migration_try_lock", {"schema": self.schema}))[0][0]:
+        key = {"schema": self.schema, "advisory_key": MIGRATION_KEY}
+        while not (await self._rows(conn, "migration_try_lock", key))[0][0]:
             if wait.should_log() or wait.expired():
                 holders = await self._fetch(
-                    conn, "migration_lock_holders", {"schema": self.schema}, row_factory=dict_row
+                    conn, "migration_lock_holders", key, row_factory=dict_row
                 )
                 if wait.expired():
                     raise wait.busy(holders)

@@ -23,6 +23,7 @@ from skiplock._db.admin_sync import SyncAdminStatements
 from skiplock._db.migration_lock import (
     LOCK_TIMEOUT,
     LOCK_WAIT,
+    MIGRATION_KEY,
     TRY_EVERY,
     LockWait,
     ddl_timed_out,
@@ -91,11 +92,10 @@ class SyncSchemaStatements(SyncSeam):
     def _migration_lock(self, conn: Connection[Any], wait: LockWait) -> None:
         """Take the schema's migration lock for the transaction, trying every TRY_EVERY seconds;
         MigrationLockBusy once ``wait`` expires."""
-        while not (self._rows(conn, "migration_try_lock", {"schema": self.schema}))[0][0]:
+        key = {"schema": self.schema, "advisory_key": MIGRATION_KEY}
+        while not (self._rows(conn, "migration_try_lock", key))[0][0]:
             if wait.should_log() or wait.expired():
-                holders = self._fetch(
-                    conn, "migration_lock_holders", {"schema": self.schema}, row_factory=dict_row
-                )
+                holders = self._fetch(conn, "migration_lock_holders", key, row_factory=dict_row)
                 if wait.expired():
                     raise wait.busy(holders)
                 wait.log(holders)

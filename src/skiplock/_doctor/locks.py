@@ -8,8 +8,9 @@ claim of this version, which counts and shows running held-lock jobs by row lock
 ``held_runs`` that only workers take: held by a login that is no worker, they matter to workers
 of earlier versions during an upgrade (which count them), and an exclusive queue marker leaves
 a held-lock claim behind a transaction-mode pooler uncounted until its session's row of the
-queue is committed.  Either way no job is lost, and this check names the session, so that it
-can be ended.
+queue is committed.  The schema's migration lock, held long, makes a ``skiplock migrate`` with
+work give up after its ``--lock-wait``.  Either way no job is lost, and this check names the
+session, so that it can be ended.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def describe_key(lock: dict[str, Any]) -> str:
     if lock["kind"] == "job marker":
         bits = lock["low_bits"]
         return f"a held-lock job marker of the job ids that are {bits} modulo 2^32 ({mode})"
+    if lock["kind"] == "migration lock":
+        return f"the schema's migration lock ({mode})"
     return f"rows of the queues table ({mode})"
 
 
@@ -65,7 +68,13 @@ def effects(kinds: set[str]) -> list[str]:
             "A limited queue whose row of the queues table is locked has its claims passed over "
             "(after a wait of at most 1 s) for as long as the lock is held"
         )
-    if kinds - {"queues rows"}:
+    if "migration lock" in kinds:
+        said.append(
+            "A `skiplock migrate` with migrations to apply waits for the migration lock at most "
+            "its --lock-wait, then fails, nothing applied (one with nothing to apply takes no "
+            "lock); held by a migrate, it ends with it"
+        )
+    if kinds - {"queues rows", "migration lock"}:
         marker = (
             "The held-lock markers delay no claim of this version, which counts held-lock jobs "
             "by row locks of held_runs: held by a login that is no worker, they matter to "
@@ -90,8 +99,8 @@ def check_locks(doctor: DoctorSession, conn: Connection[Any]) -> Finding:
         return Finding(
             "locks",
             "ok",
-            "no session holds a limited queue's row long, nor a held-lock marker without "
-            "being a worker",
+            "no session holds a limited queue's row or the migration lock long, nor a "
+            "held-lock marker without being a worker",
             "",
             {},
         )

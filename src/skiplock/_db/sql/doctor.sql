@@ -153,9 +153,10 @@ FROM pg_stat_activity;
 -- advisory held-lock marker of this schema (kind 'queue marker', with the queue when one of
 -- the queues table's names hashes to its key, or 'job marker', with the low 32 bits of the job
 -- ids it names) in a session that may not write the jobs table (not a worker: any login can
--- take one), and rows of the queues table (kind 'queues rows': a limited queue's claim lock)
--- in a transaction older than %(older_than)s seconds.  Ages show only for the sessions doctor
--- may see.
+-- take one), the schema's migration lock (kind 'migration lock', key %(advisory_key)s: a
+-- migrator's, or any login's) and rows of the queues table (kind 'queues rows': a limited queue's claim lock),
+-- held in a transaction (for the migration lock: a session) older than %(older_than)s seconds.
+-- Ages show only for the sessions doctor may see.
 SELECT l.pid, a.usename::text AS usename, a.application_name,
        CASE l.classid WHEN hashtext('skiplock_held_job')::oid THEN 'queue marker'
                       ELSE 'job marker' END AS kind,
@@ -173,6 +174,15 @@ WHERE l.locktype = 'advisory' AND l.objsubid = 2
   AND l.classid IN (hashtext('skiplock_held_job')::oid,
                     hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
   AND NOT {may_write_jobs}(a.usesysid)
+UNION ALL
+SELECT l.pid, a.usename::text, a.application_name, 'migration lock', NULL, NULL, l.mode,
+       l.granted, extract(epoch FROM now() - a.xact_start)::float8
+FROM pg_locks AS l
+JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.pid <> pg_backend_pid()
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid = hashtext(%(advisory_key)s)::oid AND l.objid = hashtext(%(schema)s)::oid
+  AND coalesce(a.xact_start, a.backend_start) < now() - make_interval(secs => %(older_than)s)
 UNION ALL
 SELECT l.pid, a.usename::text, a.application_name, 'queues rows', NULL, NULL, l.mode,
        l.granted, extract(epoch FROM now() - a.xact_start)::float8

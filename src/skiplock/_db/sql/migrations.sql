@@ -7,8 +7,9 @@ SELECT 1;
 
 -- name: migration_try_lock
 -- Serialise migrators of this schema across processes until the transaction ends: tried, never
--- waited for (any login may hold the key: see skiplock._db.migration_lock).
-SELECT pg_try_advisory_xact_lock(hashtext('skiplock.migrate'), hashtext(%(schema)s));
+-- waited for (any login may hold the key, 'skiplock.migrate' and the schema's name: see
+-- skiplock._db.migration_lock).
+SELECT pg_try_advisory_xact_lock(hashtext(%(advisory_key)s), hashtext(%(schema)s));
 
 -- name: migration_lock_holders
 -- The sessions that hold this schema's migration key, as far as this login may see them (any
@@ -18,7 +19,7 @@ FROM pg_locks AS l
 LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.classid = hashtext('skiplock.migrate')::oid AND l.objid = hashtext(%(schema)s)::oid
+  AND l.classid = hashtext(%(advisory_key)s)::oid AND l.objid = hashtext(%(schema)s)::oid
 ORDER BY l.pid;
 
 -- name: migration_lock_timeout
