@@ -44,6 +44,7 @@ def test_each_session_is_listed_once_with_its_keys_and_what_they_still_do(
     app: App, stranger: psycopg.Connection[Any]
 ) -> None:
     app.sync_client.set_concurrency_limit("lim", 1)
+    app.sync_client.set_concurrency_limit("other", 3)
     marker = "SELECT pg_advisory_lock{}(hashtext('skiplock_held_job'), hashtext(%s))"
     stranger.execute(marker.format(""), [f"{app.schema}/lim"])
     stranger.execute(marker.format("_shared"), [f"{app.schema}/other"])
@@ -67,8 +68,9 @@ def test_each_session_is_listed_once_with_its_keys_and_what_they_still_do(
     message = finding.message
     for pid in pids:
         assert message.count(f"pid {pid} ") == 1, message
-    # Named as what they are, with the queue a marker is of when doctor can tell.
-    assert "'lim'" in message and "queue marker" in message and "job marker" in message
+    # Named as what they are, with the queue a marker is of.
+    assert "'lim'" in message and "'other'" in message
+    assert "queue marker" in message and "job marker" in message
     # The markers delay nothing of this version; only the queue's row delays its claims.
     assert "sessions delay claims" not in message
     assert "earlier" in message and "pooler" in message
@@ -98,3 +100,15 @@ def test_a_session_holding_the_migration_lock_is_named_with_what_it_delays(
     assert finding.status == "warn"
     assert [h["pid"] for h in finding.details["holders"]] == [stranger.info.backend_pid]
     assert "migration lock" in finding.message and "skiplock migrate" in finding.message
+
+
+def test_a_queue_marker_of_another_schema_is_not_this_ones(
+    app: App, stranger: psycopg.Connection[Any]
+) -> None:
+    """A queue marker's key hashes the schema with the queue: one of a queue this schema has no
+    settings for may be another schema's, and only a limited queue's count reads it."""
+    stranger.execute(
+        "SELECT pg_advisory_lock(hashtext('skiplock_held_job'), hashtext(%s))",
+        [f"another_schema_{app.schema}/lim"],
+    )
+    assert locks(app).status == "ok"

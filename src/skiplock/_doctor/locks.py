@@ -29,8 +29,7 @@ KEYS_READ = SHOWN * 10  # locks read at most
 def describe_key(lock: dict[str, Any]) -> str:
     mode = lock["mode"] if lock["granted"] else f"{lock['mode']}, waiting"
     if lock["kind"] == "queue marker":
-        queue = repr(lock["queue"]) if lock["queue"] else "a queue without settings"
-        return f"the held-lock queue marker of {queue} ({mode})"
+        return f"the held-lock queue marker of {lock['queue']!r} ({mode})"
     if lock["kind"] == "job marker":
         bits = lock["low_bits"]
         return f"a held-lock job marker of the job ids that are {bits} modulo 2^32 ({mode})"

@@ -150,9 +150,9 @@ FROM pg_stat_activity;
 
 -- name: doctor_lock_holders
 -- The locks of skiplock's that sessions hold (or wait for), one row per lock, by session: an
--- advisory held-lock marker of this schema (kind 'queue marker', with the queue when one of
--- the queues table's names hashes to its key, or 'job marker', with the low 32 bits of the job
--- ids it names) in a session that may not write the jobs table (not a worker: any login can
+-- advisory held-lock marker of this schema (kind 'queue marker', of a queue with settings in
+-- the queues table: the key of a queue marker does not name its schema, and only a limited
+-- queue's count reads it; or 'job marker', with the low 32 bits of the job ids it names) in a session that may not write the jobs table (not a worker: any login can
 -- take one), the schema's migration lock (kind 'migration lock', key %(advisory_key)s: a
 -- migrator's, or any login's) and rows of the queues table (kind 'queues rows': a limited queue's claim lock),
 -- held in a transaction (for the migration lock: a session) older than %(older_than)s seconds.
@@ -171,8 +171,10 @@ FROM pg_locks AS l
 JOIN pg_stat_activity AS a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.objsubid = 2
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.classid IN (hashtext('skiplock_held_job')::oid,
-                    hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
+  AND (l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+       OR l.classid = hashtext('skiplock_held_job')::oid
+          AND EXISTS (SELECT FROM {queues} AS q
+                      WHERE hashtext(%(schema)s || '/' || q.name)::oid = l.objid))
   AND NOT {may_write_jobs}(a.usesysid)
 UNION ALL
 SELECT l.pid, a.usename::text, a.application_name, 'migration lock', NULL, NULL, l.mode,
