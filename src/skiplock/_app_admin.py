@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 from skiplock._db.client_async import AsyncClient
 from skiplock._db.client_sync import SyncClient
+from skiplock._db.migration_lock import LOCK_TIMEOUT as MIGRATE_LOCK_TIMEOUT
+from skiplock._db.migration_lock import LOCK_WAIT as MIGRATE_LOCK_WAIT
 from skiplock.bulk import (
     CancelledJobs,
     DeletedJobs,
@@ -28,12 +30,19 @@ class JobAdmin:
     sync_client: SyncClient
     async_client: AsyncClient
 
-    def migrate(self) -> list[int]:
-        """Create or upgrade skiplock's tables; returns the migration versions applied now."""
-        return self.sync_client.migrate()
+    def migrate(
+        self, *, lock_wait: float = MIGRATE_LOCK_WAIT, lock_timeout: float = MIGRATE_LOCK_TIMEOUT
+    ) -> list[int]:
+        """Create or upgrade skiplock's tables; returns the migration versions applied now.
+        Waits at most ``lock_wait`` seconds for another migrator, and each statement at most
+        ``lock_timeout`` seconds for a lock on a table (:class:`~skiplock.errors.MigrationLockBusy`
+        then, nothing applied); with nothing to apply, takes no lock."""
+        return self.sync_client.migrate(lock_wait=lock_wait, lock_timeout=lock_timeout)
 
-    async def migrate_async(self) -> list[int]:
-        return await self.async_client.migrate()
+    async def migrate_async(
+        self, *, lock_wait: float = MIGRATE_LOCK_WAIT, lock_timeout: float = MIGRATE_LOCK_TIMEOUT
+    ) -> list[int]:
+        return await self.async_client.migrate(lock_wait=lock_wait, lock_timeout=lock_timeout)
 
     def get_job(self, job_id: int) -> Job | None:
         return self.sync_client.get_job(job_id)

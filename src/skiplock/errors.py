@@ -47,6 +47,12 @@ class QueueLockBusy(SkiplockError):
         self.queue = queue
 
 
+class MigrationLockBusy(SkiplockError):
+    """A migration could not go ahead for a lock another session held: the schema's migration
+    lock past ``lock_wait`` seconds (another migrator, or any login that took the advisory key),
+    or a lock on a table a migration changes past ``lock_timeout``.  Nothing was applied."""
+
+
 class SchemaNotMigrated(SkiplockError):
     """The skiplock tables do not exist in this schema yet, or lack migrations that this
     version of skiplock needs (``missing``, or what the server said was missing)."""

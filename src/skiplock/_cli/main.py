@@ -18,6 +18,8 @@ from skiplock._cli import status as status_cli
 from skiplock._cli import worker as worker_cli
 from skiplock._cli.common import dsn_option, open_app, schema_option
 from skiplock._db.bounds import check_schema_name
+from skiplock._db.migration_lock import LOCK_TIMEOUT as MIGRATE_LOCK_TIMEOUT
+from skiplock._db.migration_lock import LOCK_WAIT as MIGRATE_LOCK_WAIT
 from skiplock._db.migrations import all_migrations, render_sql
 from skiplock._doctor import command as doctor
 from skiplock.errors import SkiplockError
@@ -100,7 +102,32 @@ for extra in (
     metavar="N",
     help="With --sql: the migrations numbered N and later, without asking the database.",
 )
-def migrate(dsn: str | None, schema: str, print_sql: bool, from_version: int | None) -> None:
+@click.option(
+    "--lock-wait",
+    type=click.FloatRange(0, 86400, min_open=True),
+    default=MIGRATE_LOCK_WAIT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Wait at most this long for another migrator (or a session holding its lock); "
+    "it says who holds the lock meanwhile.",
+)
+@click.option(
+    "--lock-timeout",
+    type=click.FloatRange(0, 86400, min_open=True),
+    default=MIGRATE_LOCK_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Let a migration wait at most this long for a lock on one of skiplock's tables "
+    "(a long transaction on the jobs table), then fail, nothing applied.",
+)
+def migrate(
+    dsn: str | None,
+    schema: str,
+    print_sql: bool,
+    from_version: int | None,
+    lock_wait: float,
+    lock_timeout: float,
+) -> None:
     """Create or upgrade skiplock's tables (safe to run from several processes at once)."""
     schema = check_schema_name(schema)
     if from_version is not None:
@@ -121,7 +148,7 @@ def migrate(dsn: str | None, schema: str, print_sql: bool, from_version: int | N
             click.echo(f"-- schema {schema} is up to date: no migration to run")
         return
     with open_app(dsn, schema) as app:
-        applied = app.migrate()
+        applied = app.migrate(lock_wait=lock_wait, lock_timeout=lock_timeout)
     if applied:
         click.echo(
             f"applied migrations {', '.join(f'{v:04d}' for v in applied)} to schema {schema}"

@@ -40,6 +40,9 @@ from skiplock._db.job_charts import (
     FinishedPerMinute,
 )
 from skiplock._db.job_search import SEARCH_SCAN, FoundJobs
+from skiplock._db.migration_lock import LOCK_TIMEOUT as MIGRATE_LOCK_TIMEOUT
+from skiplock._db.migration_lock import LOCK_WAIT as MIGRATE_LOCK_WAIT
+from skiplock._db.migration_lock import check_wait
 from skiplock._db.migrations import all_migrations
 from skiplock._db.payload import load_json
 from skiplock._db.presence import is_silent
@@ -297,11 +300,21 @@ class SyncClient:
             return self.store.job_count_by_queue_and_status(c)
 
     def migrate(
-        self, conn: CallerConnection | None = None, *, up_to: int | None = None
+        self,
+        conn: CallerConnection | None = None,
+        *,
+        up_to: int | None = None,
+        lock_wait: float = MIGRATE_LOCK_WAIT,
+        lock_timeout: float = MIGRATE_LOCK_TIMEOUT,
     ) -> list[int]:
         """Apply the migrations this database lacks (those numbered ``up_to`` or less, if
         given); returns the versions applied now.  On a caller's connection, in its
-        transaction (a Django migration's)."""
+        transaction (a Django migration's).  Waits at most ``lock_wait`` seconds for another
+        migrator, and each statement at most ``lock_timeout`` for a table's lock
+        (:class:`~skiplock.errors.MigrationLockBusy` then; see
+        :mod:`skiplock._db.migration_lock`)."""
+        lock_wait = check_wait("lock_wait", lock_wait)
+        lock_timeout = check_wait("lock_timeout", lock_timeout)
         schema = self.store.schema
         migrations = [
             (m.version, m.name, m.statement(schema))
@@ -309,7 +322,9 @@ class SyncClient:
             if up_to is None or m.version <= up_to
         ]
         with self.connection(conn) as c:
-            return self.store.migration_apply(c, migrations)
+            return self.store.migration_apply(
+                c, migrations, lock_wait=lock_wait, lock_timeout=lock_timeout
+            )
 
     def pending_migrations(self, conn: Connection[Any] | None = None) -> list[int]:
         with self.connection(conn) as c:

@@ -13,6 +13,7 @@ from typing import Any
 from psycopg import Connection
 from psycopg.rows import dict_row
 
+from skiplock._db.migration_lock import MIGRATION_KEY
 from skiplock._db.presence import SILENT_AFTER
 from skiplock._db.sql import Queries
 
@@ -81,5 +82,10 @@ class DoctorStatements:
         return self._rows(conn, "doctor_connections", {})
 
     def doctor_lock_holders(self, conn: Connection[Any], older_than: float, limit: int) -> Rows:
-        params = {"schema": self.schema, "older_than": older_than, "limit": limit}
+        params = {
+            "schema": self.schema,
+            "older_than": older_than,
+            "limit": limit,
+            "advisory_key": MIGRATION_KEY,
+        }
         return self._rows(conn, "doctor_lock_holders", params)

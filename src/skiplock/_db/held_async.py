@@ -27,6 +27,9 @@ from skiplock.job import Claim, Job
 # session_register_held_runs): a connection object is one session, so a new one, whatever its
 # backend pid, registers anew.
 _REGISTERED: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
+# Rows of held_runs of gone sessions a session removes at most when it registers (see
+# session_register_held_runs): many more than the one per queue it adds.
+HELD_RUNS_PRUNE = 1000
 
 
 async def roll_back_quietly(conn: AsyncConnection[Any]) -> None:
@@ -117,7 +120,8 @@ class AsyncHeldStatements(AsyncQueueStatements):
         done = _REGISTERED.setdefault(conn, set())
         new = [q for q in queues if (self.schema, q) not in done]
         if new:
-            await self._rows(conn, "session_register_held_runs", {"queues": new})
+            params = {"queues": new, "prune": HELD_RUNS_PRUNE}
+            await self._rows(conn, "session_register_held_runs", params)
             done.update((self.schema, q) for q in new)
 
     async def _claim_held_from(

@@ -32,10 +32,13 @@ finding is at or above ``--fail-on`` (default ``warn``), else 0; it cannot conne
   ``retention_grace``, and a day for a partitioned archive, which drops whole days); for a
   partitioned archive, daily partitions made for today on and none of its jobs in the
   default partition;
-- ``locks``: sessions holding locks that delay claims: an advisory lock on one of skiplock's
-  keys of the schema in a session that may not write the jobs table, or rows of the
-  ``queues`` table (a limited queue's claim lock) in a transaction older than
-  ``lock_seconds`` (see :mod:`skiplock._doctor.locks`);
+- ``locks``: sessions holding skiplock's locks, each once with the keys it holds, and what
+  they can still do: a held-lock marker (an advisory lock) of the schema in a session that may
+  not write the jobs table (it delays no claim of this version; workers of earlier versions
+  count it), the schema's migration lock held by a session older than ``lock_seconds`` (a
+  ``skiplock migrate`` with work gives up after its ``--lock-wait``), or rows of the ``queues``
+  table (a limited queue's claim lock, whose claims are passed over while it is held) in a
+  transaction older than ``lock_seconds`` (see :mod:`skiplock._doctor.locks`);
 - ``listen``: a notification sent from a second connection reaches a listening one within
   ``listen_timeout`` seconds (a transaction-mode pooler breaks this);
 - ``connections``: free connection slots for at least two more worker processes

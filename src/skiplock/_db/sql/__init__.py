@@ -90,7 +90,6 @@ class Queries:
             "xact_running": sql.Identifier(schema, "xact_running"),
             "held_run_mark": sql.Identifier(schema, "held_run_mark"),
             "attempt_log_append": sql.Identifier(schema, "attempt_log_append"),
-            "fair_key_turn": sql.Identifier(schema, "fair_key_turn"),
             "key_limited": sql.Identifier(schema, "key_limited"),
             "key_limits": sql.Identifier(schema, "key_limits"),
             "finished_wait_bucket": sql.Identifier(schema, "finished_wait_bucket"),

@@ -152,32 +152,50 @@ SELECT current_setting('max_connections')::int AS max_connections,
 FROM pg_stat_activity;
 
 -- name: doctor_lock_holders
--- Sessions holding locks that skiplock's claims pass over or wait a bounded time for: an
--- advisory lock on one of skiplock's keys of this schema (held-lock markers) in
--- a session that may not write the jobs table (not a worker: any login can take one), and a
--- transaction older than %(older_than)s seconds that holds rows of the queues table locked
--- (the claim lock of a limited queue is its row).  Their ages show only for the sessions
--- doctor may see.
+-- The locks of skiplock's that sessions hold (or wait for), one row per lock, by session: an
+-- advisory held-lock marker of this schema (kind 'queue marker', of a queue with settings in
+-- the queues table: the key of a queue marker does not name its schema, and only a limited
+-- queue's count reads it; or 'job marker', with the low 32 bits of the job ids it names) in a session that may not write the jobs table (not a worker: any login can
+-- take one), the schema's migration lock (kind 'migration lock', key %(advisory_key)s: a
+-- migrator's, or any login's) and rows of the queues table (kind 'queues rows': a limited queue's claim lock),
+-- held in a transaction (for the migration lock: a session) older than %(older_than)s seconds.
+-- Ages show only for the sessions doctor may see.
 SELECT l.pid, a.usename::text AS usename, a.application_name,
-       CASE l.classid WHEN hashtext('skiplock_held_job')::oid THEN 'a held-lock queue marker'
-                      ELSE 'a held-lock job marker' END AS what,
+       CASE l.classid WHEN hashtext('skiplock_held_job')::oid THEN 'queue marker'
+                      ELSE 'job marker' END AS kind,
+       CASE WHEN l.classid = hashtext('skiplock_held_job')::oid
+            THEN (SELECT min(q.name) FROM {queues} AS q
+                  WHERE hashtext(%(schema)s || '/' || q.name)::oid = l.objid) END AS queue,
+       CASE WHEN l.classid <> hashtext('skiplock_held_job')::oid
+            THEN l.objid::text::bigint END AS low_bits,
        l.mode, l.granted,
        extract(epoch FROM now() - a.xact_start)::float8 AS xact_seconds
 FROM pg_locks AS l
 JOIN pg_stat_activity AS a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.objsubid = 2
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.classid IN (hashtext('skiplock_held_job')::oid,
-                    hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
+  AND (l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+       OR l.classid = hashtext('skiplock_held_job')::oid
+          AND EXISTS (SELECT FROM {queues} AS q
+                      WHERE hashtext(%(schema)s || '/' || q.name)::oid = l.objid))
   AND NOT {may_write_jobs}(a.usesysid)
 UNION ALL
-SELECT l.pid, a.usename::text, a.application_name, 'rows of the queues table', l.mode, l.granted,
-       extract(epoch FROM now() - a.xact_start)::float8
+SELECT l.pid, a.usename::text, a.application_name, 'migration lock', NULL, NULL, l.mode,
+       l.granted, extract(epoch FROM now() - a.xact_start)::float8
+FROM pg_locks AS l
+JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.pid <> pg_backend_pid()
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid = hashtext(%(advisory_key)s)::oid AND l.objid = hashtext(%(schema)s)::oid
+  AND coalesce(a.xact_start, a.backend_start) < now() - make_interval(secs => %(older_than)s)
+UNION ALL
+SELECT l.pid, a.usename::text, a.application_name, 'queues rows', NULL, NULL, l.mode,
+       l.granted, extract(epoch FROM now() - a.xact_start)::float8
 FROM pg_locks AS l
 JOIN pg_stat_activity AS a ON a.pid = l.pid
 WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_backend_pid()
   AND l.relation = to_regclass(quote_ident(%(schema)s) || '.queues')
   AND l.mode IN ('RowShareLock', 'RowExclusiveLock')
   AND a.xact_start < now() - make_interval(secs => %(older_than)s)
-ORDER BY 1
+ORDER BY 1, 4, 5, 6
 LIMIT %(limit)s;

@@ -22,8 +22,8 @@
 -- already unfinished.
 -- Sends one NOTIFY per queue that got a due job while a worker of that queue is idle (see
 -- channel_idle_hold); delivered when the caller's transaction commits.
--- A job with a fair_key due now takes its key's next turn as its run_at (fair_key_turn,
--- migration 0021), the next jobs of its key in this statement one microsecond apart each.
+-- A job with a fair_key due now takes its key's next turn as its run_at (the trigger of
+-- migration 0027), the next jobs of its key in this statement one microsecond apart each.
 WITH input AS (
     SELECT i.*, coalesce(i.at, now() + make_interval(secs => coalesce(i.delay, 0))) AS due
     FROM unnest(
@@ -35,22 +35,14 @@ WITH input AS (
     ) WITH ORDINALITY AS i(queue, task, payload, priority, at, delay, max_attempts,
                            entity_key, idempotency_key, meta, expires_at, expires_in, fair_key,
                            limit_key, ord)
-), placed AS (
-    SELECT input.*,
-           CASE WHEN fair_key IS NULL OR due > now() THEN due
-                ELSE coalesce({fair_key_turn}(queue, priority, fair_key), due)
-                     + make_interval(secs => 1e-6 * (row_number() OVER (
-                           PARTITION BY queue, priority, fair_key, due > now() ORDER BY ord) - 1))
-           END AS turn
-    FROM input
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts,
                         entity_key, idempotency_key, meta, expires_at, fair_key, limit_key,
                         status)
-    SELECT queue, task, payload, priority, turn, max_attempts, entity_key, idempotency_key, meta,
+    SELECT queue, task, payload, priority, due, max_attempts, entity_key, idempotency_key, meta,
            coalesce(expires_at, now() + make_interval(secs => expires_in)), fair_key, limit_key,
            CASE WHEN due > now() THEN 'scheduled' ELSE 'pending' END
-    FROM placed
+    FROM input
     ORDER BY ord
     ON CONFLICT (idempotency_key)
         WHERE idempotency_key IS NOT NULL AND status IN ('waiting', 'scheduled', 'pending', 'running')
@@ -75,23 +67,17 @@ SELECT inserted.id, inserted.idempotency_key FROM inserted, woken ORDER BY inser
 WITH input AS (
     SELECT coalesce(%(run_at)s::timestamptz,
                     now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) AS due
-), placed AS (
-    SELECT input.due,
-           CASE WHEN %(fair_key)s::text IS NULL OR input.due > now() THEN NULL
-                ELSE coalesce({fair_key_turn}(%(queue)s::text, %(priority)s::int,
-                                              %(fair_key)s::text), input.due) END AS turn
-    FROM input
 ), inserted AS (
     INSERT INTO {jobs} (queue, task, payload, priority, run_at, max_attempts, entity_key, meta,
                         expires_at, fair_key, limit_key, status)
     SELECT %(queue)s::text, %(task)s::text, p.payload, %(priority)s::int,
-           coalesce(placed.turn + make_interval(secs => 1e-6 * (p.ord - 1)), placed.due),
+           input.due,
            %(max_attempts)s::int, %(entity_key)s::text, %(meta)s::jsonb,
            coalesce(%(expires_at)s::timestamptz,
                     now() + make_interval(secs => %(expires_in)s::float8)),
            %(fair_key)s::text, %(limit_key)s::text,
-           CASE WHEN placed.due > now() THEN 'scheduled' ELSE 'pending' END
-    FROM placed, jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(payload, ord)
+           CASE WHEN input.due > now() THEN 'scheduled' ELSE 'pending' END
+    FROM input, jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS p(payload, ord)
     ORDER BY p.ord
     RETURNING id, status
 ), woken AS (
@@ -116,10 +102,7 @@ WITH input AS (
                         entity_key, idempotency_key, meta, expires_at, fair_key, limit_key,
                         status)
     SELECT %(queue)s::text, %(task)s::text, %(payload)s::jsonb, %(priority)s::int,
-           CASE WHEN %(fair_key)s::text IS NULL OR input.due > now() THEN input.due
-                ELSE coalesce({fair_key_turn}(%(queue)s::text, %(priority)s::int,
-                                              %(fair_key)s::text),
-                              input.due) END,
+           input.due,
            %(max_attempts)s::int, %(entity_key)s::text, %(idempotency_key)s::text,
            %(meta)s::jsonb,
            coalesce(%(expires_at)s::timestamptz,

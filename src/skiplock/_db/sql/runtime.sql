@@ -117,6 +117,18 @@ SELECT (SELECT count(*) FROM {jobs} WHERE status = 'running' AND queue = %(queue
 -- name: session_register_held_runs
 -- Give this session a row of held_runs for each of %(queues)s, committed before it claims a
 -- held-lock job of them, so that its claims' locks on the rows are counted (see job_claim).
+-- And forget at most %(prune)s rows of sessions that are gone, as session_prune_held_runs does,
+-- so that held-lock workers that die and start again pile none up where no maintenance leader
+-- runs: each session adds a row per queue and removes many more.  Rows another session is
+-- removing are skipped, never waited for (no live session locks a row of a gone one).
+WITH gone AS (
+    DELETE FROM {held_runs} AS h
+    WHERE (h.queue, h.pid) IN (
+        SELECT s.queue, s.pid FROM {held_runs} AS s
+        WHERE NOT EXISTS (SELECT FROM pg_stat_activity AS a WHERE a.pid = s.pid)
+        LIMIT %(prune)s
+        FOR UPDATE SKIP LOCKED)
+)
 INSERT INTO {held_runs} (queue, pid)
 SELECT q, pg_backend_pid() FROM unnest(%(queues)s::text[]) AS q
 ON CONFLICT DO NOTHING;

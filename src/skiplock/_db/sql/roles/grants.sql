@@ -82,7 +82,8 @@ REVOKE ALL ON SCHEMA {schema} FROM {enqueuer}, {worker}, {admin}, {viewer};
 GRANT USAGE ON SCHEMA {schema} TO {enqueuer};
 GRANT INSERT (queue, task, payload, priority, run_at, max_attempts, entity_key,
               idempotency_key, meta, expires_at, fair_key, limit_key, status) ON {jobs} TO {enqueuer};
--- A fair_key's turn (migration 0021): one time, read with the function owner's rights.
+-- fair_key_turn: called by the enqueue of versions before migration 0027, which gives a
+-- fair_key's turn by a trigger; it returns nothing now and reads nothing.
 GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {enqueuer};
 GRANT SELECT (id, queue, status, idempotency_key) ON {jobs} TO {enqueuer};
 GRANT SELECT (id, status) ON {archive} TO {enqueuer};
@@ -111,7 +112,7 @@ GRANT EXECUTE ON FUNCTION {schema}.entity_key_held(text, text), {schema}.entity_
     {schema}.entity_key_locked_by_worker(text, text), {schema}.may_write_jobs(oid)
     TO {worker};
 GRANT EXECUTE ON FUNCTION {schema}.attempt_log_append(jsonb, jsonb) TO {worker};  -- outcomes (0018)
-GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {worker};  -- enqueue (0021)
+GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {worker};  -- enqueue before 0027
 GRANT EXECUTE ON FUNCTION {schema}.key_limited(text) TO {worker};  -- claims (0021)
 GRANT SELECT ON {key_limits} TO {worker};
 GRANT UPDATE (rate_tokens, rate_refilled_at) ON {key_limits} TO {worker};
@@ -155,7 +156,7 @@ GRANT SELECT ON {migrations} TO {admin};
 GRANT EXECUTE ON FUNCTION {schema}.may_write_jobs(oid) TO {admin};  -- doctor: which sessions are workers
 GRANT SELECT ON {held_runs} TO {admin};  -- running held-lock jobs shown running (0024)
 GRANT EXECUTE ON FUNCTION {schema}.xact_running(xid) TO {admin};
-GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {admin};  -- enqueue (0021)
+GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {admin};  -- enqueue before 0027
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON {key_limits} TO {admin};  -- limits per key (0021)
 GRANT EXECUTE ON FUNCTION {schema}.archive_partitions_keep(int, float8, timestamptz)
     TO {admin};  -- skiplock prune (0022)
