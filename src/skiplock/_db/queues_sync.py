@@ -54,6 +54,21 @@ class SyncQueueStatements(SyncSeam):
         params = {"name": name, "limit": limit, "period": period}
         self._rows(conn, "queue_set_rate_limit", params)
 
+    def queue_set_aging(self, conn: Connection[Any], name: str, step: float | None) -> None:
+        self._rows(conn, "queue_set_aging", {"name": name, "step": step})
+
+    def job_age_pending(self, conn: Connection[Any], limit: int) -> dict[str, int]:
+        """Age the pending jobs of each queue with an aging step, at most ``limit`` of them a
+        queue (see job_age_pending in jobs.sql); how many were aged, per queue that had any.
+        One statement when no queue ages."""
+        aged = {}
+        for queue, step in self._rows(conn, "queue_aging_steps", {}):
+            params = {"queue": queue, "step": step, "limit": limit}
+            ((n,),) = self._rows(conn, "job_age_pending", params)
+            if n:
+                aged[str(queue)] = int(n)
+        return aged
+
     def queue_rate_budget(self, conn: Connection[Any], queue: str) -> float | None:
         """Starts the queue's rate limit allows now (None: it has none)."""
         rows = self._rows(conn, "queue_rate_budget", {"queue": queue})
