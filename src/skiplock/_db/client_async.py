@@ -498,12 +498,13 @@ class AsyncClient:
     async def queue_settings(
         self, queue: str, conn: AsyncConnection[Any] | None = None
     ) -> dict[str, Any]:
-        """``queue``'s settings: paused, concurrency_limit, rate_limit, rate_period (a queue
-        without settings: not paused, no limits)."""
+        """``queue``'s settings: paused, concurrency_limit, rate_limit, rate_period, aging_step
+        (a queue without settings: not paused, no limits, no aging)."""
         async with self.connection(conn) as c:
             found = await self.store.queue_settings_shown(c, queue)
         return found or {
-            "paused": False, "concurrency_limit": None, "rate_limit": None, "rate_period": None
+            "paused": False, "concurrency_limit": None, "rate_limit": None, "rate_period": None,
+            "aging_step": None,
         }  # fmt: skip
 
     async def set_concurrency_limit(

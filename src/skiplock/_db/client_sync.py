@@ -485,12 +485,13 @@ class SyncClient:
             self.store.queue_set_paused(c, queue, paused)
 
     def queue_settings(self, queue: str, conn: Connection[Any] | None = None) -> dict[str, Any]:
-        """``queue``'s settings: paused, concurrency_limit, rate_limit, rate_period (a queue
-        without settings: not paused, no limits)."""
+        """``queue``'s settings: paused, concurrency_limit, rate_limit, rate_period, aging_step
+        (a queue without settings: not paused, no limits, no aging)."""
         with self.connection(conn) as c:
             found = self.store.queue_settings_shown(c, queue)
         return found or {
-            "paused": False, "concurrency_limit": None, "rate_limit": None, "rate_period": None
+            "paused": False, "concurrency_limit": None, "rate_limit": None, "rate_period": None,
+            "aging_step": None,
         }  # fmt: skip
 
     def set_concurrency_limit(

@@ -36,7 +36,7 @@ class SyncQueueStatements(SyncSeam):
 
     def queue_settings_shown(self, conn: Connection[Any], name: str) -> dict[str, Any] | None:
         """One queue's settings as the dashboard shows them: paused, concurrency_limit,
-        rate_limit, rate_period (None: the queue has no row of settings)."""
+        rate_limit, rate_period, aging_step (None: the queue has no row of settings)."""
         rows = self._fetch(conn, "queue_settings_shown", {"name": name}, dict_row)
         return dict(rows[0]) if rows else None
 
