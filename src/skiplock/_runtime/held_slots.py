@@ -40,6 +40,13 @@ from skiplock.job import Job
 
 log = logging.getLogger("skiplock.worker")
 
+# Seconds a held-lock worker's slots skip the claim of limited keys after one that brought no
+# job (no limited key had a pending job in their queues, or each was at its limits): that claim
+# takes a pooled connection and a transaction of its own, which a claim per slot would pay at
+# every job while limited keys have nothing to start (docs/design.md, "Limits per key in
+# held-lock workers").
+KEY_CLAIM_PAUSE = 0.1
+
 
 def claims_held(app: App, model: WorkerModel | None, queues: list[str]) -> bool:
     """Whether a worker of ``model`` (None: each task's own) on ``queues`` claims held-lock."""
@@ -88,6 +95,7 @@ class HeldSlots:
         self.after_key: str | None = None  # where the next claim of limited keys goes on
         # The same, for the limited keys' jobs of each queue with limits of its own.
         self.queue_after_key: dict[str, str | None] = {}
+        self.keys_at = 0.0  # the claim of limited keys waits until then (KEY_CLAIM_PAUSE)
 
     def room(self, unwritten: int) -> int:
         # One transaction per slot; a finished job keeps its slot until written.
@@ -195,11 +203,13 @@ class HeldSlots:
         limits = self.settings.limits
         unlimited = self.turns.next([q for q in queues if q not in limits])
         job = None
-        if unlimited and self.settings.keys_limited:
+        if unlimited and self.settings.keys_limited and time.monotonic() >= self.keys_at:
             async with self.pool.connection() as guard:
                 job, self.after_key = await self.store.job_claim_held_key_limited(
                     conn, guard, unlimited, self.worker_id, self.lease_seconds, self.after_key
                 )
+            if job is None:
+                self.keys_at = time.monotonic() + KEY_CLAIM_PAUSE
         if job is None:
             job = await self.store.job_claim_held(
                 conn, unlimited, self.worker_id, self.lease_seconds
