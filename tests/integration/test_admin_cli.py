@@ -794,6 +794,25 @@ def test_rate_sets_and_removes_a_queue_rate_limit(tasks: App, db: Any) -> None:
     assert rates() == {"q6": (None, None), "q7": (5, 30.0)}
 
 
+def test_aging_sets_and_removes_a_queues_aging_step(tasks: App, db: Any) -> None:
+    app = tasks
+    on, bad, zero = run_all(
+        app, ["aging", "q6", "30"], ["aging", "q7", "soon"], ["aging", "q7", "0"]
+    )
+    assert on.code == 0 and on.out.strip() == (
+        "queue q6: pending jobs gain a priority level every 30s waited"
+    )
+    assert bad.code == 2 and zero.code == 2 and "Traceback" not in bad.err, (bad, zero)
+
+    def steps() -> dict[str, float | None]:
+        return dict(db.execute(f'SELECT name, aging_step FROM "{app.schema}".queues'))
+
+    assert steps() == {"q6": 30.0}
+    off = run(app, "aging", "q6", "none")
+    assert off.code == 0 and off.out.strip() == "queue q6: no aging, priority is strict"
+    assert steps() == {"q6": None}
+
+
 def test_limit_with_a_non_number_is_a_usage_error(tasks: App, db: Any) -> None:
     bad = run(tasks, "limit", "q5", "abc")
     assert bad.code == 2, bad

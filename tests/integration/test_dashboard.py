@@ -584,6 +584,7 @@ def test_a_queue_page_sets_its_limits_as_the_cli_does_and_says_what_is_wrong(
         assert 'name="rate" value="100/m"' in saved.text
         assert shop.sync_client.queue_settings("emails") == {
             "paused": False, "concurrency_limit": 3, "rate_limit": 100, "rate_period": 60.0,
+            "aging_step": None,
         }  # fmt: skip
         for field, value, said in (
             (
@@ -605,6 +606,7 @@ def test_a_queue_page_sets_its_limits_as_the_cli_does_and_says_what_is_wrong(
         browser.post("/queues/emails/rate", {"csrf": page.csrf(), "rate": "none"})
         assert shop.sync_client.queue_settings("emails") == {
             "paused": False, "concurrency_limit": None, "rate_limit": None, "rate_period": None,
+            "aging_step": None,
         }  # fmt: skip
         assert browser.get("/queues/bad%20name").status == 400
         foreign = browser.post("/queues/emails/limit", {"csrf": page.csrf(), "concurrency": "1"},

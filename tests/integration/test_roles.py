@@ -104,11 +104,15 @@ def test_producer_and_workers_run_under_their_roles(
         limited_ids = [e.id for e in producer.enqueue_many("limited", [{"n": i} for i in range(4)])]
         slow_id = producer.enqueue("slow").id
         held_id = producer.enqueue("held_one").id
+        # A held-lock job of a limited key: its claim locks one of the key's slots (0028).
+        held_keyed_id = producer.enqueue("held_one", limit_key="tenant").id
 
         # Admin: a cluster-wide limit on one queue (claims then take the advisory lock), and a
         # rate limit the worker role's claims spend.
         admin.sync_client.set_concurrency_limit("limited", 1)
         admin.sync_client.set_rate_limit("limited", 1000, 1.0)
+        admin.sync_client.set_key_limit("tenant", concurrency=1, rate=1000, period=1.0)
+        admin.sync_client.set_aging("default", 60)  # the leader ages as the worker role
 
         async def drive() -> Worker:
             worker = Worker(
@@ -142,7 +146,9 @@ def test_producer_and_workers_run_under_their_roles(
             """A worker of the held-lock model, archiving what it finishes."""
             worker = Worker(held_app, queues=["held"], poll_interval=0.2, leader_ttl=0.6)
             running = asyncio.create_task(worker.run())
-            await comes_true_async(lambda: held_id not in statuses(db, schema), 10, step=0.05)
+            await comes_true_async(
+                lambda: not {held_id, held_keyed_id} & set(statuses(db, schema)), 10, step=0.05
+            )
             worker.stop()
             await running
             return worker
@@ -164,8 +170,8 @@ def test_producer_and_workers_run_under_their_roles(
     assert now[flaky_id] == "done" and state["flaky"] == 2  # failed once, retried, done
     assert now[snoozer_id] == "done" and state["snoozer"] == 2
     assert now[slow_id] == "cancelled"
-    assert held_id not in now  # moved to the archive
-    assert held_stats.done == 1
+    assert held_id not in now and held_keyed_id not in now  # moved to the archive
+    assert held_stats.done == 2
     archived = db.execute(
         sql.SQL("SELECT status FROM {} WHERE id = %s").format(
             sql.Identifier(schema, "jobs_archive")
@@ -302,13 +308,15 @@ def test_worker_cannot_run_ddl_or_change_queue_settings(
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             worker_app.sync_client.set_rate_limit("default", 1000)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            worker_app.sync_client.set_aging("default", 60)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
             worker_app.sync_client.drop_schema()
     finally:
         worker_app.close()
     tables = db.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s", [schema]
     ).fetchone()
-    assert tables == (14,)  # no table of its own: the 14 of the migrations
+    assert tables == (15,)  # no table of its own: the 15 of the migrations
 
 
 def test_admin_manages_jobs_and_queues_and_doctor_sees_everything(

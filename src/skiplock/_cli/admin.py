@@ -27,14 +27,14 @@ from skiplock._cli.common import (
 )
 from skiplock._cli.delete import delete, prune
 from skiplock._cli.enqueue import enqueue
-from skiplock._cli.queues import key_limit, limit, pause, rate, resume
+from skiplock._cli.queues import aging, key_limit, limit, pause, rate, resume
 from skiplock._db.bounds import BIGINT_MAX
 from skiplock.job import JobStatus
 
 
 def register(main: click.Group) -> None:
     """Add the administration commands to the ``skiplock`` group."""
-    for command in (jobs, enqueue, pause, resume, limit, rate, key_limit, delete, prune):
+    for command in (jobs, enqueue, pause, resume, limit, rate, aging, key_limit, delete, prune):
         main.add_command(command)
 
 

@@ -1,8 +1,10 @@
-"""The queue and key controls: ``skiplock pause``, ``resume``, ``limit``, ``rate`` and
-``key-limit``, each one statement of the client that every worker follows within its poll
+"""The queue and key controls: ``skiplock pause``, ``resume``, ``limit``, ``rate``, ``aging``
+and ``key-limit``, each one statement of the client that every worker follows within its poll
 interval."""
 
 from __future__ import annotations
+
+import math
 
 import click
 
@@ -75,6 +77,33 @@ def rate(queue: str, rate_text: str, dsn: str | None, schema: str) -> None:
         else:
             app.sync_client.set_rate_limit(queue, *parsed)
     click.echo(f"queue {queue}: {describe(*parsed) if parsed else 'no rate limit'}")
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("step_text", metavar="STEP")
+@dsn_option
+@schema_option
+def aging(queue: str, step_text: str, dsn: str | None, schema: str) -> None:
+    """Age QUEUE's pending jobs: one priority level better per STEP seconds they have waited,
+    up to the best priority pending in the queue ('none': strict priority, the default)."""
+    check_queue_name(queue)
+    step: float | None = None
+    if step_text.lower() != "none":
+        try:
+            step = float(step_text)
+        except ValueError:
+            step = 0.0
+        if not (math.isfinite(step) and step > 0):
+            raise click.BadParameter(
+                "must be a positive number of seconds or 'none'", param_hint="STEP"
+            )
+    with open_app(dsn, schema) as app:
+        app.sync_client.set_aging(queue, step)
+    if step is None:
+        click.echo(f"queue {queue}: no aging, priority is strict")
+    else:
+        click.echo(f"queue {queue}: pending jobs gain a priority level every {step:g}s waited")
 
 
 @click.command("key-limit")

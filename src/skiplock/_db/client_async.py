@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from asyncio import Lock as PoolLock
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -23,7 +24,7 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from skiplock._db.attempt_log import attempt_history
-from skiplock._db.bounds import BIGINT_MAX, INT_MAX, check_key
+from skiplock._db.bounds import BIGINT_MAX, INT_MAX, check_key, check_queue_name
 from skiplock._db.caller_connection import AsyncCallerConnection, caller_connection_async
 from skiplock._db.connections import (
     CLIENT_POOL_MAX,
@@ -512,12 +513,13 @@ class AsyncClient:
     async def queue_settings(
         self, queue: str, conn: AsyncConnection[Any] | None = None
     ) -> dict[str, Any]:
-        """``queue``'s settings: paused, concurrency_limit, rate_limit, rate_period (a queue
-        without settings: not paused, no limits)."""
+        """``queue``'s settings: paused, concurrency_limit, rate_limit, rate_period, aging_step
+        (a queue without settings: not paused, no limits, no aging)."""
         async with self.connection(conn) as c:
             found = await self.store.queue_settings_shown(c, queue)
         return found or {
-            "paused": False, "concurrency_limit": None, "rate_limit": None, "rate_period": None
+            "paused": False, "concurrency_limit": None, "rate_limit": None, "rate_period": None,
+            "aging_step": None,
         }  # fmt: skip
 
     async def set_concurrency_limit(
@@ -540,6 +542,19 @@ class AsyncClient:
         check_rate_limit(limit, period)
         async with self.connection(conn) as c:
             await self.store.queue_set_rate_limit(c, queue, limit, period)
+
+    async def set_aging(
+        self, queue: str, step: float | None, conn: AsyncConnection[Any] | None = None
+    ) -> None:
+        """Age ``queue``'s pending jobs: one priority level better per ``step`` seconds they
+        have waited since due, up to the best priority pending in the queue, so that a steady
+        stream of better-priority jobs cannot keep worse ones waiting for ever (None, the
+        default: priority is strict).  Applied by the maintenance leader each round."""
+        check_queue_name(queue)
+        if step is not None and not (math.isfinite(step) and step > 0):
+            raise ValueError(f"aging step must be a positive number of seconds, not {step!r}")
+        async with self.connection(conn) as c:
+            await self.store.queue_set_aging(c, queue, step)
 
     async def set_key_limit(
         self,

@@ -19,7 +19,7 @@ import psycopg
 from psycopg import Connection
 
 from skiplock._db.queues_sync import SyncQueueStatements
-from skiplock._db.records import LimitedClaim
+from skiplock._db.records import KEYS_PER_CLAIM, LimitedClaim
 from skiplock._db.seam_sync import ENTITY_KEY_RETRIES
 from skiplock._db.statement_params import claim_statement
 from skiplock.job import Claim, Job
@@ -96,21 +96,135 @@ class SyncHeldStatements(SyncQueueStatements):
         count includes the job however it ends (a commit, a rollback, its session dropped): see
         queue_running_count.
         """
+        job, _ = self.job_claim_held_limited_with_keys(conn, guard, claim)
+        return job
+
+    def job_claim_held_limited_with_keys(
+        self, conn: Connection[Any], guard: Connection[Any], claim: LimitedClaim
+    ) -> tuple[Job | None, str | None]:
+        """:meth:`job_claim_held_limited`, and with ``claim.keys_limited`` the queue's jobs of
+        limited keys first, within the queue's room and their keys' (in the guard's
+        transaction, after the queue's lock and count: see
+        :meth:`claim_held_of_limited_keys`); returns the job and the last limited key looked
+        at (None: the keys ran out, or none was looked at)."""
         job = None
+        last = claim.after_key
         self._register_held_runs(conn, [claim.queue])
         try:
             with guard.transaction():
                 room = self.queue_room_for_claim(guard, replace(claim, want=1))
                 if room.room <= 0:
-                    return None
-                job = self._claim_held_from(conn, claim.queue, claim.worker, claim.lease_seconds)
+                    return None, last
+                if claim.keys_limited:
+                    job, last = self.claim_held_of_limited_keys(
+                        conn, guard, [claim.queue], claim.worker, claim.lease_seconds,
+                        claim.after_key,
+                    )  # fmt: skip
+                if job is None:
+                    job = self._claim_held_from(
+                        conn, claim.queue, claim.worker, claim.lease_seconds
+                    )
                 if room.budget is not None and job is not None:
                     self.queue_spend_rate_budget(guard, claim.queue, room.budget - 1)
-            return job
+            return job, last
         except BaseException:
             if job is not None:  # its budget was not spent: the claim rolls back too
                 roll_back_quietly(conn)
             raise
+
+    def job_claim_held_key_limited(
+        self,
+        conn: Connection[Any],
+        guard: Connection[Any],
+        queues: Sequence[str],
+        worker: str,
+        lease_seconds: float,
+        after_key: str | None = None,
+    ) -> tuple[Job | None, str | None]:
+        """:meth:`job_claim_held` of one job of ``queues`` whose limit_key has limits, within
+        them, exactly across both worker models; from the limited keys after ``after_key``, in
+        key order.  Returns the job (its transaction open on ``conn``) and the last key looked
+        at (None: the keys ran out).  The claims of each key are serialised by a transaction on
+        ``guard``, another idle connection, as a limited queue's are (see
+        :meth:`job_claim_held_limited`)."""
+        if not queues:
+            return None, None
+        self._register_held_runs(conn, queues)
+        job = None
+        try:
+            with guard.transaction():
+                job, last = self.claim_held_of_limited_keys(
+                    conn, guard, queues, worker, lease_seconds, after_key
+                )
+            return job, last
+        except BaseException:
+            if job is not None:  # the key's claim did not commit: nor does the job's
+                roll_back_quietly(conn)
+            raise
+
+    def claim_held_of_limited_keys(
+        self,
+        conn: Connection[Any],
+        guard: Connection[Any],
+        queues: Sequence[str],
+        worker: str,
+        lease_seconds: float,
+        after_key: str | None,
+    ) -> tuple[Job | None, str | None]:
+        """:meth:`job_claim_held_key_limited` in the transaction open on ``guard`` (a limited
+        queue's claim runs it after its own lock and count): lock the limited keys with pending
+        jobs in ``queues`` (skipping those another claim holds), count each one's room in a new
+        statement (whose snapshot sees every claim of them committed before the locks), and
+        claim a job of the first key with room that has one.  Its transaction locks one of its
+        key's slots in held_key_runs before the guard's ends, and holds it while the job runs,
+        so every later count of the key includes the job (see job_claim_one_held_of_key)."""
+        params: dict[str, Any] = {
+            "queues": list(queues),
+            "after_key": after_key,
+            "keys": KEYS_PER_CLAIM,
+        }
+        rows = self._rows(guard, "limits_lock_keys_for_claim", params)
+        if not rows and after_key is not None:  # none after it: from the first key again
+            rows = self._rows(guard, "limits_lock_keys_for_claim", {**params, "after_key": None})
+        if not rows:
+            return None, None
+        last = rows[-1][0] if len(rows) == KEYS_PER_CLAIM else None
+        counts = {
+            "keys": [r[0] for r in rows],
+            "concurrency": [r[1] for r in rows],
+            "budget": [r[2] for r in rows],
+        }
+        rooms = self._rows(guard, "limits_key_rooms", counts)
+        budgets = {r[0]: r[2] for r in rows}
+        claim = {
+            "queues": list(queues),
+            "worker": worker,
+            "lease_seconds": lease_seconds,
+            "schema": self.schema,
+        }
+        concurrent = {r[0]: r[1] is not None for r in rows}
+        job = None
+        for key, room in rooms:
+            if room is not None and room <= 0:
+                continue
+            by_key = {**claim, "key": key, "counted": concurrent[key]}
+            for _ in range(ENTITY_KEY_RETRIES):
+                job, raced = self._claim_one_in_transaction(
+                    conn, "job_claim_one_held_of_key", by_key
+                )
+                if not raced:
+                    break
+            if job is None:
+                continue
+            budget = budgets[key]
+            try:
+                if budget is not None:
+                    self._rows(guard, "limits_spend_key_budget", {"key": key, "left": budget - 1})
+            except BaseException:  # its start was not paid for: it does not run
+                roll_back_quietly(conn)
+                raise
+            return job, key  # the next claim goes on after it: the keys take turns
+        return None, last
 
     def _register_held_runs(self, conn: Connection[Any], queues: Sequence[str]) -> None:
         """Give ``conn``'s session its row of held_runs for each of ``queues`` it has none of

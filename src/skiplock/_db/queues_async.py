@@ -37,7 +37,7 @@ class AsyncQueueStatements(AsyncSeam):
         self, conn: AsyncConnection[Any], name: str
     ) -> dict[str, Any] | None:
         """One queue's settings as the dashboard shows them: paused, concurrency_limit,
-        rate_limit, rate_period (None: the queue has no row of settings)."""
+        rate_limit, rate_period, aging_step (None: the queue has no row of settings)."""
         rows = await self._fetch(conn, "queue_settings_shown", {"name": name}, dict_row)
         return dict(rows[0]) if rows else None
 
@@ -54,6 +54,23 @@ class AsyncQueueStatements(AsyncSeam):
     ) -> None:
         params = {"name": name, "limit": limit, "period": period}
         await self._rows(conn, "queue_set_rate_limit", params)
+
+    async def queue_set_aging(
+        self, conn: AsyncConnection[Any], name: str, step: float | None
+    ) -> None:
+        await self._rows(conn, "queue_set_aging", {"name": name, "step": step})
+
+    async def job_age_pending(self, conn: AsyncConnection[Any], limit: int) -> dict[str, int]:
+        """Age the pending jobs of each queue with an aging step, at most ``limit`` of them a
+        queue (see job_age_pending in jobs.sql); how many were aged, per queue that had any.
+        One statement when no queue ages."""
+        aged = {}
+        for queue, step in await self._rows(conn, "queue_aging_steps", {}):
+            params = {"queue": queue, "step": step, "limit": limit}
+            ((n,),) = await self._rows(conn, "job_age_pending", params)
+            if n:
+                aged[str(queue)] = int(n)
+        return aged
 
     async def queue_rate_budget(self, conn: AsyncConnection[Any], queue: str) -> float | None:
         """Starts the queue's rate limit allows now (None: it has none)."""

@@ -10,6 +10,10 @@ from datetime import datetime
 from skiplock._db.queue_locks import QUEUE_LOCK_WAIT
 from skiplock.job import Claim
 
+# Limited keys a claim of limited keys looks at, at most (the next claim goes on after the last
+# of them).
+KEYS_PER_CLAIM = 16
+
 
 @dataclass(frozen=True, slots=True)
 class QueueLimits:

@@ -92,6 +92,7 @@ def statement(name: str, schema: str, roles: RoleNames, role: str | None = None)
         "held_starts": sql.Identifier(schema, "held_starts"),
         "held_key_slots": sql.Identifier(schema, "held_key_slots"),
         "held_runs": sql.Identifier(schema, "held_runs"),
+        "held_key_runs": sql.Identifier(schema, "held_key_runs"),
         "progress": sql.Identifier(schema, "job_progress"),
         "key_limits": sql.Identifier(schema, "key_limits"),
         "finished_counts": sql.Identifier(schema, "finished_counts"),

@@ -21,7 +21,14 @@ from skiplock._db.dependencies_async import AsyncDependencyStatements
 from skiplock._db.enqueue import InsertOutcome, NewJob, NewJobs, insert_params
 from skiplock._db.held_async import AsyncHeldStatements
 from skiplock._db.queues_async import AsyncQueueStatements
-from skiplock._db.records import FailedAttempt, LimitedClaim, ProgressReport, Snooze, TaskResult
+from skiplock._db.records import (
+    KEYS_PER_CLAIM,
+    FailedAttempt,
+    LimitedClaim,
+    ProgressReport,
+    Snooze,
+    TaskResult,
+)
 from skiplock._db.seam_async import ENTITY_KEY_RETRIES
 from skiplock._db.statement_params import (
     claim_arrays,
@@ -33,10 +40,6 @@ from skiplock._db.statement_params import (
 )
 from skiplock._db.statements_async import AsyncStatements
 from skiplock.job import Claim, ClaimKey, Enqueued, Job
-
-# Limited keys a claim through job_claim_key_limited looks at, at most (the next claim goes on
-# after the last of them).
-KEYS_PER_CLAIM = 16
 
 # Daily partitions of a partitioned archive made ahead of the day they hold, so that one is
 # there when a job is archived however long no leader runs (a default partition catches the

@@ -22,7 +22,14 @@ from skiplock._db.dependencies_sync import SyncDependencyStatements
 from skiplock._db.enqueue import InsertOutcome, NewJob, NewJobs, insert_params
 from skiplock._db.held_sync import SyncHeldStatements
 from skiplock._db.queues_sync import SyncQueueStatements
-from skiplock._db.records import FailedAttempt, LimitedClaim, ProgressReport, Snooze, TaskResult
+from skiplock._db.records import (
+    KEYS_PER_CLAIM,
+    FailedAttempt,
+    LimitedClaim,
+    ProgressReport,
+    Snooze,
+    TaskResult,
+)
 from skiplock._db.seam_sync import ENTITY_KEY_RETRIES
 from skiplock._db.statement_params import (
     claim_arrays,
@@ -34,10 +41,6 @@ from skiplock._db.statement_params import (
 )
 from skiplock._db.statements_sync import SyncStatements
 from skiplock.job import Claim, ClaimKey, Enqueued, Job
-
-# Limited keys a claim through job_claim_key_limited looks at, at most (the next claim goes on
-# after the last of them).
-KEYS_PER_CLAIM = 16
 
 # Daily partitions of a partitioned archive made ahead of the day they hold, so that one is
 # there when a job is archived however long no leader runs (a default partition catches the

@@ -40,6 +40,13 @@ from skiplock.job import Job
 
 log = logging.getLogger("skiplock.worker")
 
+# Seconds a held-lock worker's slots skip the claim of limited keys after one that brought no
+# job (no limited key had a pending job in their queues, or each was at its limits): that claim
+# takes a pooled connection and a transaction of its own, which a claim per slot would pay at
+# every job while limited keys have nothing to start (docs/design.md, "Limits per key in
+# held-lock workers").
+KEY_CLAIM_PAUSE = 0.1
+
 
 def claims_held(app: App, model: WorkerModel | None, queues: list[str]) -> bool:
     """Whether a worker of ``model`` (None: each task's own) on ``queues`` claims held-lock."""
@@ -85,6 +92,10 @@ class HeldSlots:
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds
         self.on_freed = on_freed  # a slot's job ended: claim if due
+        self.after_key: str | None = None  # where the next claim of limited keys goes on
+        # The same, for the limited keys' jobs of each queue with limits of its own.
+        self.queue_after_key: dict[str, str | None] = {}
+        self.keys_at = 0.0  # the claim of limited keys waits until then (KEY_CLAIM_PAUSE)
 
     def room(self, unwritten: int) -> int:
         # One transaction per slot; a finished job keeps its slot until written.
@@ -184,12 +195,25 @@ class HeldSlots:
                 self.state.untrack(running)
 
     async def _claim_for_slot(self, conn: AsyncConnection[Any], queues: list[str]) -> Job | None:
-        """A job for a held-lock slot, its transaction open on ``conn``: from the queues without
-        a limit, else from each limited queue in turn, each claim serialised by a transaction
-        on another connection of the pool (see ``job_claim_held_limited``)."""
+        """A job for a held-lock slot, its transaction open on ``conn``: while some key has
+        limits, a job of a limited key first (within its limits); then from the queues without
+        a limit, else from each limited queue in turn.  The claims of limited keys and queues
+        are serialised by a transaction on another connection of the pool (see
+        ``job_claim_held_key_limited`` and ``job_claim_held_limited``)."""
         limits = self.settings.limits
         unlimited = self.turns.next([q for q in queues if q not in limits])
-        job = await self.store.job_claim_held(conn, unlimited, self.worker_id, self.lease_seconds)
+        job = None
+        if unlimited and self.settings.keys_limited and time.monotonic() >= self.keys_at:
+            async with self.pool.connection() as guard:
+                job, self.after_key = await self.store.job_claim_held_key_limited(
+                    conn, guard, unlimited, self.worker_id, self.lease_seconds, self.after_key
+                )
+            if job is None:
+                self.keys_at = time.monotonic() + KEY_CLAIM_PAUSE
+        if job is None:
+            job = await self.store.job_claim_held(
+                conn, unlimited, self.worker_id, self.lease_seconds
+            )
         for queue in (q for q in queues if q in limits):
             if job is not None:
                 break
@@ -201,8 +225,13 @@ class HeldSlots:
                         self.worker_id,
                         self.lease_seconds,
                         lock_wait=self.queue_lock_waits.wait_for(queue),
+                        keys_limited=self.settings.keys_limited,
+                        after_key=self.queue_after_key.get(queue),
                     )
-                    job = await self.store.job_claim_held_limited(conn, guard, claim)
+                    job, after = await self.store.job_claim_held_limited_with_keys(
+                        conn, guard, claim
+                    )
+                    self.queue_after_key[queue] = after
             except QueueLockBusy as busy:  # that queue waits; the others are claimed from
                 self.queue_lock_waits.busy(busy)
             else:

@@ -1,14 +1,14 @@
-"""Maintenance that one worker runs for everybody (the leader): promote due scheduled jobs,
-cancel jobs past their expiry, release (or cancel) jobs waiting for others, prune finished jobs
-and archived ones past their retention (and workers gone for an hour), keep the archive's
-daily partitions when it has them, reclaim expired leases.
-Reclaiming is also done by every other worker, so that the death of the leader itself does
-not hold up the recovery of its jobs.  Periodic ticks are enqueued by every worker that serves
-the periodic task's queue, leader or not (the ticks table makes each tick one job), and by no
-other: a worker never makes jobs that it may be the only one around to ignore.  Ticks fall by
-the database server's clock.  A worker that starts leading first reconciles the periodic
-schedules of the app with the ticks recorded: those of schedules removed or changed in code
-are dropped, their queued jobs cancelled, and the leader says so in its log."""
+"""Maintenance that one worker runs for everybody (the leader): promote due scheduled jobs, age the
+pending jobs of queues with aging, cancel jobs past their expiry, release (or cancel) jobs
+waiting for others, prune finished jobs and archived ones past their retention (and workers gone
+for an hour), keep the archive's daily partitions when it has them, reclaim expired leases.
+Reclaiming is also done by every other worker, so that the death of the leader itself does not
+hold up the recovery of its jobs.  Periodic ticks are enqueued by every worker that serves the
+periodic task's queue, leader or not (the ticks table makes each tick one job), and by no other:
+a worker never makes jobs that it may be the only one around to ignore.  Ticks fall by the
+database server's clock.  A worker that starts leading first reconciles the periodic schedules
+of the app with the ticks recorded: those of schedules removed or changed in code are dropped,
+their queued jobs cancelled, and the leader says so in its log."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ from skiplock.errors import SkiplockError
 log = logging.getLogger("skiplock._runtime.maintenance")
 
 RELEASE_BATCH = 1000  # waiting jobs read by one statement
+AGING_BATCH = 1000  # pending jobs given a better priority by one round at most (aging)
 RELEASE_ROUNDS = 5  # statements a round at most, while they cancel jobs (chains of dependents)
 # While jobs wait for others, the leader looks for the ones it can release this often between
 # its rounds: a chain of jobs moves on a step per interval at most.
@@ -51,6 +52,7 @@ DUE_LOOK_INTERVAL = 0.1
 @dataclass
 class MaintenanceStats:
     promoted: int = 0
+    aged: int = 0
     released: int = 0
     dependents_cancelled: int = 0
     expired: int = 0
@@ -192,6 +194,7 @@ class Maintenance:
         self.stats.runs += 1
         steps: list[tuple[str, Callable[[AsyncConnection[Any]], Awaitable[None]]]] = [
             ("promote", self._promote),
+            ("age", self._age),
             ("expire", self._cancel_expired),
             ("release", self._release_waiting),
             ("periodic", self._enqueue_periodic),
@@ -232,6 +235,14 @@ class Maintenance:
             self.stats.promoted += sum(promoted.values())
             self.on_work()
         await self._read_next_due(conn, promoted=True)
+
+    async def _age(self, conn: AsyncConnection[Any]) -> None:
+        """Give the jobs of queues with aging the priority their wait has earned, a batch a
+        round (one statement that reads the settings only, when no queue ages)."""
+        aged = await self.store.job_age_pending(conn, AGING_BATCH)
+        if aged:
+            self.stats.aged += sum(aged.values())
+            log.debug("aged %d pending jobs: %s", sum(aged.values()), aged)
 
     async def _read_next_due(self, conn: AsyncConnection[Any], *, promoted: bool = False) -> None:
         """When (on this process's monotonic clock) the next scheduled job is due, read on

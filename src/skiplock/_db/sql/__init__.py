@@ -77,6 +77,7 @@ class Queries:
             "held_starts": sql.Identifier(schema, "held_starts"),
             "held_key_slots": sql.Identifier(schema, "held_key_slots"),
             "held_runs": sql.Identifier(schema, "held_runs"),
+            "held_key_runs": sql.Identifier(schema, "held_key_runs"),
             "progress": sql.Identifier(schema, "job_progress"),
             "workers": sql.Identifier(schema, "workers"),
             "dependencies": sql.Identifier(schema, "job_dependencies"),

@@ -458,17 +458,20 @@ FOR NO KEY UPDATE OF k SKIP LOCKED;
 -- name: job_claim_key_limited
 -- Claim up to %(limit)s pending jobs of %(queues)s whose limit_key is one of %(keys)s, which
 -- limits_lock_keys_for_claim locked in this transaction: of each key no more than its room, its
--- concurrency limit less its running jobs (counted now, in this statement's snapshot) and its
--- rate budget; best priority then oldest first in each key, the keys taking turns.  Spends the
--- rate budget of each key by the jobs picked.  Leased only: a held-lock job's row looks pending
--- while it runs, and would not be counted.  Otherwise as job_claim_from_queues (entity keys,
+-- concurrency limit less its running jobs (counted now, in this statement's snapshot: leased
+-- ones by their status, held-lock ones by the slots of held_key_runs their transactions lock)
+-- and its rate budget; best priority then oldest first in each key, the keys taking turns.
+-- Spends the rate budget of each key by the jobs picked.  Leased; a held-lock claim takes
+-- one job by job_claim_one_held_of_key.  Otherwise as job_claim_from_queues (entity keys,
 -- expiry, commit_async).
 WITH keys AS (
     SELECT k.key, k.budget,
            least(%(limit)s::int,
                  coalesce(k.concurrency
                           - (SELECT count(*)::int FROM {jobs} AS r
-                             WHERE r.status = 'running' AND r.limit_key = k.key),
+                             WHERE r.status = 'running' AND r.limit_key = k.key)
+                          - (SELECT count(*)::int FROM {held_key_runs} AS h
+                             WHERE h.key = k.key AND h.xmax <> '0'::xid AND {xact_running}(h.xmax)),
                           %(limit)s::int),
                  coalesce(floor(k.budget)::int, %(limit)s::int)) AS room
     FROM unnest(%(keys)s::text[], %(concurrency)s::int[], %(budget)s::float8[])
@@ -527,6 +530,48 @@ WHERE j.id = ANY (ARRAY(
           OR NOT CASE WHEN {entity_key_held}(%(schema)s, p.entity_key)
                       THEN {entity_key_locked_by_worker}(%(schema)s, p.entity_key)
                       ELSE false END))
+RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
+          j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
+          j.idempotency_key, j.created_at, j.meta, j.expires_at;
+
+-- name: job_claim_one_held_of_key
+-- Claim one pending job of %(queues)s whose limit_key is %(key)s, in a held-lock claim's
+-- transaction, best priority then oldest first; the key's row of key_limits is locked by
+-- another transaction of this worker, which found room for it (limits_key_rooms).  With
+-- %(counted)s (the key has a concurrency limit), the job's transaction locks a free slot of
+-- the key in held_key_runs until it ends, by which every later count of the key includes the
+-- job however it ends (migration 0028); no free slot (cannot happen under the key's lock while
+-- the count found room): nothing is claimed.  Otherwise as job_claim_by_id: the held-lock
+-- markers of the job's queue and id, its session's row of the queue in held_runs, its entity
+-- key.  Reads the key's pending jobs in jobs_limit_key_idx.
+WITH key_slot AS MATERIALIZED (
+    SELECT true AS locked FROM {held_key_runs}
+    WHERE key = %(key)s
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE {jobs} AS j
+SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+WHERE j.id = (SELECT c.id FROM {jobs} AS c
+              WHERE c.status = 'pending' AND c.limit_key = %(key)s
+                AND c.queue = ANY(%(queues)s::text[])
+                AND (c.entity_key IS NULL OR NOT {entity_key_running}(c.entity_key)
+                     AND NOT {entity_key_held}(%(schema)s, c.entity_key))
+                AND (c.expires_at IS NULL OR c.expires_at > now())
+              ORDER BY c.priority, c.run_at, c.id
+              LIMIT 1
+              FOR UPDATE SKIP LOCKED)
+  -- The markers first (tried, their outcome ignored), then the marks that count the job.
+  AND CASE WHEN pg_try_advisory_xact_lock_shared(hashtext('skiplock_held_job'),
+                                                 hashtext(%(schema)s || '/' || j.queue))::int
+                + pg_try_advisory_xact_lock_shared(
+                      hashtext('skiplock_held_job_id/' || %(schema)s), j.id::bit(32)::int)::int
+                >= 0
+           THEN (NOT %(counted)s::bool OR coalesce((SELECT locked FROM key_slot), false))
+                AND (j.entity_key IS NULL OR {entity_key_hold}(%(schema)s, j.entity_key))
+                AND {held_run_mark}(j.queue)
+           ELSE false END
 RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at, j.attempts,
           j.max_attempts, j.locked_by, j.locked_until, j.locked_at, j.entity_key,
           j.idempotency_key, j.created_at, j.meta, j.expires_at;
@@ -727,6 +772,69 @@ WITH due AS (
 )
 SELECT q.queue, q.n, pg_notify(%(channel)s, q.queue)
 FROM (SELECT queue, count(*) AS n FROM promoted GROUP BY queue) AS q;
+
+-- name: queue_aging_steps
+-- The queues with an aging step (migration 0028), and their steps: the ones job_age_pending
+-- runs for.
+SELECT name, aging_step FROM {queues} WHERE aging_step IS NOT NULL ORDER BY name;
+
+-- name: job_age_pending
+-- Aging (migration 0028): give pending jobs of queue %(queue)s the priority they have earned by
+-- waiting, one level better (lower) per %(step)s seconds since their run_at, counted from the
+-- priority they were enqueued with (kept in meta as "skiplock_aged_from" at their first step),
+-- but never better than the best priority pending in the queue: a job that has reached it stays
+-- there, before the newer jobs of that priority by its older run_at, and a queue of one
+-- priority is never rewritten.  At most %(limit)s jobs a statement, the oldest of each level
+-- first.  Reads the claim index only: the queue's priority levels by a skip scan (one probe
+-- per level), then each level's jobs due for longer than a step, which are its first entries.
+-- Jobs another transaction holds (a claim, a running held-lock job) are skipped.  One queue a
+-- statement, its step a parameter: the planner's guess at a join with the queues table made
+-- the statement cost enough to be compiled by JIT at every run (seconds).  Returns how many
+-- jobs were aged.
+WITH RECURSIVE levels AS (
+    SELECT b.priority, b.priority AS best
+    FROM (SELECT min(c.priority) AS priority FROM {jobs} AS c
+          WHERE c.status = 'pending' AND c.queue = %(queue)s) AS b
+    WHERE b.priority IS NOT NULL
+    UNION ALL
+    SELECT n.priority, l.best
+    FROM levels AS l
+    CROSS JOIN LATERAL (
+        SELECT min(c.priority) AS priority FROM {jobs} AS c
+        WHERE c.status = 'pending' AND c.queue = %(queue)s AND c.priority > l.priority
+    ) AS n
+    WHERE n.priority IS NOT NULL
+), due AS (
+    SELECT c.id, c.target
+    FROM levels AS l
+    CROSS JOIN LATERAL (
+        SELECT j.id, greatest(l.best, coalesce((j.meta ->> 'skiplock_aged_from')::int, j.priority)
+                                      - floor(extract(epoch FROM now() - j.run_at)
+                                              / %(step)s::float8)::int) AS target
+        FROM {jobs} AS j
+        WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority = l.priority
+          AND j.run_at <= now() - make_interval(secs => %(step)s::float8)
+          AND greatest(l.best, coalesce((j.meta ->> 'skiplock_aged_from')::int, j.priority)
+                               - floor(extract(epoch FROM now() - j.run_at)
+                                       / %(step)s::float8)::int) < j.priority
+        ORDER BY j.run_at, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    WHERE l.priority > l.best
+    LIMIT %(limit)s
+), aged AS (
+    UPDATE {jobs} AS j
+    SET priority = (SELECT due.target FROM due WHERE due.id = j.id),
+        meta = CASE WHEN j.meta ? 'skiplock_aged_from' THEN j.meta
+                    ELSE coalesce(j.meta, '{{}}'::jsonb)
+                         || jsonb_build_object('skiplock_aged_from', j.priority) END
+    -- The rows by primary key (= ANY of an array, as in job_claim): joined to due, the planner
+    -- hashed the pending jobs of the claim index to find them.
+    WHERE j.id = ANY (ARRAY(SELECT id FROM due)) AND j.status = 'pending'
+    RETURNING j.id
+)
+SELECT count(*) FROM aged;
 
 -- name: job_next_due
 -- Seconds until the next scheduled job is due, by the server's clock (NULL: none is scheduled;

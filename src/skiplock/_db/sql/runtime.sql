@@ -37,7 +37,7 @@ FROM {queues} WHERE name = ANY(%(names)s::text[]);
 
 -- name: queue_settings_shown
 -- One queue's settings as an admin page shows them (no row: it has none).
-SELECT paused, concurrency_limit, rate_limit, rate_period
+SELECT paused, concurrency_limit, rate_limit, rate_period, aging_step
 FROM {queues} WHERE name = %(name)s;
 
 -- name: queue_set_paused
@@ -60,6 +60,13 @@ VALUES (%(name)s, %(limit)s, CASE WHEN %(limit)s::int IS NOT NULL THEN %(period)
 ON CONFLICT (name) DO UPDATE
 SET rate_limit = excluded.rate_limit, rate_period = excluded.rate_period, rate_tokens = NULL,
     rate_refilled_at = NULL, updated_at = now()
+RETURNING name;
+
+-- name: queue_set_aging
+-- Age a queue's pending jobs by one priority level per %(step)s seconds they have been due
+-- (NULL: no aging, priority is strict); applied by the maintenance leader (job_age_pending).
+INSERT INTO {queues} AS q (name, aging_step) VALUES (%(name)s, %(step)s::float8)
+ON CONFLICT (name) DO UPDATE SET aging_step = excluded.aging_step, updated_at = now()
 RETURNING name;
 
 -- name: queue_rate_budget
@@ -562,11 +569,18 @@ DELETE FROM {held_starts} WHERE job_id = %(id)s AND cancel_requested_at IS NULL;
 
 -- name: limits_set_for_key
 -- Set the limits of one key's value (NULL: none of that kind); with neither left, the key has
--- no limits (its row goes).  The rate bucket starts full.
+-- no limits (its row goes).  The rate bucket starts full.  A concurrency limit of N gets the
+-- key N slots in held_key_runs, if it has fewer: a held-lock job of the key locks one while it
+-- runs (migration 0028).  Slots are never deleted here: one may be locked by a running job.
 WITH gone AS (
     DELETE FROM {key_limits}
     WHERE key = %(key)s AND %(concurrency)s::int IS NULL AND %(rate)s::int IS NULL
     RETURNING key
+), slots AS (
+    INSERT INTO {held_key_runs} (key, slot)
+    SELECT %(key)s, s FROM generate_series(0, coalesce(%(concurrency)s::int, 0) - 1) AS s
+    ON CONFLICT DO NOTHING
+    RETURNING slot
 )
 INSERT INTO {key_limits} AS k (key, concurrency_limit, rate_limit, rate_period)
 SELECT %(key)s, %(concurrency)s::int, %(rate)s::int,
@@ -585,3 +599,28 @@ SELECT key, concurrency_limit, rate_limit, rate_period FROM {key_limits} ORDER B
 -- name: limits_on_any_key
 -- Whether any key has limits: a worker claims through job_claim_key_limited only then.
 SELECT EXISTS (SELECT FROM {key_limits});
+
+-- name: limits_key_rooms
+-- For each of %(keys)s (locked by limits_lock_keys_for_claim in this transaction, with their
+-- concurrency limits and rate budgets), how many of its jobs may start now: its concurrency
+-- limit less its running jobs, leased ones by their status and held-lock ones by the slots
+-- their transactions lock (held_key_runs, migration 0028), counted in this statement's
+-- snapshot, which sees every claim of these keys that committed before the locks; and its
+-- rate budget.  NULL: no limit of that kind.  In the order of %(keys)s.  A slot never locked
+-- has no xmax: only the slots ever used (claims take the first free one, so about the key's
+-- peak of held-lock jobs) are probed, not one per unit of its limit.
+SELECT k.key,
+       least(k.concurrency
+             - (SELECT count(*)::int FROM {jobs} AS r
+                WHERE r.status = 'running' AND r.limit_key = k.key)
+             - (SELECT count(*)::int FROM {held_key_runs} AS h
+                WHERE h.key = k.key AND h.xmax <> '0'::xid AND {xact_running}(h.xmax)),
+             floor(k.budget)::int) AS room
+FROM unnest(%(keys)s::text[], %(concurrency)s::int[], %(budget)s::float8[])
+     WITH ORDINALITY AS k(key, concurrency, budget, place)
+ORDER BY k.place;
+
+-- name: limits_spend_key_budget
+-- What is left of a rate-limited key's bucket after a held-lock claim, as of now (under the
+-- key's lock, taken by limits_lock_keys_for_claim in this transaction).
+UPDATE {key_limits} SET rate_tokens = %(left)s, rate_refilled_at = now() WHERE key = %(key)s;

@@ -1,6 +1,6 @@
 -- Least-privilege roles of one skiplock schema, for `skiplock roles` (src/skiplock/_cli/roles.py).
 -- Not loaded with the runtime statements: besides {schema}, {jobs}, {archive}, {queues},
--- {leaders}, {ticks}, {held_starts}, {held_key_slots}, {held_runs}, {progress}, {workers}, {dependencies}, {jobs_id_seq},
+-- {leaders}, {ticks}, {held_starts}, {held_key_slots}, {held_runs}, {held_key_runs}, {progress}, {workers}, {dependencies}, {jobs_id_seq},
 -- {finished_counts} and {migrations}
 -- these name the roles: {enqueuer}, {worker}, {admin}, {viewer} (and {role} in role_create), all
 -- composed as quoted identifiers.
@@ -54,7 +54,7 @@ FROM pg_class AS c
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p')
   AND c.relname IN ('jobs', 'jobs_archive', 'queues', 'leaders', 'periodic_ticks', 'held_starts',
-                    'held_key_slots', 'held_runs', 'workers', 'job_dependencies', 'job_progress', 'migrations',
+                    'held_key_slots', 'held_runs', 'held_key_runs', 'workers', 'job_dependencies', 'job_progress', 'migrations',
                     'finished_counts');
 
 -- name: role_create
@@ -135,6 +135,9 @@ GRANT SELECT, UPDATE ON {held_key_slots} TO {worker};
 -- as its job runs, read by the counts (a row lock needs UPDATE: migration 0024).
 GRANT SELECT, INSERT, UPDATE, DELETE ON {held_runs} TO {worker};
 GRANT EXECUTE ON FUNCTION {schema}.xact_running(xid), {schema}.held_run_mark(text) TO {worker};
+-- The slots of limited keys' running held-lock jobs: locked by a held-lock claim of such a job
+-- for as long as it runs, read by the claims of limited keys (0028).
+GRANT SELECT, UPDATE ON {held_key_runs} TO {worker};
 -- The charts' counts of jobs that leave the table (0025): written by the outcomes of
 -- completion="delete" and "archive" and by pruning, pruned by the maintenance leader.
 GRANT SELECT, INSERT, DELETE ON {finished_counts} TO {worker};
@@ -158,6 +161,7 @@ GRANT SELECT ON {held_runs} TO {admin};  -- running held-lock jobs shown running
 GRANT EXECUTE ON FUNCTION {schema}.xact_running(xid) TO {admin};
 GRANT EXECUTE ON FUNCTION {schema}.fair_key_turn(text, int, text) TO {admin};  -- enqueue before 0027
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON {key_limits} TO {admin};  -- limits per key (0021)
+GRANT SELECT, INSERT, DELETE ON {held_key_runs} TO {admin};  -- a key's held-lock slots (0028)
 GRANT EXECUTE ON FUNCTION {schema}.archive_partitions_keep(int, float8, timestamptz)
     TO {admin};  -- skiplock prune (0022)
 GRANT SELECT, INSERT, DELETE, TRUNCATE ON {finished_counts} TO {admin};  -- charts, bulk delete (0025)
@@ -176,6 +180,7 @@ GRANT SELECT ON {held_runs} TO {viewer};  -- held-lock jobs shown running (0024)
 GRANT EXECUTE ON FUNCTION {schema}.xact_running(xid) TO {viewer};
 GRANT SELECT ON {progress} TO {viewer};
 GRANT SELECT ON {key_limits} TO {viewer};
+GRANT SELECT ON {held_key_runs} TO {viewer};
 GRANT SELECT ON {finished_counts} TO {viewer};  -- the dashboard's charts (0025)
 GRANT EXECUTE ON FUNCTION {schema}.finished_wait_bucket(float8) TO {viewer};
 
