@@ -325,14 +325,19 @@ def _drain(
 
 
 def work_ideal(setting: Setting, cores: int) -> float:
-    """The most jobs/s a setting's work allows: concurrency x processes / job time; for CPU
-    work, one job at a time per process (the GIL) and no more processes than cores."""
+    """The most jobs/s a setting's work allows: concurrency x processes / job time (Celery's
+    prefork pool: its concurrency is its processes); for CPU work, one job at a time per
+    process (the GIL) and no more processes than cores."""
     from .apps.work import parse
 
     kind, seconds = parse(setting.work)
-    slots = (setting.concurrency or 10) * setting.processes
+    if setting.pool == "prefork":  # Celery's: one job at a time in each of its child processes
+        processes = slots = setting.concurrency or 1
+    else:
+        processes = setting.processes
+        slots = (setting.concurrency or 10) * processes
     if kind == "cpu":
-        slots = min(slots, setting.processes, cores)
+        slots = min(slots, processes, cores)
     return slots / seconds
 
 

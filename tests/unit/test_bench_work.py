@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from bench.apps.work import burn, parse
-from bench.plan import CPU, PGQ_WORK, PR_WORK, SK_WORK, make_plan
+from bench.plan import CELERY_WORK, CPU, DRAMATIQ_WORK, PGQ_WORK, PR_WORK, SK_WORK, make_plan
 from bench.report import targets, work_section
 from bench.workloads import work_ideal
 
@@ -40,6 +40,21 @@ def test_the_ideal_is_concurrency_times_processes_over_the_job_time() -> None:
     assert ideal[("skiplock", "cpu-c10x2")] == pytest.approx(2000)
     (cpu,) = [s for s in SK_WORK if s.label == "cpu-c10x2"]
     assert work_ideal(cpu, cores=1) == pytest.approx(1000)
+
+
+def test_the_broker_peers_are_held_to_the_same_ideals_as_skiplock() -> None:
+    """Celery and Dramatiq do each kind of work on both brokers in the full plan, at
+    skiplock's concurrency: the same ideal; Celery's prefork pool counts its concurrency as
+    processes (one job at a time in each child), not as slots of one process."""
+    full = make_plan(quick=False, repeat=None)
+    sk = {parse(s.work)[0]: work_ideal(s, cores=2) for s in SK_WORK if not s.extra}
+    for system in ("celery-redis", "celery-rabbitmq", "dramatiq-redis", "dramatiq-rabbitmq"):
+        mine = [s for s in full.work_settings if s.system == system]
+        assert {parse(s.work)[0]: work_ideal(s, cores=2) for s in mine} == sk, system
+    (prefork,) = [s for s in CELERY_WORK if s.system == "celery-redis" and s.pool == "prefork"]
+    assert parse(prefork.work)[0] == "cpu" and prefork.processes == 1
+    assert work_ideal(prefork, cores=1) == pytest.approx(1000)
+    assert all(s in full.work_settings for s in DRAMATIQ_WORK)
 
 
 def row(system: str, setting: str, kind: str, jobs_per_s: float, ideal: float) -> dict[str, Any]:
