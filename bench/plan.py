@@ -104,6 +104,21 @@ ASYNC_IO = "async-io:0.005"  # each job awaits 5 ms
 SYNC_IO = "sync-io:0.005"  # each job sleeps 5 ms in a thread (a plain `def` handler)
 CPU = "cpu:0.001"  # each job burns 1 ms of this thread's CPU in pure Python
 
+# The CLI defaults (1 process, concurrency 10) beside the tuned rows: what a worker started
+# without options does with real work (bench/README.md, "The worker's defaults").
+SK_WORK_DEFAULT = [
+    Setting(
+        "skiplock",
+        f"{kind.partition(':')[0]}-default",
+        work=kind,
+        notes=f"{what}; CLI defaults (concurrency 10, 1 process, prefetch 500, INFO log)",
+    )
+    for kind, what in (
+        (ASYNC_IO, "async handler awaits 5 ms"),
+        (SYNC_IO, "`def` handler sleeps 5 ms"),
+        (CPU, "async handler burns 1 ms CPU"),
+    )
+]
 SK_WORK = [
     Setting(
         "skiplock",
@@ -480,7 +495,14 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         ],
         work_jobs={"async-io": 20_000, "sync-io": 10_000, "cpu": 2000},
         work_procrastinate=2000,
-        work_settings=[*SK_WORK, *PGQ_WORK, *PR_WORK, *CELERY_WORK, *DRAMATIQ_WORK],
+        work_settings=[
+            *SK_WORK_DEFAULT,
+            *SK_WORK,
+            *PGQ_WORK,
+            *PR_WORK,
+            *CELERY_WORK,
+            *DRAMATIQ_WORK,
+        ],
         celery_drain=5000,
         # the 100,000 where a system drains them in seconds; else about 10 s of work
         underload_jobs={

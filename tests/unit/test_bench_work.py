@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 from bench.apps.work import burn, parse
-from bench.plan import CELERY_WORK, CPU, DRAMATIQ_WORK, PGQ_WORK, PR_WORK, SK_WORK, make_plan
+from bench.plan import (
+    CELERY_WORK,
+    CPU,
+    DRAMATIQ_WORK,
+    PGQ_WORK,
+    PR_WORK,
+    SK_WORK,
+    SK_WORK_DEFAULT,
+    make_plan,
+)
 from bench.report import targets, work_section
 from bench.workloads import work_ideal
 
@@ -48,6 +57,11 @@ def test_the_broker_peers_are_held_to_the_same_ideals_as_skiplock() -> None:
     processes (one job at a time in each child), not as slots of one process."""
     full = make_plan(quick=False, repeat=None)
     sk = {parse(s.work)[0]: work_ideal(s, cores=2) for s in SK_WORK if not s.extra}
+    assert {parse(s.work)[0]: work_ideal(s, cores=2) for s in SK_WORK_DEFAULT} == {
+        "async-io": pytest.approx(2000),  # concurrency 10 / 5 ms
+        "sync-io": pytest.approx(2000),
+        "cpu": pytest.approx(1000),  # 1 process
+    }
     for system in ("celery-redis", "celery-rabbitmq", "dramatiq-redis", "dramatiq-rabbitmq"):
         mine = [s for s in full.work_settings if s.system == system]
         assert {parse(s.work)[0]: work_ideal(s, cores=2) for s in mine} == sk, system
