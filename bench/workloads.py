@@ -355,13 +355,14 @@ def real_work(ctx: Context, system: System, setting: Setting, n: int, cores: int
 
 def work_floor(setting: Setting, n: int, cores: int) -> dict[str, Any]:
     """The same I/O work with no queue (``bench.apps.work.floor`` in a process of its own):
-    how close to the ideal the event loop's timers or the threads' wake-ups get here now."""
+    how close to the ideal the event loop's timers or the threads' wake-ups get here now.
+    A setting without a concurrency runs the CLI's default, 10 (as :func:`work_ideal` counts)."""
     from .apps.work import parse
     from .systems import PY, REPO
 
     kind, _ = parse(setting.work)
     proc = subprocess.run(
-        [PY, "-m", "bench.apps.work", setting.work, str(setting.concurrency), str(n)],
+        [PY, "-m", "bench.apps.work", setting.work, str(setting.concurrency or 10), str(n)],
         capture_output=True,
         text=True,
         check=True,

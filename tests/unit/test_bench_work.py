@@ -150,3 +150,14 @@ def test_an_async_handler_records_its_job_then_does_the_work(
         assert wall >= 0.02
     else:
         assert wall < 0.02
+
+
+def test_the_no_queue_floor_of_a_default_row_runs_the_clis_concurrency() -> None:
+    """The default rows name no concurrency: their floor runs 10 coroutines or threads, as the
+    ideal counts (it was given "None" and failed)."""
+    from bench.workloads import work_floor
+
+    (row,) = [s for s in SK_WORK_DEFAULT if s.work.startswith("sync-io")]
+    out = work_floor(row, 200, cores=2)
+    assert out["ideal_jobs_per_s"] == pytest.approx(2000)
+    assert 0 < out["efficiency"] <= 1.05
