@@ -287,6 +287,8 @@ class Runner:
             for setting in p.work_settings:
                 kind = parse_work(setting.work)[0]
                 n = p.work_procrastinate if setting.system == "procrastinate" else p.work_jobs[kind]
+                if setting.system.startswith(("celery", "dramatiq")) and p.celery_drain:
+                    n = min(n, p.celery_drain)  # no bulk send: their preload is one at a time
                 self.measure(
                     "work",
                     setting.system,
@@ -500,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("procrastinate", "pgqueuer", "skiplock", "psycopg"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # its warnings include each passive declare of a queue not yet made (the broker's probes)
+    logging.getLogger("pika").setLevel(logging.ERROR)
     server = args.dsn or default_dsn()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -115,6 +115,21 @@ ASYNC_IO = "async-io:0.005"  # each job awaits 5 ms
 SYNC_IO = "sync-io:0.005"  # each job sleeps 5 ms in a thread (a plain `def` handler)
 CPU = "cpu:0.001"  # each job burns 1 ms of this thread's CPU in pure Python
 
+# The CLI defaults (1 process, concurrency 10) beside the tuned rows: what a worker started
+# without options does with real work (bench/README.md, "The worker's defaults").
+SK_WORK_DEFAULT = [
+    Setting(
+        "skiplock",
+        f"{kind.partition(':')[0]}-default",
+        work=kind,
+        notes=f"{what}; CLI defaults (concurrency 10, 1 process, prefetch 500, INFO log)",
+    )
+    for kind, what in (
+        (ASYNC_IO, "async handler awaits 5 ms"),
+        (SYNC_IO, "`def` handler sleeps 5 ms"),
+        (CPU, "async handler burns 1 ms CPU"),
+    )
+]
 SK_WORK = [
     Setting(
         "skiplock",
@@ -198,15 +213,19 @@ PR_WORK = [
 # -- Celery (issue 48, item 3): its own worker, its documented throughput settings ------------
 
 
-def celery(broker: str, pool: str, concurrency: int, prefetch: int, acks_late: bool) -> Setting:
+def celery(
+    broker: str, pool: str, concurrency: int, prefetch: int, acks_late: bool, work: str = ""
+) -> Setting:
     late = "-late" if acks_late else ""
+    kind = f"{work.partition(':')[0]}-" if work else ""
     return Setting(
         f"celery-{broker}",
-        f"{pool}-c{concurrency}-p{prefetch}{late}",
+        f"{kind}{pool}-c{concurrency}-p{prefetch}{late}",
         concurrency=concurrency,
         pool=pool,
         prefetch=prefetch,
         acks_late=acks_late,
+        work=work,
         notes=f"--pool {pool} --concurrency {concurrency} --prefetch-multiplier {prefetch}"
         + (", task_acks_late" if acks_late else "")
         + ", without gossip/mingle/heartbeat",
@@ -226,16 +245,20 @@ CELERY_LATENCY = [
     celery("rabbitmq", "prefork", 2, 4, False),
 ]
 
-# -- Dramatiq (issue 48, item 3): its own worker on its Redis broker ---------------------------
+# -- Dramatiq (issue 48, item 3): its own worker on its Redis and its RabbitMQ broker ----------
 
 
-def dramatiq(processes: int, threads: int, prefetch: int | None = None) -> Setting:
+def dramatiq(
+    processes: int, threads: int, prefetch: int | None = None, broker: str = "redis", work: str = ""
+) -> Setting:
+    kind = f"{work.partition(':')[0]}-" if work else ""
     return Setting(
-        "dramatiq-redis",
-        f"p{processes}-t{threads}" + (f"-f{prefetch}" if prefetch else ""),
+        f"dramatiq-{broker}",
+        f"{kind}p{processes}-t{threads}" + (f"-f{prefetch}" if prefetch else ""),
         processes=processes,
         concurrency=threads,
         prefetch=prefetch,
+        work=work,
         notes=f"--processes {processes} --threads {threads}, prefetch "
         + (f"{prefetch} (dramatiq_queue_prefetch)" if prefetch else f"{2 * threads} (its default)"),
     )
@@ -244,8 +267,34 @@ def dramatiq(processes: int, threads: int, prefetch: int | None = None) -> Setti
 DRAMATIQ_DRAIN = [
     dramatiq(2, 8),  # its defaults on 2 cores: a process per core, 8 threads each
     dramatiq(2, 8, 100),  # many short tasks: a larger prefetch
+    dramatiq(2, 8, broker="rabbitmq"),
+    dramatiq(2, 8, 100, broker="rabbitmq"),
 ]
-DRAMATIQ_LATENCY = [dramatiq(2, 8)]
+DRAMATIQ_LATENCY = [dramatiq(2, 8), dramatiq(2, 8, broker="rabbitmq")]
+
+# -- real work of the broker peers: the same concurrency as skiplock's rows -------------------
+# Celery runs no coroutines: its async-io job is a plain def that runs its own event loop for
+# the await (bench/apps/work.py), in one of 100 threads; Dramatiq's async def runs on its
+# AsyncIO middleware's loop. CPU work in 2 processes (Celery's prefork pool, Dramatiq's
+# processes), as the others'.
+CELERY_WORK = [
+    setting
+    for broker in ("redis", "rabbitmq")
+    for setting in (
+        celery(broker, "threads", 100, 4, False, ASYNC_IO),
+        celery(broker, "threads", 50, 4, False, SYNC_IO),
+        celery(broker, "prefork", 2, 4, False, CPU),
+    )
+]
+DRAMATIQ_WORK = [
+    setting
+    for broker in ("redis", "rabbitmq")
+    for setting in (
+        dramatiq(1, 100, broker=broker, work=ASYNC_IO),
+        dramatiq(1, 50, broker=broker, work=SYNC_IO),
+        dramatiq(2, 10, broker=broker, work=CPU),
+    )
+]
 
 # -- latency under load (issue 48, item 4): each system's default worker serves both queues ----
 
@@ -352,6 +401,7 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
                 PR_DEFAULT,
                 CELERY_DRAIN[1],
                 DRAMATIQ_DRAIN[0],
+                DRAMATIQ_DRAIN[2],  # on RabbitMQ: its start-up and drain take ~3 s here
             ],
             big_drain_settings=[],
             big_drain_repeat=1,
@@ -456,7 +506,14 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
         ],
         work_jobs={"async-io": 20_000, "sync-io": 10_000, "cpu": 2000},
         work_procrastinate=2000,
-        work_settings=[*SK_WORK, *PGQ_WORK, *PR_WORK],
+        work_settings=[
+            *SK_WORK_DEFAULT,
+            *SK_WORK,
+            *PGQ_WORK,
+            *PR_WORK,
+            *CELERY_WORK,
+            *DRAMATIQ_WORK,
+        ],
         celery_drain=5000,
         # the issue's 100,000 where a system drains them in seconds; else about 10 s of work
         underload_jobs={

@@ -18,12 +18,13 @@ from .plan import Plan
 from .scale import CASES
 
 CELERY = ("celery-redis", "celery-rabbitmq")
-DRAMATIQ = ("dramatiq-redis",)
+DRAMATIQ = ("dramatiq-redis", "dramatiq-rabbitmq")
 PEERS = ("pgqueuer", "procrastinate", *CELERY, *DRAMATIQ)
 COLORS = {
     "celery-redis": "#d62728",
     "celery-rabbitmq": "#9467bd",
     "dramatiq-redis": "#8c564b",
+    "dramatiq-rabbitmq": "#e377c2",
     "skiplock": "#1f77b4",
     "pgqueuer": "#ff7f0e",
     "procrastinate": "#2ca02c",
@@ -1074,14 +1075,17 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         f"{plan.celery_drain:,} jobs (or the listed size, if smaller). Not in the statements, "
         "enqueue and long-transaction workloads (no SQL); skipped when its broker is not "
         "reachable (the run's `results.json` says why, under `meta.skipped`).",
-        "- **Dramatiq** (`dramatiq-redis`): its own worker (`dramatiq bench.apps.dramatiq_app "
-        "--processes P --threads T`, the prefetch from `dramatiq_queue_prefetch` where named, "
-        "else its default of twice the threads) on its Redis broker, default middleware, no "
-        "result backend; verified like Celery: the handlers' records, and no message left "
-        "queued, unacknowledged (a message's body stays in the queue's `.msgs` hash until its "
-        "ack) or dead-lettered. Like Celery it has no bulk send and drains "
-        f"{plan.celery_drain:,} jobs (or the listed size, if smaller); its idle consumer polls "
-        "Redis with a backoff of up to 1 s (no blocking pop).",
+        "- **Dramatiq** (`dramatiq-redis`, `dramatiq-rabbitmq`): its own worker (`dramatiq "
+        "bench.apps.dramatiq_app --processes P --threads T`, the prefetch from "
+        "`dramatiq_queue_prefetch` where named, else its default of twice the threads) on its "
+        "Redis or its RabbitMQ broker, default middleware, no result backend; verified like "
+        "Celery: the handlers' records, and no message left queued, unacknowledged (Redis: a "
+        "message's body stays in the queue's `.msgs` hash until its ack; RabbitMQ: the ready "
+        "messages once the worker has stopped, its unacknowledged ones not measured) or "
+        "dead-lettered. Like Celery it has no bulk send and drains "
+        f"{plan.celery_drain:,} jobs (or the listed size, if smaller); on Redis its idle "
+        "consumer polls with a backoff of up to 1 s (no blocking pop), on RabbitMQ the broker "
+        "pushes to it.",
         "",
         "## Drain",
         "",
@@ -1095,15 +1099,20 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "(concurrency 50, 1 process; PGQueuer has no sync handlers), **cpu** burns 1 ms of "
         "the thread's CPU in pure Python in an async handler (2 processes). Jobs preloaded: "
         + ", ".join(f"{k} {n:,}" for k, n in plan.work_jobs.items())
-        + f"; Procrastinate {plan.work_procrastinate:,}. **Ideal** = concurrency × processes ÷ "
-        "job time; for cpu, one job at a time per process (the GIL), at most one process per "
-        "core. **CPU bound** = cores ÷ (worker CPU + PG CPU per job): with the handlers' own "
-        "CPU in it, the most the cores allow at this run's cost per job; an ideal above it "
-        "cannot be reached on this machine. Verified like the drain (every job exactly once). "
-        "**no-queue** is the same work with no queue: the coroutines or threads of one process "
-        "taking the jobs from a counter (`bench/apps/work.py`, `floor`), run right after "
-        "skiplock's row: what the timers and wake-ups allow here, the most any queue's row "
-        "could show.",
+        + f"; Procrastinate {plan.work_procrastinate:,}; Celery and Dramatiq at most "
+        f"{plan.celery_drain:,}. Celery runs no coroutines: its async-io job is a plain `def` "
+        "that runs an event loop of its own for the await, in one of the 100 threads of its "
+        "threads pool; Dramatiq's is an `async def` that its `AsyncIO` middleware runs in an "
+        "event loop thread while one of its 100 worker threads waits. Their cpu rows run 2 "
+        "processes (Celery's prefork pool, Dramatiq's `--processes`). **Ideal** = concurrency "
+        "× processes ÷ job time; for cpu, one job at a time per process (the GIL), at most "
+        "one process per core. **CPU bound** = cores ÷ (worker CPU + PG CPU per job): with "
+        "the handlers' own CPU in it, the most the cores allow at this run's cost per job; an "
+        "ideal above it cannot be reached on this machine. Verified like the drain (every job "
+        "exactly once). **no-queue** is the same work with no queue: the coroutines or "
+        "threads of one process taking the jobs from a counter (`bench/apps/work.py`, "
+        "`floor`), run right after skiplock's row: what the timers and wake-ups allow here, "
+        "the most any queue's row could show.",
         "",
         work_section(results, m.get("cpus")),
         "",

@@ -4,131 +4,40 @@ For every system: how to install its schema into a fresh database, a producer (s
 bulk enqueue through the library's API), the command lines of its worker processes for one
 setting, cheap probes the monitor runs while a workload is in flight (anything unfinished?
 how many claimed?), and how to check in its own tables that every job ran exactly once.
+The interface is in bench/system_base.py; the broker peers in bench/celery_peer.py and
+bench/dramatiq_peer.py.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from .celery_peer import CeleryRabbit, CeleryRedis
 from .db import BenchDatabase
+from .dramatiq_peer import DramatiqRabbit, DramatiqRedis
 from .seed import TABLE
+from .system_base import PY, REPO, Producer, Setting, System, check, subprocess_env
 
-REPO = Path(__file__).resolve().parent.parent
-PY = sys.executable
-
-
-def subprocess_env(db: BenchDatabase, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env["BENCH_DSN"] = db.url
-    env["PGDSN"] = db.url
-    env.pop("SKIPLOCK_DATABASE_URL", None)
-    env.update(extra or {})
-    return env
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One configuration of one system's worker, e.g. PGQueuer with batch 100 in 2 processes."""
-
-    system: str
-    label: str
-    processes: int = 1
-    concurrency: int | None = None  # skiplock, Procrastinate; PGQueuer --max-concurrent-tasks
-    batch: int | None = None  # PGQueuer --batch-size
-    completion: str = "keep"  # skiplock App(completion=...)
-    handler: str = "async"  # skiplock: the no-op task as an ``async def`` or a plain ``def``
-    log_level: str | None = None
-    extra: tuple[str, ...] = ()
-    notes: str = ""
-    work: str = ""  # the handler's work, "<kind>:<seconds>" (bench/apps/work.py); "" = no-op
-    pool: str = ""  # Celery --pool (prefork: concurrency = processes)
-    prefetch: int | None = None  # Celery --prefetch-multiplier
-    acks_late: bool = False  # Celery task_acks_late
-    other_queue: bool = False  # the under-load workload: the worker serves a second queue too
-
-    @property
-    def key(self) -> str:
-        return f"{self.system}/{self.label}"
-
-
-class Producer:
-    """Enqueues jobs numbered ``n`` through one system's public API (async)."""
-
-    async def one(self, n: int) -> None:
-        raise NotImplementedError
-
-    async def many(self, numbers: Sequence[int]) -> None:
-        raise NotImplementedError
-
-    async def urgent(self, n: int) -> None:
-        """Job ``n`` on the same queue as :meth:`one`'s, at a higher priority (the under-load
-        workload); NotImplementedError where the system has no such priority."""
-        raise NotImplementedError
-
-    async def other(self, n: int) -> None:
-        """Job ``n`` on a second queue (the under-load workload)."""
-        raise NotImplementedError
-
-    async def close(self) -> None:
-        raise NotImplementedError
-
-
-@dataclass
-class System:
-    name: ClassVar[str]
-    table: ClassVar[str]  # the hot table (dead tuples are read from it)
-    unfinished_sql: ClassVar[str]  # returns 1 row: is anything left unfinished?
-    inflight_sql: ClassVar[str]  # returns 1 row: how many jobs are claimed and not recorded
-    versions: dict[str, str] = field(default_factory=dict)
-
-    def install(self, db: BenchDatabase) -> None:
-        raise NotImplementedError
-
-    async def producer(self, db: BenchDatabase) -> Producer:
-        raise NotImplementedError
-
-    def worker_commands(self, db: BenchDatabase, setting: Setting) -> list[list[str]]:
-        raise NotImplementedError
-
-    def worker_env(self, setting: Setting) -> dict[str, str]:
-        return {}
-
-    def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
-        """Problems found in the system's own tables after ``expected`` jobs should have run."""
-        raise NotImplementedError
-
-    def unfinished(self, started: int, expected: int) -> bool:
-        """For a system without tables in PostgreSQL (``unfinished_sql`` empty): is anything
-        left, given how many jobs the handlers have started?"""
-        raise NotImplementedError
-
-    def inflight(self) -> int:
-        """Jobs claimed and not yet acknowledged (systems without ``inflight_sql``)."""
-        raise NotImplementedError
-
-    def ready(self, record_dir: Path, setting: Setting) -> bool:
-        """Are the started workers consuming? (Systems that say so: Celery.)"""
-        return True
-
-    def available(self) -> str | None:
-        """Why this system cannot run here (its broker is not reachable), or None."""
-        return None
-
-
-def _check(problems: list[str], what: str, got: object, want: object) -> None:
-    if got != want:
-        problems.append(f"{what}: {got} (expected {want})")
-
+__all__ = [
+    "PY",
+    "REPO",
+    "SYSTEMS",
+    "CeleryRabbit",
+    "CeleryRedis",
+    "DramatiqRabbit",
+    "DramatiqRedis",
+    "Producer",
+    "Setting",
+    "System",
+    "subprocess_env",
+    "versions",
+]
 
 # -- skiplock -------------------------------------------------------------------------------
 
@@ -209,22 +118,22 @@ class Skiplock(System):
             conn.execute("SELECT status, count(*) FROM skiplock.jobs GROUP BY status").fetchall()
         )
         if setting.completion == "delete":
-            _check(problems, "rows left in skiplock.jobs", sum(rows.values()), 0)
+            check(problems, "rows left in skiplock.jobs", sum(rows.values()), 0)
             return problems
         if setting.completion == "archive":
-            _check(problems, "rows left in skiplock.jobs", sum(rows.values()), 0)
+            check(problems, "rows left in skiplock.jobs", sum(rows.values()), 0)
             archived = conn.execute(
                 "SELECT status, count(*) FROM skiplock.jobs_archive GROUP BY status"
             ).fetchall()
-            _check(problems, "skiplock.jobs_archive by status", dict(archived),
-                   {"done": expected} if expected else {})  # fmt: skip
+            check(problems, "skiplock.jobs_archive by status", dict(archived),
+                  {"done": expected} if expected else {})  # fmt: skip
             return problems
-        _check(problems, "skiplock.jobs by status", rows, {"done": expected} if expected else {})
+        check(problems, "skiplock.jobs by status", rows, {"done": expected} if expected else {})
         row = conn.execute(
             "SELECT count(*) FILTER (WHERE attempts <> 1), max(attempts) FROM skiplock.jobs"
         ).fetchone()
         assert row is not None
-        _check(problems, "jobs claimed other than exactly once", row[0], 0)
+        check(problems, "jobs claimed other than exactly once", row[0], 0)
         return problems
 
 
@@ -291,7 +200,7 @@ class PgQueuer(System):
     def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
         problems: list[str] = []
         left = conn.execute("SELECT count(*) FROM pgqueuer").fetchone()
-        _check(problems, "rows left in pgqueuer", left[0] if left else None, 0)
+        check(problems, "rows left in pgqueuer", left[0] if left else None, 0)
         logs = dict(
             conn.execute(
                 "SELECT status::text, count(*) FROM pgqueuer_log"
@@ -299,11 +208,11 @@ class PgQueuer(System):
             ).fetchall()
         )
         want = {"picked": expected, "successful": expected} if expected else {}
-        _check(problems, "pgqueuer_log by status", logs, want)
+        check(problems, "pgqueuer_log by status", logs, want)
         row = conn.execute(
             "SELECT count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'"
         ).fetchone()
-        _check(problems, "distinct jobs successful", row[0] if row else None, expected)
+        check(problems, "distinct jobs successful", row[0] if row else None, expected)
         return problems
 
 
@@ -380,14 +289,14 @@ class Procrastinate(System):
                 "SELECT status::text, count(*) FROM procrastinate_jobs GROUP BY status"
             ).fetchall()
         )
-        _check(
+        check(
             problems,
             "procrastinate_jobs by status",
             rows,
             {"succeeded": expected} if expected else {},
         )
         row = conn.execute("SELECT count(*) FROM procrastinate_jobs WHERE attempts <> 1").fetchone()
-        _check(problems, "jobs attempted other than exactly once", row[0] if row else None, 0)
+        check(problems, "jobs attempted other than exactly once", row[0] if row else None, 0)
         return problems
 
 
@@ -440,307 +349,15 @@ class SqlFloor(System):
     def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
         problems: list[str] = []
         rows = dict(conn.execute("SELECT status, count(*) FROM ceiling_jobs GROUP BY 1").fetchall())
-        _check(problems, "ceiling_jobs by status", rows, {"done": expected} if expected else {})
+        check(problems, "ceiling_jobs by status", rows, {"done": expected} if expected else {})
         row = conn.execute("SELECT count(*) FROM ceiling_jobs WHERE attempts <> 1").fetchone()
-        _check(problems, "jobs attempted other than exactly once", row[0] if row else None, 0)
-        return problems
-
-
-# -- Celery ---------------------------------------------------------------------------------
-
-
-class _CeleryProducer(Producer):
-    """Celery has no async API and no bulk send: ``send_task`` per job, on one producer."""
-
-    def __init__(self, app: Any, other_queue: str) -> None:
-        self.app = app
-        self.other_queue = other_queue
-
-    async def one(self, n: int) -> None:
-        self.app.send_task("noop", kwargs={"n": n})
-
-    async def other(self, n: int) -> None:
-        self.app.send_task("noop", kwargs={"n": n}, queue=self.other_queue)
-
-    async def many(self, numbers: Sequence[int]) -> None:
-        with self.app.producer_or_acquire() as producer:
-            for n in numbers:
-                self.app.send_task("noop", kwargs={"n": n}, producer=producer)
-
-    async def close(self) -> None:
-        self.app.close()
-
-
-@dataclass
-class CeleryRedis(System):
-    """Celery's own worker on a Redis broker (``$BENCH_CELERY_REDIS``, default
-    ``redis://127.0.0.1:6379/11``); its queue and keys are named after the bench's database
-    and deleted before every run."""
-
-    name: ClassVar[str] = "celery-redis"
-    table: ClassVar[str] = ""
-    unfinished_sql: ClassVar[str] = ""
-    inflight_sql: ClassVar[str] = ""
-    broker_env: ClassVar[str] = "BENCH_CELERY_REDIS"
-    default_broker: ClassVar[str] = "redis://127.0.0.1:6379/11"
-
-    queue: str = "bench-probe"  # set by install(): named after the bench's database
-
-    @property
-    def broker(self) -> str:
-        return os.environ.get(self.broker_env, self.default_broker)
-
-    @property
-    def other_queue(self) -> str:
-        return f"{self.queue}-other"
-
-    def app(self) -> Any:
-        from celery import Celery
-
-        app = Celery("bench", broker=self.broker, set_as_current=False)
-        app.conf.task_default_queue = self.queue  # as bench/apps/celery_app.py's
-        app.conf.broker_transport_options = {"global_keyprefix": f"{self.queue}:"}
-        return app
-
-    def available(self) -> str | None:
-        try:
-            import celery  # noqa: F401
-        except ImportError:
-            return "celery is not installed (pip install -r bench/requirements.txt)"
-        try:
-            self.install(None)
-            self.forget()
-        except Exception as exc:
-            return f"{self.broker} is not reachable ({type(exc).__name__}: {exc})"
-        return None
-
-    def _redis(self) -> Any:
-        import redis
-
-        return redis.Redis.from_url(self.broker, socket_timeout=5)
-
-    def install(self, db: BenchDatabase | None) -> None:
-        self.queue = f"bench-{db.name}" if db else "bench-probe"
-        self.forget()
-
-    def depth(self) -> tuple[int, int]:
-        """(messages waiting in the queue, messages delivered and not acknowledged)."""
-        with self._redis() as r:
-            prefix = f"{self.queue}:"
-            waiting = r.llen(prefix + self.queue) + r.llen(prefix + self.other_queue)
-            return int(waiting), int(r.hlen(prefix + "unacked"))
-
-    def unfinished(self, started: int, expected: int) -> bool:
-        return started < expected or self.depth() != (0, 0)
-
-    def ready(self, record_dir: Path, setting: Setting) -> bool:
-        # one `celery worker` command per setting, whose main process says it is ready
-        return any(record_dir.glob("*.ready"))
-
-    def inflight(self) -> int:
-        return self.depth()[1]
-
-    async def producer(self, db: BenchDatabase) -> Producer:
-        return _CeleryProducer(self.app(), self.other_queue)
-
-    def worker_commands(self, db: BenchDatabase, setting: Setting) -> list[list[str]]:
-        queues = [self.queue, self.other_queue] if setting.other_queue else [self.queue]
-        cmd = [PY, "-m", "celery", "-A", "bench.apps.celery_app", "worker", "-Q", ",".join(queues)]
-        cmd += ["--pool", setting.pool or "prefork"]
-        if setting.concurrency is not None:
-            cmd += ["--concurrency", str(setting.concurrency)]
-        if setting.prefetch is not None:
-            cmd += ["--prefetch-multiplier", str(setting.prefetch)]
-        # Its documented optimisations for a worker that needs no cluster events.
-        cmd += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
-        cmd += ["--loglevel", (setting.log_level or "WARNING").upper()]
-        return [cmd + list(setting.extra)]
-
-    def worker_env(self, setting: Setting) -> dict[str, str]:
-        return {
-            "BENCH_CELERY_BROKER": self.broker,
-            "BENCH_CELERY_QUEUE": self.queue,
-            "BENCH_CELERY_ACKS_LATE": "1" if setting.acks_late else "",
-        }
-
-    def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
-        problems: list[str] = []
-        _check(problems, "messages left (queued, unacknowledged)", self.depth(), (0, 0))
-        self.forget()  # every run has a queue of its own: none is left behind in the broker
-        return problems
-
-    def forget(self) -> None:
-        with self._redis() as r:
-            for key in r.scan_iter(match=f"{self.queue}:*"):
-                r.delete(key)
-
-
-@dataclass
-class CeleryRabbit(CeleryRedis):
-    """Celery's own worker on RabbitMQ (``$BENCH_CELERY_AMQP``, default guest on localhost);
-    the queue is purged before every run."""
-
-    name: ClassVar[str] = "celery-rabbitmq"
-    broker_env: ClassVar[str] = "BENCH_CELERY_AMQP"
-    default_broker: ClassVar[str] = "amqp://guest:guest@127.0.0.1:5672//"
-
-    def install(self, db: BenchDatabase | None) -> None:
-        import kombu
-
-        self.queue = f"bench-{db.name}" if db else "bench-probe"
-        with kombu.Connection(self.broker, connect_timeout=5) as conn:
-            conn.ensure_connection(max_retries=1)  # a broker that is not there: fail at once
-            for queue in (self.queue, self.other_queue):
-                kombu.Queue(queue, channel=conn.default_channel).declare()
-                conn.default_channel.queue_purge(queue)
-
-    def forget(self) -> None:
-        import kombu
-
-        with kombu.Connection(self.broker, connect_timeout=5) as conn:
-            for queue in (self.queue, self.other_queue):
-                conn.default_channel.queue_delete(queue)
-
-    def depth(self) -> tuple[int, int]:
-        """(messages ready in the queue, 0: RabbitMQ does not say how many are unacknowledged
-        without its management API; a stopped worker's unacknowledged ones return to ready)."""
-        import kombu
-
-        with kombu.Connection(self.broker, connect_timeout=5) as conn:
-            counts = [
-                conn.default_channel.queue_declare(queue, passive=True).message_count
-                for queue in (self.queue, self.other_queue)
-            ]
-            return int(sum(counts)), 0
-
-
-# -- Dramatiq --------------------------------------------------------------------------------
-
-
-class _DramatiqProducer(Producer):
-    """Dramatiq has no async API and no bulk send: ``send`` per job (one Lua script call)."""
-
-    def __init__(self, broker: Any) -> None:
-        import dramatiq
-
-        def noop(n: int) -> None:  # the producer never runs it
-            return None
-
-        self.broker = broker
-        self.task = dramatiq.actor(noop, actor_name="noop", queue_name="bench", broker=broker)
-        self.other_task = dramatiq.actor(
-            noop, actor_name="other", queue_name="other", broker=broker
-        )
-
-    async def one(self, n: int) -> None:
-        self.task.send(n=n)
-
-    async def many(self, numbers: Sequence[int]) -> None:
-        for n in numbers:
-            self.task.send(n=n)
-
-    async def other(self, n: int) -> None:
-        self.other_task.send(n=n)
-
-    async def close(self) -> None:
-        self.broker.close()
-
-
-@dataclass
-class DramatiqRedis(System):
-    """Dramatiq's own worker (``dramatiq bench.apps.dramatiq_app``) on its Redis broker
-    (``$BENCH_DRAMATIQ_REDIS``, default ``redis://127.0.0.1:6379/12``); its keys are in a
-    namespace named after the bench's database, deleted before and after every run."""
-
-    name: ClassVar[str] = "dramatiq-redis"
-    table: ClassVar[str] = ""
-    unfinished_sql: ClassVar[str] = ""
-    inflight_sql: ClassVar[str] = ""
-    queues: ClassVar[tuple[str, ...]] = ("bench", "other")
-
-    namespace: str = "bench-probe"  # set by install(): named after the bench's database
-
-    @property
-    def broker(self) -> str:
-        return os.environ.get("BENCH_DRAMATIQ_REDIS", "redis://127.0.0.1:6379/12")
-
-    def available(self) -> str | None:
-        try:
-            import dramatiq  # noqa: F401
-        except ImportError:
-            return "dramatiq is not installed (pip install -r bench/requirements.txt)"
-        try:
-            self.install(None)
-            self.forget()
-        except Exception as exc:
-            return f"{self.broker} is not reachable ({type(exc).__name__}: {exc})"
-        return None
-
-    def _redis(self) -> Any:
-        import redis
-
-        return redis.Redis.from_url(self.broker, socket_timeout=5)
-
-    def install(self, db: BenchDatabase | None) -> None:
-        self.namespace = f"bench-{db.name}" if db else "bench-probe"
-        self.forget()
-
-    def forget(self) -> None:
-        with self._redis() as r:
-            for key in r.scan_iter(match=f"{self.namespace}:*"):
-                r.delete(key)
-
-    def depth(self) -> tuple[int, int, int]:
-        """(messages waiting in the queues, delivered and not acknowledged, dead-lettered).
-        A message's body stays in ``<queue>.msgs`` from its enqueue to its ack."""
-        with self._redis() as r:
-            waiting = unacked = dead = 0
-            for queue in self.queues:
-                key = f"{self.namespace}:{queue}"
-                queued = int(r.llen(key))
-                waiting += queued
-                unacked += int(r.hlen(key + ".msgs")) - queued
-                dead += int(r.zcard(key + ".XQ"))
-            return waiting, unacked, dead
-
-    def unfinished(self, started: int, expected: int) -> bool:
-        return started < expected or self.depth()[:2] != (0, 0)
-
-    def inflight(self) -> int:
-        return self.depth()[1]
-
-    def ready(self, record_dir: Path, setting: Setting) -> bool:
-        # each worker process says so once its consumers run
-        return len(list(record_dir.glob("*.ready"))) >= setting.processes
-
-    async def producer(self, db: BenchDatabase) -> Producer:
-        from dramatiq.brokers.redis import RedisBroker
-
-        return _DramatiqProducer(RedisBroker(url=self.broker, namespace=self.namespace))
-
-    def worker_commands(self, db: BenchDatabase, setting: Setting) -> list[list[str]]:
-        cmd = [PY, "-m", "dramatiq", "bench.apps.dramatiq_app"]
-        cmd += ["--processes", str(setting.processes)]
-        cmd += ["--threads", str(setting.concurrency or 8)]
-        cmd += ["--queues", "bench", *(["other"] if setting.other_queue else [])]
-        return [cmd + list(setting.extra)]
-
-    def worker_env(self, setting: Setting) -> dict[str, str]:
-        env = {"BENCH_DRAMATIQ_BROKER": self.broker, "BENCH_DRAMATIQ_NAMESPACE": self.namespace}
-        if setting.prefetch is not None:
-            env["dramatiq_queue_prefetch"] = str(setting.prefetch)
-        return env
-
-    def verify(self, conn: psycopg.Connection[Any], expected: int, setting: Setting) -> list[str]:
-        problems: list[str] = []
-        _check(problems, "messages left (queued, unacknowledged, dead)", self.depth(), (0, 0, 0))
-        self.forget()  # every run has a namespace of its own: none is left behind in Redis
+        check(problems, "jobs attempted other than exactly once", row[0] if row else None, 0)
         return problems
 
 
 QUEUES: tuple[System, ...] = (Skiplock(), PgQueuer(), Procrastinate())
 CELERY: tuple[System, ...] = (CeleryRedis(), CeleryRabbit())
-DRAMATIQ: tuple[System, ...] = (DramatiqRedis(),)
+DRAMATIQ: tuple[System, ...] = (DramatiqRedis(), DramatiqRabbit())
 SYSTEMS: dict[str, System] = {s.name: s for s in (*QUEUES, *CELERY, *DRAMATIQ, SqlFloor())}
 
 
@@ -755,6 +372,7 @@ def versions() -> dict[str, str]:
         "celery",
         "dramatiq",
         "redis",
+        "pika",
         "psycopg",
         "asyncpg",
         "matplotlib",

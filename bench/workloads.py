@@ -325,14 +325,19 @@ def _drain(
 
 
 def work_ideal(setting: Setting, cores: int) -> float:
-    """The most jobs/s a setting's work allows: concurrency x processes / job time; for CPU
-    work, one job at a time per process (the GIL) and no more processes than cores."""
+    """The most jobs/s a setting's work allows: concurrency x processes / job time (Celery's
+    prefork pool: its concurrency is its processes); for CPU work, one job at a time per
+    process (the GIL) and no more processes than cores."""
     from .apps.work import parse
 
     kind, seconds = parse(setting.work)
-    slots = (setting.concurrency or 10) * setting.processes
+    if setting.pool == "prefork":  # Celery's: one job at a time in each of its child processes
+        processes = slots = setting.concurrency or 1
+    else:
+        processes = setting.processes
+        slots = (setting.concurrency or 10) * processes
     if kind == "cpu":
-        slots = min(slots, setting.processes, cores)
+        slots = min(slots, processes, cores)
     return slots / seconds
 
 
@@ -350,13 +355,14 @@ def real_work(ctx: Context, system: System, setting: Setting, n: int, cores: int
 
 def work_floor(setting: Setting, n: int, cores: int) -> dict[str, Any]:
     """The same I/O work with no queue (``bench.apps.work.floor`` in a process of its own):
-    how close to the ideal the event loop's timers or the threads' wake-ups get here now."""
+    how close to the ideal the event loop's timers or the threads' wake-ups get here now.
+    A setting without a concurrency runs the CLI's default, 10 (as :func:`work_ideal` counts)."""
     from .apps.work import parse
     from .systems import PY, REPO
 
     kind, _ = parse(setting.work)
     proc = subprocess.run(
-        [PY, "-m", "bench.apps.work", setting.work, str(setting.concurrency), str(n)],
+        [PY, "-m", "bench.apps.work", setting.work, str(setting.concurrency or 10), str(n)],
         capture_output=True,
         text=True,
         check=True,

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from bench.plan import make_plan
-from bench.systems import CeleryRedis, DramatiqRedis
+from bench.systems import CeleryRedis, DramatiqRabbit, DramatiqRedis
 from psycopg import sql
 
 pytestmark = pytest.mark.slow
@@ -102,7 +102,11 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     no_dramatiq = DramatiqRedis().available()
     dramatiq = set() if no_dramatiq else {"dramatiq-redis"}
     assert ("dramatiq-redis" in data["meta"]["skipped"]) == bool(no_dramatiq)
-    celery |= dramatiq  # below: the systems whose jobs are not in PostgreSQL
+    # Dramatiq on RabbitMQ likewise (quick: in the drain workload only)
+    no_dramatiq_rabbit = DramatiqRabbit().available()
+    dramatiq_rabbit = set() if no_dramatiq_rabbit else {"dramatiq-rabbitmq"}
+    assert ("dramatiq-rabbitmq" in data["meta"]["skipped"]) == bool(no_dramatiq_rabbit)
+    celery |= dramatiq | dramatiq_rabbit  # below: the systems whose jobs are not in PostgreSQL
     assert {r["system"] for r in results} == SYSTEMS | celery
     not_verified = [
         (r["workload"], r["system"], r["setting"], r.get("problems"))
@@ -147,7 +151,7 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     assert all(r["worker_cpu_us_per_job"] > 0 for r in latencies)
     assert all(r["pg_cpu_us_per_job"] > 0 for r in latencies if r["system"] not in celery)
     assert "sql-floor" in {r["system"] for r in latencies}  # the floor ran, and was verified
-    assert {r["system"] for r in latencies} >= celery - dramatiq
+    assert {r["system"] for r in latencies} >= celery - dramatiq - dramatiq_rabbit
     if not no_redis:
         assert "Celery on Redis's |" in (out / "RESULTS.md").read_text()
 

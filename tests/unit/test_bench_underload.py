@@ -10,7 +10,7 @@ from typing import Any
 
 from bench.plan import DRAMATIQ_DRAIN, UNDERLOAD, make_plan
 from bench.report import targets, underload_section
-from bench.systems import SYSTEMS, DramatiqRedis
+from bench.systems import SYSTEMS, DramatiqRabbit, DramatiqRedis
 
 
 def test_every_system_serves_the_second_queue_and_has_a_backlog_size() -> None:
@@ -22,7 +22,9 @@ def test_every_system_serves_the_second_queue_and_has_a_backlog_size() -> None:
     # the full plan: every system, the issue's backlog where a system drains it in seconds
     full = make_plan(quick=False, repeat=None)
     assert full.underload_settings == UNDERLOAD
-    assert {s.system for s in UNDERLOAD} == set(SYSTEMS) - {"celery-rabbitmq", "sql-floor"}
+    # (the RabbitMQ peers drain, wait idle and do real work; one broker per peer here)
+    rabbit = {"celery-rabbitmq", "dramatiq-rabbitmq"}
+    assert {s.system for s in UNDERLOAD} == set(SYSTEMS) - rabbit - {"sql-floor"}
     assert full.underload_jobs["skiplock"] == 100_000
 
 
@@ -33,7 +35,7 @@ def test_dramatiqs_worker_consumes_the_second_queue_only_where_the_workload_has_
     assert cmd[cmd.index("--queues") + 1 :] == ["bench"]
     assert cmd[cmd.index("--processes") + 1] == "2" and cmd[cmd.index("--threads") + 1] == "8"
     (cmd,) = system.worker_commands(None, loaded)  # type: ignore[arg-type]
-    assert cmd[cmd.index("--queues") + 1 :] == ["bench", "other"]
+    assert cmd[cmd.index("--queues") + 1 :] == ["bench", "bench-other"]
     assert "dramatiq_queue_prefetch" not in system.worker_env(drain)  # its default
     assert system.worker_env(DRAMATIQ_DRAIN[1])["dramatiq_queue_prefetch"] == "100"
     assert system.ready(Path("/nonexistent"), drain) is False
@@ -66,3 +68,21 @@ def test_the_report_holds_skiplock_to_25_ms_p99_and_shows_the_peers_against_it()
     assert "| 20 / 60 (2.00× / 3.00×) | 40 | 30 / 90 (2.00× / 3.00×) | 40 | yes |" in pq
     (dq,) = [line for line in section.splitlines() if line.startswith("| dramatiq-redis")]
     assert "| – | – | 3 / 6 (0.20× / 0.20×) | 40 | yes |" in dq  # no priority row
+
+
+def test_dramatiq_on_rabbitmq_names_its_queues_after_the_bench_database() -> None:
+    """RabbitMQ has no key namespace: two runs at once (another checkout's, a test's) would share
+    queues named "bench" and take each other's jobs."""
+    from bench.db import BenchDatabase
+
+    system = DramatiqRabbit()
+    db = BenchDatabase("postgresql://postgres@127.0.0.1:5432/postgres", "skiplock_bench_x")
+    system.queue = f"bench-{db.name}"  # what install() sets, without a broker
+    (cmd,) = system.worker_commands(db, UNDERLOAD[-1])
+    assert cmd[cmd.index("--queues") + 1 :] == [
+        "bench-skiplock_bench_x",
+        "bench-skiplock_bench_x-other",
+    ]
+    env = system.worker_env(DRAMATIQ_DRAIN[2])
+    assert env["BENCH_DRAMATIQ_QUEUE"] == "bench-skiplock_bench_x"
+    assert env["BENCH_DRAMATIQ_BROKER"].startswith("amqp://")

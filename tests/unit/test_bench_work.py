@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 from bench.apps.work import burn, parse
-from bench.plan import CPU, PGQ_WORK, PR_WORK, SK_WORK, make_plan
+from bench.plan import (
+    CELERY_WORK,
+    CPU,
+    DRAMATIQ_WORK,
+    PGQ_WORK,
+    PR_WORK,
+    SK_WORK,
+    SK_WORK_DEFAULT,
+    make_plan,
+)
 from bench.report import targets, work_section
 from bench.workloads import work_ideal
 
@@ -40,6 +49,26 @@ def test_the_ideal_is_concurrency_times_processes_over_the_job_time() -> None:
     assert ideal[("skiplock", "cpu-c10x2")] == pytest.approx(2000)
     (cpu,) = [s for s in SK_WORK if s.label == "cpu-c10x2"]
     assert work_ideal(cpu, cores=1) == pytest.approx(1000)
+
+
+def test_the_broker_peers_are_held_to_the_same_ideals_as_skiplock() -> None:
+    """Celery and Dramatiq do each kind of work on both brokers in the full plan, at
+    skiplock's concurrency: the same ideal; Celery's prefork pool counts its concurrency as
+    processes (one job at a time in each child), not as slots of one process."""
+    full = make_plan(quick=False, repeat=None)
+    sk = {parse(s.work)[0]: work_ideal(s, cores=2) for s in SK_WORK if not s.extra}
+    assert {parse(s.work)[0]: work_ideal(s, cores=2) for s in SK_WORK_DEFAULT} == {
+        "async-io": pytest.approx(2000),  # concurrency 10 / 5 ms
+        "sync-io": pytest.approx(2000),
+        "cpu": pytest.approx(1000),  # 1 process
+    }
+    for system in ("celery-redis", "celery-rabbitmq", "dramatiq-redis", "dramatiq-rabbitmq"):
+        mine = [s for s in full.work_settings if s.system == system]
+        assert {parse(s.work)[0]: work_ideal(s, cores=2) for s in mine} == sk, system
+    (prefork,) = [s for s in CELERY_WORK if s.system == "celery-redis" and s.pool == "prefork"]
+    assert parse(prefork.work)[0] == "cpu" and prefork.processes == 1
+    assert work_ideal(prefork, cores=1) == pytest.approx(1000)
+    assert all(s in full.work_settings for s in DRAMATIQ_WORK)
 
 
 def row(system: str, setting: str, kind: str, jobs_per_s: float, ideal: float) -> dict[str, Any]:
@@ -121,3 +150,14 @@ def test_an_async_handler_records_its_job_then_does_the_work(
         assert wall >= 0.02
     else:
         assert wall < 0.02
+
+
+def test_the_no_queue_floor_of_a_default_row_runs_the_clis_concurrency() -> None:
+    """The default rows name no concurrency: their floor runs 10 coroutines or threads, as the
+    ideal counts (it was given "None" and failed)."""
+    from bench.workloads import work_floor
+
+    (row,) = [s for s in SK_WORK_DEFAULT if s.work.startswith("sync-io")]
+    out = work_floor(row, 200, cores=2)
+    assert out["ideal_jobs_per_s"] == pytest.approx(2000)
+    assert 0 < out["efficiency"] <= 1.05
