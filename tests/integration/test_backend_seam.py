@@ -1,7 +1,9 @@
 """An App given a backend of its own (``App(backend=...)``): its async enqueues and a real leasing
-Worker's claims, heartbeats, outcomes and reclaims go through that backend's methods, so that
-another backend can be written without touching App, Task or Worker.  The backend here is a
-recording wrapper around a real PostgresBackend on the test's schema; nothing is mocked.
+Worker's claims (through the backend's claimer, or its ``claim``), heartbeats, outcomes and
+reclaims go through that backend's methods, so that another backend can be written without
+touching App, Task or Worker.  The backend here is a recording wrapper around a real
+PostgresBackend on the test's schema; nothing is mocked.  With the default PostgresBackend, the
+worker's claims go through PostgreSQL's claimer, the tuned path.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+import pytest
 
 from helpers.polling import wait_for_async
 from skiplock import App, Worker
@@ -28,6 +31,8 @@ from skiplock.backends import (
     Snooze,
     TaskResult,
 )
+from skiplock.backends.claimer import Claimer, ClaimerSettings, claimer_of
+from skiplock.backends.postgres_claimer import PostgresClaimer
 from skiplock.job import Claim, Enqueued, Job, JobStatus
 
 
@@ -134,12 +139,38 @@ class RecordingBackend:
         await self.inner.close()
 
 
+class ClaimerRecordingBackend(RecordingBackend):
+    """The same, offering a claimer of its own: a worker claims through it, never ``claim``."""
+
+    def claimer(self, settings: ClaimerSettings) -> Claimer:
+        return RecordingClaimer(self, claimer_of(self.inner, settings))
+
+
+class RecordingClaimer:
+    def __init__(self, backend: RecordingBackend, inner: Claimer) -> None:
+        self.backend = backend
+        self.inner = inner
+
+    async def claim(self, queues: Sequence[str], limit: int, startable: int) -> list[Job]:
+        jobs = await self.inner.claim(queues, limit, startable)
+        self.backend._call("claimer.claim", [j.id for j in jobs])
+        return jobs
+
+    async def close(self) -> None:
+        self.backend._call("claimer.close", [])
+        await self.inner.close()
+
+
 if TYPE_CHECKING:
     _conforms: type[Backend] = RecordingBackend
+    _claims: type[Claimer] = RecordingClaimer
 
 
-def test_a_worker_claims_and_finishes_through_the_apps_backend(pg_dsn: str, schema: str) -> None:
-    backend = RecordingBackend(PostgresBackend(pg_dsn, schema))
+@pytest.mark.parametrize("wrapper", [RecordingBackend, ClaimerRecordingBackend])
+def test_a_worker_claims_and_finishes_through_the_apps_backend(
+    pg_dsn: str, schema: str, wrapper: type[RecordingBackend]
+) -> None:
+    backend = wrapper(PostgresBackend(pg_dsn, schema))
     app = App(pg_dsn, schema, backend=backend)
     assert app.backend is backend
 
@@ -175,8 +206,15 @@ def test_a_worker_claims_and_finishes_through_the_apps_backend(pg_dsn: str, sche
     app.close()
     assert sorted(backend.ids("enqueue")) == sorted(ok_ids + boom_ids)
     assert [j.status for j in jobs if j is not None] == ["done"] * 20 + ["failed"]
-    # Every job was claimed through the backend once, and every outcome written through it.
-    assert sorted(backend.ids("claim")) == sorted(ok_ids + boom_ids)
+    # Every job was claimed through the backend once (its claimer's claims when it offers a
+    # claimer, else its claim), and every outcome written through it.
+    claimed_by, unused = ("claimer.claim", "claim")
+    if wrapper is RecordingBackend:
+        claimed_by, unused = unused, claimed_by
+    assert sorted(backend.ids(claimed_by)) == sorted(ok_ids + boom_ids)
+    assert not any(name == unused for name, _ in backend.calls)
+    if wrapper is ClaimerRecordingBackend:  # the worker let go of its claimer as it stopped
+        assert [name for name, _ in backend.calls].count("claimer.close") == 1
     assert sorted(backend.ids("complete")) == sorted(ok_ids)
     assert backend.ids("fail") == boom_ids
     assert ok_ids[0] in backend.ids("extend")  # the long job's heartbeats
@@ -210,6 +248,43 @@ def test_a_batch_of_several_kinds_keeps_only_the_kinds_not_written(app: App) -> 
         assert statuses == [JobStatus.DONE, JobStatus.FAILED]
         assert backend.ids("complete") == [done.id]  # written once
         assert backend.ids("fail") == [failed.id, failed.id]
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_the_default_backends_claimer_is_the_tuned_claim(app: App) -> None:
+    """With the default PostgresBackend, a worker claims through PostgreSQL's claimer: on the
+    worker's pool, from the worker's claim cursor, with its queues' weights, on one connection
+    kept from one claim to the next, and it gives that connection back as the worker stops."""
+
+    @app.task(name="t", queue="a")
+    async def t(n: int) -> None: ...
+
+    @app.task(name="u", queue="b")
+    async def u(n: int) -> None: ...
+
+    async def main() -> None:
+        worker = Worker(
+            app, queues={"a": 3, "b": 1}, concurrency=2, poll_interval=0.05, listen=False
+        )
+        running = asyncio.create_task(worker.run())
+        await wait_for_async(lambda: worker.slots is not None, 10)
+        claimer = worker.slots.claims.claimer  # type: ignore[union-attr]
+        assert isinstance(claimer, PostgresClaimer)
+        assert claimer.settings.cursor is worker.claim_cursor
+        assert claimer.settings.weights == {"a": 3, "b": 1}
+        assert claimer.pool is worker._pool
+        await t.enqueue_async(n=1)
+        await wait_for_async(lambda: worker.stats.finished == 1, 10)
+        kept = claimer.conn
+        assert kept is not None
+        await u.enqueue_async(n=2)
+        await wait_for_async(lambda: worker.stats.finished == 2, 10)
+        assert claimer.conn is kept  # the same connection, claim after claim
+        worker.stop()
+        await asyncio.wait_for(running, 15)
+        assert claimer.conn is None  # given back to the pool
         await app.close_async()
 
     asyncio.run(main())

@@ -1,4 +1,5 @@
-"""The leasing worker's claim loop keeps one pooled connection for its claims.
+"""The leasing worker's claims, through PostgreSQL's claimer (the default backend's), keep one
+pooled connection.
 
 It claims on the same connection while that works; a claim that fails on it gives it back to
 the pool, and when the connection was lost (here: its server session terminated), the claim runs
@@ -16,6 +17,7 @@ import pytest
 from helpers.polling import wait_for_async
 from skiplock import App, Worker
 from skiplock._runtime.leased_slots import LeasedSlots
+from skiplock.backends.postgres_claimer import PostgresClaimer
 
 pytestmark = pytest.mark.smoke
 
@@ -31,7 +33,9 @@ def test_claims_share_a_connection_and_a_broken_one_is_replaced(app: App, db: An
 
     def claim_conn() -> Any:
         assert isinstance(worker.slots, LeasedSlots)
-        return worker.slots.claims.conn
+        claimer = worker.slots.claims.claimer
+        assert isinstance(claimer, PostgresClaimer)
+        return claimer.conn
 
     def claim_pid() -> int | None:
         conn = claim_conn()

@@ -264,9 +264,9 @@ def test_a_limited_backlog_is_walked_by_the_plain_claim_a_tenth_of_the_time_at_m
     limited keys brings jobs and the plain claim finds none, the plain claim waits at least nine
     times as long as its last look took (whatever the fixed pause: here none), so that walking
     the backlog takes a tenth of the worker's claiming at most."""
-    from skiplock._runtime import leased_claims
+    from skiplock.backends import postgres_claimer
 
-    monkeypatch.setattr(leased_claims, "PLAIN_CLAIM_PAUSE", 0.0)
+    monkeypatch.setattr(postgres_claimer, "PLAIN_CLAIM_PAUSE", 0.0)
 
     @app.task(name="t", queue="q")
     async def t(n: int) -> None: ...

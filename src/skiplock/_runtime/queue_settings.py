@@ -39,7 +39,7 @@ class QueueSettings:
         # Queues claimed through the limited claim, with their limits.
         self.limits: dict[str, QueueLimits] = {}
         # Whether any key has limits: then leased claims also claim through the claim of
-        # limited keys (see LeasedClaims).
+        # limited keys (see PostgresClaimer).
         self.keys_limited = False
 
     async def run(self) -> None:

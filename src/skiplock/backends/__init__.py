@@ -15,17 +15,22 @@ from skiplock.backends.base import (
     TaskResult,
     Transaction,
 )
+from skiplock.backends.claimer import Claimer, ClaimerSettings, PlainClaimer, claimer_of
 from skiplock.backends.postgres import PostgresBackend
 
 __all__ = [
     "Backend",
     "CancelOutcome",
+    "Claimer",
+    "ClaimerSettings",
     "Completion",
     "FailedAttempt",
     "NewJob",
     "NewJobs",
+    "PlainClaimer",
     "PostgresBackend",
     "Snooze",
     "TaskResult",
     "Transaction",
+    "claimer_of",
 ]

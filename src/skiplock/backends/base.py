@@ -23,9 +23,11 @@ The vocabulary:
 
 ``App`` holds one (``App(backend=...)``; by default a PostgresBackend on the app's database):
 its async enqueues, and a leasing worker's claims, heartbeats, outcomes and reclaims, go
-through it.  Not in the contract (PostgreSQL-only, reached on the app's database as before):
-held-lock jobs, queue settings (pause, cluster-wide limits), LISTEN/NOTIFY wake-ups, worker
-presence, leadership, periodic ticks and dependencies' release (docs/backends.md, "Beyond the
+through it; the worker claims through the backend's claimer (an optional capability:
+:mod:`skiplock.backends.claimer`), or its :meth:`Backend.claim` when it offers none.  Not
+in the contract (PostgreSQL-only, reached on the app's database as before): held-lock jobs,
+queue settings (pause, cluster-wide limits), LISTEN/NOTIFY wake-ups, worker presence,
+leadership, periodic ticks and dependencies' release (docs/backends.md, "Beyond the
 contract").
 """
 

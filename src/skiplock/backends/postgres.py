@@ -23,6 +23,8 @@ from skiplock._db.records import FailedAttempt, Snooze, TaskResult
 from skiplock._db.sql import Queries
 from skiplock._db.store_async import AsyncStore
 from skiplock.backends.base import Backend, CancelOutcome, Completion
+from skiplock.backends.claimer import Claimer, ClaimerSettings, PlainClaimer
+from skiplock.backends.postgres_claimer import PostgresClaimer
 from skiplock.job import Claim, Enqueued, Job, JobStatus
 
 
@@ -44,6 +46,7 @@ class PostgresBackend:
         # Where the writes about claimed jobs run: the client's pool, or a worker's.
         self._connection: Callable[[], AbstractAsyncContextManager[AsyncConnection[Any]]]
         self._connection = client.connection
+        self._pool: AsyncConnectionPool | None = None  # a worker's (on_pool), for its claimer
 
     @classmethod
     def on_client(cls, client: AsyncClient) -> PostgresBackend:
@@ -60,6 +63,7 @@ class PostgresBackend:
         and reads stay on this one's.  Closing it closes neither."""
         view = PostgresBackend.on_client(self._client)
         view._connection = pool.connection
+        view._pool = pool
         if store is not None:
             view._store = store
         return view
@@ -87,6 +91,15 @@ class PostgresBackend:
                 conn, queues, limit - len(limited), worker, lease_seconds
             )
             return limited + rest
+
+    def claimer(self, settings: ClaimerSettings) -> Claimer:
+        """A worker's claimer: on a worker's pool (:meth:`on_pool`), the tuned claim
+        (:class:`~skiplock.backends.postgres_claimer.PostgresClaimer`: its kept connection,
+        claim cursor and queue weights, the claim of limited keys only while some key has
+        limits); elsewhere, :meth:`claim` each time."""
+        if self._pool is None:
+            return PlainClaimer(self, settings)
+        return PostgresClaimer(self._store, self._pool, settings)
 
     async def extend(
         self, claims: Sequence[Claim], lease_seconds: float, *, now: datetime | None = None
