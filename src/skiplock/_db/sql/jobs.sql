@@ -805,33 +805,47 @@ WITH RECURSIVE levels AS (
     ) AS n
     WHERE n.priority IS NOT NULL
 ), due AS (
-    SELECT c.id, c.target
+    SELECT c.id, c.origin, c.target
     FROM levels AS l
     CROSS JOIN LATERAL (
-        SELECT j.id, greatest(l.best, coalesce((j.meta ->> 'skiplock_aged_from')::int, j.priority)
-                                      - floor(extract(epoch FROM now() - j.run_at)
-                                              / %(step)s::float8)::int) AS target
+        SELECT j.id, f.origin, greatest(l.best, f.origin - f.earned)::int AS target
         FROM {jobs} AS j
+        -- The priority counted from: the meta's "skiplock_aged_from" only when it is a number
+        -- an int holds (the producer writes meta: anything else is not a priority of ours and
+        -- must not fail the statement for the queue), else the job's own.  The levels earned,
+        -- in numeric and capped, so that a tiny step and a long wait cannot overflow.
+        CROSS JOIN LATERAL (
+            SELECT coalesce(
+                       CASE WHEN jsonb_typeof(j.meta -> 'skiplock_aged_from') = 'number' THEN
+                           CASE WHEN (j.meta -> 'skiplock_aged_from')::numeric
+                                     BETWEEN -2147483648 AND 2147483647
+                                THEN floor((j.meta -> 'skiplock_aged_from')::numeric)::bigint
+                           END
+                       END,
+                       j.priority) AS origin,
+                   least(floor(extract(epoch FROM now() - j.run_at) / %(step)s::float8::numeric),
+                         4294967296)::bigint AS earned
+        ) AS f
         WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority = l.priority
           AND j.run_at <= now() - make_interval(secs => %(step)s::float8)
-          AND greatest(l.best, coalesce((j.meta ->> 'skiplock_aged_from')::int, j.priority)
-                               - floor(extract(epoch FROM now() - j.run_at)
-                                       / %(step)s::float8)::int) < j.priority
+          AND greatest(l.best, f.origin - f.earned) < j.priority
         ORDER BY j.run_at, j.id
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE OF j SKIP LOCKED
     ) AS c
     WHERE l.priority > l.best
     LIMIT %(limit)s
 ), aged AS (
     UPDATE {jobs} AS j
-    SET priority = (SELECT due.target FROM due WHERE due.id = j.id),
-        meta = CASE WHEN j.meta ? 'skiplock_aged_from' THEN j.meta
+    SET priority = due.target,
+        -- The priority counted from is kept (written over a value that was not one).
+        meta = CASE WHEN j.meta -> 'skiplock_aged_from' = to_jsonb(due.origin) THEN j.meta
                     ELSE coalesce(j.meta, '{{}}'::jsonb)
-                         || jsonb_build_object('skiplock_aged_from', j.priority) END
-    -- The rows by primary key (= ANY of an array, as in job_claim): joined to due, the planner
-    -- hashed the pending jobs of the claim index to find them.
-    WHERE j.id = ANY (ARRAY(SELECT id FROM due)) AND j.status = 'pending'
+                         || jsonb_build_object('skiplock_aged_from', due.origin) END
+    FROM due
+    -- The rows by primary key (= ANY of an array, as in job_claim): joined to due alone, the
+    -- planner hashed the pending jobs of the claim index to find them.
+    WHERE j.id = ANY (ARRAY(SELECT id FROM due)) AND j.id = due.id AND j.status = 'pending'
     RETURNING j.id
 )
 SELECT count(*) FROM aged;
