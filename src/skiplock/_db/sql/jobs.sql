@@ -539,7 +539,7 @@ RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at
 -- transaction, best priority then oldest first; the key's row of key_limits is locked by
 -- another transaction of this worker, which found room for it (limits_key_rooms).  With
 -- %(counted)s (the key has a concurrency limit), the job's transaction locks a free slot of
--- the key in held_key_runs until it ends, by which every later count of the key includes the
+-- the key in held_key_runs (FOR UPDATE) until it ends, by which every later count of the key includes the
 -- job however it ends (migration 0028); no free slot (cannot happen under the key's lock while
 -- the count found room): nothing is claimed.  Otherwise as job_claim_by_id: the held-lock
 -- markers of the job's queue and id, its session's row of the queue in held_runs, its entity
@@ -548,7 +548,10 @@ WITH key_slot AS MATERIALIZED (
     SELECT true AS locked FROM {held_key_runs}
     WHERE key = %(key)s
     LIMIT 1
-    FOR NO KEY UPDATE SKIP LOCKED
+    -- FOR UPDATE, which no other row lock shares: under a shared lock (a FOR KEY SHARE of
+    -- any worker-role session, however brief) the slot's xmax became a multixact, which
+    -- xact_running does not read, and the job stopped counting for the rest of its run.
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
