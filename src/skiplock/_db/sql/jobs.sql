@@ -549,7 +549,7 @@ WITH key_slot AS MATERIALIZED (
     WHERE key = %(key)s
     LIMIT 1
     -- FOR UPDATE, which no other row lock shares: under a shared lock (a FOR KEY SHARE of
-    -- any worker-role session, however brief) the slot's xmax became a multixact, which
+    -- any other worker-role session, however brief) the slot xmax became a multixact, which
     -- xact_running does not read, and the job stopped counting for the rest of its run.
     FOR UPDATE SKIP LOCKED
 )
@@ -813,9 +813,9 @@ WITH RECURSIVE levels AS (
     CROSS JOIN LATERAL (
         SELECT j.id, f.origin, greatest(l.best, f.origin - f.earned)::int AS target
         FROM {jobs} AS j
-        -- The priority counted from: the meta's "skiplock_aged_from" only when it is a number
+        -- The priority counted from: skiplock_aged_from of its meta only when it is a number
         -- an int holds (the producer writes meta: anything else is not a priority of ours and
-        -- must not fail the statement for the queue), else the job's own.  The levels earned,
+        -- must not fail the statement for the queue), else its own priority.  The levels earned,
         -- in numeric and capped, so that a tiny step and a long wait cannot overflow.
         CROSS JOIN LATERAL (
             SELECT coalesce(
