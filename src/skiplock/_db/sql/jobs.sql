@@ -242,10 +242,12 @@ WITH keys_idle AS MATERIALIZED (
 ), run_mark AS MATERIALIZED (
     -- The row of this session for the queue in held_runs, locked until the transaction ends
     -- (migration 0024): read, so locked, only once a held-lock claim has picked its job.  Not
-    -- registered yet: held_run_mark inserts it.
+    -- registered yet: held_run_mark inserts it.  FOR UPDATE, which no other row lock shares:
+    -- under a shared lock (a FOR KEY SHARE of any other worker-role session) the row xmax
+    -- became a multixact, which xact_running does not read, and the job showed pending.
     SELECT true AS marked FROM {held_runs}
     WHERE queue = %(queue)s AND pid = pg_backend_pid()
-    FOR NO KEY UPDATE
+    FOR UPDATE
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
@@ -324,7 +326,7 @@ WITH held_marker AS MATERIALIZED (
     -- As in job_claim.
     SELECT true AS marked FROM {held_runs}
     WHERE queue = %(queue)s AND pid = pg_backend_pid()
-    FOR NO KEY UPDATE
+    FOR UPDATE
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
