@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import re
 import sys
 from collections.abc import Sequence
@@ -86,6 +87,13 @@ for extra in (
     main.add_command(extra)
 
 
+def refuse_nan(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """click's FloatRange lets NaN through (every comparison with it is false)."""
+    if math.isnan(value):
+        raise click.BadParameter("must be a number of seconds, not nan")
+    return value
+
+
 @main.command()
 @dsn_option
 @schema_option
@@ -105,6 +113,7 @@ for extra in (
 @click.option(
     "--lock-wait",
     type=click.FloatRange(0, 86400, min_open=True),
+    callback=refuse_nan,
     default=MIGRATE_LOCK_WAIT,
     show_default=True,
     metavar="SECONDS",
@@ -114,6 +123,7 @@ for extra in (
 @click.option(
     "--lock-timeout",
     type=click.FloatRange(0, 86400, min_open=True),
+    callback=refuse_nan,
     default=MIGRATE_LOCK_TIMEOUT,
     show_default=True,
     metavar="SECONDS",

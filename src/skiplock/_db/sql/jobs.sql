@@ -242,10 +242,12 @@ WITH keys_idle AS MATERIALIZED (
 ), run_mark AS MATERIALIZED (
     -- The row of this session for the queue in held_runs, locked until the transaction ends
     -- (migration 0024): read, so locked, only once a held-lock claim has picked its job.  Not
-    -- registered yet: held_run_mark inserts it.
+    -- registered yet: held_run_mark inserts it.  FOR UPDATE, which no other row lock shares:
+    -- under a shared lock (a FOR KEY SHARE of any other worker-role session) the row xmax
+    -- became a multixact, which xact_running does not read, and the job showed pending.
     SELECT true AS marked FROM {held_runs}
     WHERE queue = %(queue)s AND pid = pg_backend_pid()
-    FOR NO KEY UPDATE
+    FOR UPDATE
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
@@ -324,7 +326,7 @@ WITH held_marker AS MATERIALIZED (
     -- As in job_claim.
     SELECT true AS marked FROM {held_runs}
     WHERE queue = %(queue)s AND pid = pg_backend_pid()
-    FOR NO KEY UPDATE
+    FOR UPDATE
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
@@ -539,7 +541,7 @@ RETURNING j.id, j.queue, j.task, j.payload::text, j.status, j.priority, j.run_at
 -- transaction, best priority then oldest first; the key's row of key_limits is locked by
 -- another transaction of this worker, which found room for it (limits_key_rooms).  With
 -- %(counted)s (the key has a concurrency limit), the job's transaction locks a free slot of
--- the key in held_key_runs until it ends, by which every later count of the key includes the
+-- the key in held_key_runs (FOR UPDATE) until it ends, by which every later count of the key includes the
 -- job however it ends (migration 0028); no free slot (cannot happen under the key's lock while
 -- the count found room): nothing is claimed.  Otherwise as job_claim_by_id: the held-lock
 -- markers of the job's queue and id, its session's row of the queue in held_runs, its entity
@@ -548,7 +550,10 @@ WITH key_slot AS MATERIALIZED (
     SELECT true AS locked FROM {held_key_runs}
     WHERE key = %(key)s
     LIMIT 1
-    FOR NO KEY UPDATE SKIP LOCKED
+    -- FOR UPDATE, which no other row lock shares: under a shared lock (a FOR KEY SHARE of
+    -- any other worker-role session, however brief) the slot xmax became a multixact, which
+    -- xact_running does not read, and the job stopped counting for the rest of its run.
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(worker)s, locked_at = now(),
@@ -805,33 +810,47 @@ WITH RECURSIVE levels AS (
     ) AS n
     WHERE n.priority IS NOT NULL
 ), due AS (
-    SELECT c.id, c.target
+    SELECT c.id, c.origin, c.target
     FROM levels AS l
     CROSS JOIN LATERAL (
-        SELECT j.id, greatest(l.best, coalesce((j.meta ->> 'skiplock_aged_from')::int, j.priority)
-                                      - floor(extract(epoch FROM now() - j.run_at)
-                                              / %(step)s::float8)::int) AS target
+        SELECT j.id, f.origin, greatest(l.best, f.origin - f.earned)::int AS target
         FROM {jobs} AS j
+        -- The priority counted from: skiplock_aged_from of its meta only when it is a number
+        -- an int holds (the producer writes meta: anything else is not a priority of ours and
+        -- must not fail the statement for the queue), else its own priority.  The levels earned,
+        -- in numeric and capped, so that a tiny step and a long wait cannot overflow.
+        CROSS JOIN LATERAL (
+            SELECT coalesce(
+                       CASE WHEN jsonb_typeof(j.meta -> 'skiplock_aged_from') = 'number' THEN
+                           CASE WHEN (j.meta -> 'skiplock_aged_from')::numeric
+                                     BETWEEN -2147483648 AND 2147483647
+                                THEN floor((j.meta -> 'skiplock_aged_from')::numeric)::bigint
+                           END
+                       END,
+                       j.priority) AS origin,
+                   least(floor(extract(epoch FROM now() - j.run_at) / %(step)s::float8::numeric),
+                         4294967296)::bigint AS earned
+        ) AS f
         WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority = l.priority
           AND j.run_at <= now() - make_interval(secs => %(step)s::float8)
-          AND greatest(l.best, coalesce((j.meta ->> 'skiplock_aged_from')::int, j.priority)
-                               - floor(extract(epoch FROM now() - j.run_at)
-                                       / %(step)s::float8)::int) < j.priority
+          AND greatest(l.best, f.origin - f.earned) < j.priority
         ORDER BY j.run_at, j.id
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE OF j SKIP LOCKED
     ) AS c
     WHERE l.priority > l.best
     LIMIT %(limit)s
 ), aged AS (
     UPDATE {jobs} AS j
-    SET priority = (SELECT due.target FROM due WHERE due.id = j.id),
-        meta = CASE WHEN j.meta ? 'skiplock_aged_from' THEN j.meta
+    SET priority = due.target,
+        -- The priority counted from is kept (written over a value that was not one).
+        meta = CASE WHEN j.meta -> 'skiplock_aged_from' = to_jsonb(due.origin) THEN j.meta
                     ELSE coalesce(j.meta, '{{}}'::jsonb)
-                         || jsonb_build_object('skiplock_aged_from', j.priority) END
-    -- The rows by primary key (= ANY of an array, as in job_claim): joined to due, the planner
-    -- hashed the pending jobs of the claim index to find them.
-    WHERE j.id = ANY (ARRAY(SELECT id FROM due)) AND j.status = 'pending'
+                         || jsonb_build_object('skiplock_aged_from', due.origin) END
+    FROM due
+    -- The rows by primary key (= ANY of an array, as in job_claim): joined to due alone, the
+    -- planner hashed the pending jobs of the claim index to find them.
+    WHERE j.id = ANY (ARRAY(SELECT id FROM due)) AND j.id = due.id AND j.status = 'pending'
     RETURNING j.id
 )
 SELECT count(*) FROM aged;

@@ -572,13 +572,16 @@ DELETE FROM {held_starts} WHERE job_id = %(id)s AND cancel_requested_at IS NULL;
 -- no limits (its row goes).  The rate bucket starts full.  A concurrency limit of N gets the
 -- key N slots in held_key_runs, if it has fewer: a held-lock job of the key locks one while it
 -- runs (migration 0028).  Slots are never deleted here: one may be locked by a running job.
+-- At most 10000 slots: each held-lock job holds a connection of its own, so a key never has
+-- more running held (a larger limit, "no real limit", wrote a row per unit: hours for 2^31).
 WITH gone AS (
     DELETE FROM {key_limits}
     WHERE key = %(key)s AND %(concurrency)s::int IS NULL AND %(rate)s::int IS NULL
     RETURNING key
 ), slots AS (
     INSERT INTO {held_key_runs} (key, slot)
-    SELECT %(key)s, s FROM generate_series(0, coalesce(%(concurrency)s::int, 0) - 1) AS s
+    SELECT %(key)s, s
+    FROM generate_series(0, least(coalesce(%(concurrency)s::int, 0), 10000) - 1) AS s
     ON CONFLICT DO NOTHING
     RETURNING slot
 )
