@@ -46,6 +46,11 @@ def insert_row(
     return int(row[0])
 
 
+# Deeper than any Python's JSON decoder takes (3.11's stops near 1,000 levels, 3.13's near
+# 10,000), yet within what PostgreSQL's jsonb parser takes with its default max_stack_depth.
+UNDECODABLE_DEPTH = 12_000
+
+
 def nested(depth: int) -> str:
     """A JSON object whose one value is lists nested ``depth`` deep."""
     return '{"n": ' + "[" * depth + "]" * depth + "}"

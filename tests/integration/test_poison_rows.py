@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers.bad_rows import insert_row, job_state, nested
+from helpers.bad_rows import UNDECODABLE_DEPTH, insert_row, job_state, nested
 from helpers.stores import SyncStore
 from skiplock import App, JobStatus, Worker
 from skiplock._task_settings import WorkerModel
@@ -26,7 +26,10 @@ RUN_TIMEOUT = 60.0  # seconds a burst worker gets; a poisoned one used to hang o
 
 # What makes each row unrunnable, and what its job's last_error must say.
 POISONS: dict[str, tuple[dict[str, Any], str]] = {
-    "payload nested too deep": ({"payload": nested(3000)}, "payload could not be decoded"),
+    "payload nested too deep": (
+        {"payload": nested(UNDECODABLE_DEPTH)},
+        "payload could not be decoded",
+    ),
     "payload integer too long": (
         {"payload": '{"n": ' + "7" * 5000 + "}"},
         "payload could not be decoded",
@@ -36,7 +39,7 @@ POISONS: dict[str, tuple[dict[str, Any], str]] = {
     "run_at after year 9999": ({"run_at": "12000-01-01"}, "run_at is after year 9999"),
     "expires_at infinity": ({"expires_at": "infinity"}, "expires_at is infinity"),
     "created_at -infinity": ({"created_at": "-infinity"}, "created_at is -infinity"),
-    "meta nested too deep": ({"meta": nested(3000)}, "meta could not be decoded"),
+    "meta nested too deep": ({"meta": nested(UNDECODABLE_DEPTH)}, "meta could not be decoded"),
 }
 
 
@@ -127,7 +130,7 @@ def test_a_poison_row_in_a_claim_across_queues_and_in_a_limited_queue(
     app.sync_client.set_concurrency_limit("c", 2)
     bad = [
         poison_row(db, app.schema, "run_at -infinity", "work"),
-        insert_row(db, app.schema, "other", nested(3000), queue="r"),
+        insert_row(db, app.schema, "other", nested(UNDECODABLE_DEPTH), queue="r"),
         insert_row(db, app.schema, "capped", '{"n": 0}', queue="c", run_at="infinity"),
     ]
     work.enqueue_many([{"n": n} for n in range(1, 4)])  # type: ignore[attr-defined]

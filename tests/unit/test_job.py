@@ -67,7 +67,7 @@ def test_a_claim_names_its_owner_attempt_and_time() -> None:
 @pytest.mark.parametrize(
     ("payload", "says"),
     [
-        ("[" * 5000 + "]" * 5000, "nested too deep for Python's JSON decoder"),
+        ("[" * 12_000 + "]" * 12_000, "nested too deep for Python's JSON decoder"),
         ('{"n": ' + "9" * 5000 + "}", "Exceeds the limit (4300 digits)"),
     ],
 )
