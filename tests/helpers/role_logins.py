@@ -8,6 +8,7 @@ cluster-wide: :func:`role_logins` drops them (DROP OWNED, DROP ROLE) whatever ha
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -90,3 +91,15 @@ def role_logins(
         yield Roles(names, dsns)
     finally:
         drop_roles(db, users + names.all())
+
+
+@contextmanager
+def bare_login(db: psycopg.Connection[Any], dsn: str, **params: Any) -> Iterator[str]:
+    """The DSN of a new LOGIN role with no privilege but CONNECT (a stranger: advisory locks
+    and NOTIFY need none), dropped afterwards; ``params`` go into the DSN."""
+    name = f"stranger_{secrets.token_hex(4)}"
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    try:
+        yield conninfo.make_conninfo(dsn, user=name, **params)
+    finally:
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))

@@ -10,14 +10,14 @@ held-lock claim behind a transaction-mode pooler.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo, sql
+from psycopg import sql
 
+from helpers.role_logins import bare_login
 from skiplock import App
 from skiplock._doctor.command import Doctor, Thresholds
 from skiplock._doctor.findings import Finding
@@ -26,13 +26,8 @@ from skiplock._doctor.findings import Finding
 @pytest.fixture
 def stranger(pg_dsn: str, db: Any) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit session of a new login role that has no privilege but CONNECT."""
-    name = f"stranger_{secrets.token_hex(4)}"
-    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
-    try:
-        with psycopg.connect(conninfo.make_conninfo(pg_dsn, user=name), autocommit=True) as conn:
-            yield conn
-    finally:
-        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    with bare_login(db, pg_dsn) as dsn, psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn
 
 
 def locks(app: App) -> Finding:

@@ -20,8 +20,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo, sql
+from psycopg import sql
 
+from helpers.role_logins import bare_login
 from skiplock import App
 from skiplock._db.migrations import all_migrations
 from skiplock.errors import MigrationLockBusy
@@ -39,16 +40,11 @@ ON_JOBS = max(
 @pytest.fixture
 def stranger(pg_dsn: str, db: Any) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit session of a new login role that has no privilege but CONNECT."""
-    name = f"stranger_{secrets.token_hex(4)}"
-    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
-    try:
-        with psycopg.connect(
-            conninfo.make_conninfo(pg_dsn, user=name, application_name="squatter"),
-            autocommit=True,
-        ) as conn:
-            yield conn
-    finally:
-        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    with (
+        bare_login(db, pg_dsn, application_name="squatter") as dsn,
+        psycopg.connect(dsn, autocommit=True) as conn,
+    ):
+        yield conn
 
 
 @pytest.fixture

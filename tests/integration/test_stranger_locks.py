@@ -23,7 +23,7 @@ import pytest
 from psycopg import conninfo, sql
 
 from helpers.polling import comes_true_async
-from helpers.role_logins import role_logins
+from helpers.role_logins import bare_login, role_logins
 from helpers.stores import AsyncStore, SyncStore, sync_store
 from skiplock import App, Worker
 from skiplock._db.migrations import all_migrations
@@ -37,13 +37,8 @@ WAIT_GUARD_MS = 5000  # a claim that waits this long fails (it must not wait at 
 @pytest.fixture
 def stranger(pg_dsn: str, db: Any) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit session of a new login role that has no privilege but CONNECT."""
-    name = f"stranger_{secrets.token_hex(4)}"
-    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
-    try:
-        with psycopg.connect(conninfo.make_conninfo(pg_dsn, user=name), autocommit=True) as conn:
-            yield conn
-    finally:
-        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    with bare_login(db, pg_dsn) as dsn, psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn
 
 
 def connect(app: App) -> psycopg.Connection[Any]:
