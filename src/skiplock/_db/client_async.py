@@ -28,6 +28,7 @@ from skiplock._db.bounds import BIGINT_MAX, INT_MAX, check_key, check_queue_name
 from skiplock._db.caller_connection import AsyncCallerConnection, caller_connection_async
 from skiplock._db.connections import (
     CLIENT_POOL_MAX,
+    RECONNECT_WINDOW,
     connect_kwargs,
     server_watch_settings,
     unavailable,
@@ -100,6 +101,12 @@ async def open_pool(
     except psycopg.OperationalError as exc:
         raise unavailable(exc, dsn) from None
     await probe.close()
+
+    async def try_again(pool: AsyncConnectionPool) -> None:
+        """A chain of tries to reconnect gave up (RECONNECT_WINDOW): begin another at once."""
+        if not pool.closed:
+            await pool.check()
+
     pool = AsyncConnectionPool(
         dsn,
         kwargs=kwargs,
@@ -107,6 +114,8 @@ async def open_pool(
         max_size=max_size,
         configure=configure,
         open=False,
+        reconnect_timeout=RECONNECT_WINDOW,
+        reconnect_failed=try_again,
     )
     try:
         await pool.open(wait=True, timeout=15)

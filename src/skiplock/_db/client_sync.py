@@ -29,6 +29,7 @@ from skiplock._db.bounds import BIGINT_MAX, INT_MAX, check_key, check_queue_name
 from skiplock._db.caller_connection import CallerConnection, caller_connection
 from skiplock._db.connections import (
     CLIENT_POOL_MAX,
+    RECONNECT_WINDOW,
     connect_kwargs,
     server_watch_settings,
     unavailable,
@@ -101,6 +102,12 @@ def open_pool(
     except psycopg.OperationalError as exc:
         raise unavailable(exc, dsn) from None
     probe.close()
+
+    def try_again(pool: ConnectionPool) -> None:
+        """A chain of tries to reconnect gave up (RECONNECT_WINDOW): begin another at once."""
+        if not pool.closed:
+            pool.check()
+
     pool = ConnectionPool(
         dsn,
         kwargs=kwargs,
@@ -108,6 +115,8 @@ def open_pool(
         max_size=max_size,
         configure=configure,
         open=False,
+        reconnect_timeout=RECONNECT_WINDOW,
+        reconnect_failed=try_again,
     )
     try:
         pool.open(wait=True, timeout=15)

@@ -72,6 +72,11 @@ DEAD_PEER_PARAMS = {
 # short session that sends it a probe notification.  An App's client (enqueue, status, the
 # dashboard) opens a pool of up to CLIENT_POOL_MAX.
 WORKER_POOL_MIN = 2
+# How long a pool retries a lost connection before it gives that chain of tries up and begins a
+# new one at once (tests/integration/test_pool_reconnect.py): psycopg_pool's delay between tries
+# doubles from 1 s, so a pool left alone waits up to twice a long outage after the server is
+# back, while its worker's leases run out; so bounded, the wait between tries stays about 2 s.
+RECONNECT_WINDOW = 3.0
 WORKER_APPLICATION_NAME = "skiplock-worker"  # a worker's pooled sessions (the listener's differ)
 WORKER_POOL_MAX = 6
 CLIENT_POOL_MAX = 4
