@@ -323,6 +323,27 @@ def test_the_charts_counts_are_checked_as_the_other_tables_with_their_size(
         assert shown.group(1) == byte_size(sizes[name]), calm.message
 
 
+def test_every_table_of_the_schema_is_checked_for_dead_rows(
+    pg_dsn: str, schema: str, db: Any
+) -> None:
+    """Rows come and go in the held-lock bookkeeping (held_runs, held_starts, held_key_runs),
+    the key limits and the progress table as in the jobs table: each of the schema's tables is
+    checked and shown, one added by a later migration included."""
+    tables = {
+        r[0]
+        for r in db.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", [schema]
+        ).fetchall()
+    }
+    assert {"jobs", "held_runs", "held_key_runs", "job_progress", "key_limits"} <= tables
+    runs = table(schema, "held_runs")
+    db.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(runs))
+    found = findings(pg_dsn, schema, dead_tuples=10**9)["dead_tuples"]
+    checked = {t["relname"] for t in found.details["tables"]}
+    assert checked == tables, tables ^ checked
+    assert f"autovacuum is disabled on {schema}.held_runs" in found.message
+
+
 # -- leases --------------------------------------------------------------------------------
 
 

@@ -11,8 +11,8 @@ finding is at or above ``--fail-on`` (default ``warn``), else 0; it cannot conne
   jobs included; ``fail`` past 10 times that;
 - ``visibility``: doctor can only judge sessions it may see (superuser or ``pg_monitor``);
 - ``autovacuum``: autovacuum is on for the server (``warn`` when off);
-- ``dead_tuples``: per table that rows come and go in (jobs, the archive, queues, leaders,
-  periodic ticks, workers, the charts' finished_counts; each shown with its size), dead rows at
+- ``dead_tuples``: per table of the schema (the jobs, the archive, the held-lock and key-limit
+  bookkeeping, progress, the charts' counts...; each shown with its size), dead rows at
   least ``dead_tuples`` and ``dead_ratio`` of the live ones (``fail`` when more dead than live),
   or autovacuum disabled on the table;
 - ``workers``: every queue with due jobs has a live worker (one that reported itself in the

@@ -27,8 +27,9 @@ LIMIT %(limit)s;
 
 -- name: doctor_table_health
 -- Live and dead rows, last (auto)vacuum and (auto)analyze, size in bytes (indexes and TOAST
--- included) and storage options of the schema's tables that rows come and go in, with the
--- server-wide autovacuum switch.
+-- included) and storage options of each of the schema's tables (rows come and go in nearly
+-- all: the jobs, the held-lock and key-limit bookkeeping, progress, the charts' counts), with
+-- the server-wide autovacuum switch.
 SELECT s.relname::text AS relname, s.n_live_tup, s.n_dead_tup,
        extract(epoch FROM now() - greatest(s.last_vacuum, s.last_autovacuum))::float8
            AS vacuum_seconds,
@@ -40,8 +41,6 @@ SELECT s.relname::text AS relname, s.n_live_tup, s.n_dead_tup,
 FROM pg_stat_user_tables AS s
 JOIN pg_class AS c ON c.oid = s.relid
 WHERE s.schemaname = %(schema)s
-  AND s.relname IN ('jobs', 'jobs_archive', 'queues', 'leaders', 'periodic_ticks', 'workers',
-                    'finished_counts')
 ORDER BY s.relname;
 
 -- name: doctor_expired_leases
