@@ -16,7 +16,7 @@ from helpers.stores import AsyncStore, async_store
 from skiplock import App
 from skiplock._db.client_async import open_pool
 from skiplock._runtime.completer import Completer, Recorded
-from skiplock._runtime.execution import DONE
+from skiplock._runtime.execution import DONE, Outcome
 from skiplock.backends import PostgresBackend
 from skiplock.job import Job
 
@@ -119,3 +119,43 @@ def test_a_failed_write_keeps_its_outcomes_and_writes_them_again(
     asyncio.run(main())
     assert recorded[0].job.id == job.id and recorded[0].owned
     assert status(db, app, job) == "done"
+
+
+@pytest.mark.parametrize("second", ["done", "failed"])
+def test_of_two_claims_of_one_job_in_a_batch_only_the_newer_is_reported_owning_it(
+    app: App, async_store: AsyncStore, db: Any, second: str
+) -> None:
+    """A worker whose outcome writes were held up (its server away) may hold the outcome of a
+    claim whose lease ran out and, in the same batch, that of its own new claim of the job:
+    the write changes the row once (each statement checks every claim), and only the claim
+    that did is reported owning the job; the older one is reported lost, as it is."""
+    old, _ = claim_two(app)
+    db.execute(
+        f"UPDATE \"{app.schema}\".jobs SET status = 'pending', locked_by = NULL,"
+        " locked_at = NULL, locked_until = NULL WHERE id = %s",
+        (old.id,),
+    )  # what a reclaim of the expired lease does
+
+    async def claim_again() -> Job:
+        async with await psycopg.AsyncConnection.connect(app.dsn, autocommit=True) as conn:
+            (job,) = await async_store.job_claim(conn, ["q"], 1, "w", 30.0)
+            return job
+
+    new = asyncio.run(claim_again())
+    assert new.id == old.id and new.attempts == old.attempts + 1
+    recorded: list[Recorded] = []
+    outcome = DONE if second == "done" else Outcome("failed", error="boom")
+
+    async def main() -> None:
+        pool = await open_pool(app.dsn, async_store, min_size=1, max_size=2)
+        backend = PostgresBackend.on_client(app.async_client).on_pool(pool)
+        completer = Completer(async_store, backend, "keep", on_recorded=recorded.extend)
+        completer.submit(old, DONE, 0.0)
+        completer.submit(new, outcome, 0.0)
+        assert await completer.flush()  # one batch
+        await pool.close()
+
+    asyncio.run(main())
+    owned = {r.job.attempts: r.owned for r in recorded}
+    assert owned == {old.attempts: False, new.attempts: True}
+    assert status(db, app, new) == second

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import psycopg
@@ -172,7 +173,8 @@ class Completer:
             # Cut short: what is not known to be written is kept.
             self._buffer[:0] = self._recorded_but(written, owned, batch)
             raise
-        self.on_recorded([Recorded(job, outcome, job.id in owned, s) for job, outcome, s in batch])
+        owns = _owner(batch, owned)
+        self.on_recorded([Recorded(job, outcome, owns(job), s) for job, outcome, s in batch])
         return True
 
     def _recorded_but(
@@ -183,7 +185,8 @@ class Completer:
         own their jobs no more); the rest of ``batch``, in order."""
         if not written:
             return batch
-        self.on_recorded([Recorded(job, o, job.id in owned, s) for job, o, s in written])
+        owns = _owner(batch, owned)
+        self.on_recorded([Recorded(job, o, owns(job), s) for job, o, s in written])
         done = {id(entry) for entry in written}
         return [entry for entry in batch if id(entry) not in done]
 
@@ -259,6 +262,28 @@ class Completer:
         PostgreSQL store: held-lock jobs are beyond the backend contract); returns the ids
         whose claims still owned their jobs."""
         return await write_held(self.store, conn, batch, self.completion)
+
+
+def _owner(batch: Sequence[Entry], owned: set[int]) -> Callable[[Job], bool]:
+    """Whether an outcome of ``batch`` counted, given the ids its writes changed.  A batch may
+    hold two claims of one job (a claim whose lease ran out while its outcome waited, and this
+    worker's new claim of the job): the writes check each claim and change the row once, for
+    the newer claim, as the older one cannot own the job any more."""
+    ids = [job.id for job, _, _ in batch]
+    if len(set(ids)) == len(ids):
+        return lambda job: job.id in owned
+    newest: dict[int, tuple[datetime, int]] = {}
+    for job, _, _ in batch:
+        newest[job.id] = max(newest.get(job.id, _claim_order(job)), _claim_order(job))
+    return lambda job: job.id in owned and newest[job.id] == _claim_order(job)
+
+
+def _claim_order(job: Job) -> tuple[datetime, int]:
+    """Later claims of a job sort after earlier ones."""
+    return (job.locked_at or _NEVER, job.attempts)
+
+
+_NEVER = datetime.min.replace(tzinfo=UTC)
 
 
 # SQLSTATE classes of a statement refused for what it wrote (a value out of range, a constraint,
