@@ -1,7 +1,8 @@
 """The backends the conformance suite (tests/conformance/) runs against, each behind a
 :class:`Harness`: how to open the backend (as often as a test wants: each one another worker's
-or app's view of the same jobs), how to open a caller's transaction for it, and how to run a
-test's coroutine.  A new backend adds a harness here and its name to ``HARNESSES``.
+or app's view of the same jobs), how to open it as a worker process holds it (its claimer's
+backend), how to open a caller's transaction for it, and how to run a test's coroutine.  A new
+backend adds a harness here and its name to ``HARNESSES``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from typing import Any, Protocol
 
 import psycopg
 
+from skiplock._db.client_async import open_pool
+from skiplock._db.connections import WORKER_POOL_MAX, WORKER_POOL_MIN
+from skiplock._db.sql import Queries
+from skiplock._db.store_async import AsyncStore
 from skiplock.backends import Backend, NewJob, PostgresBackend, Transaction
 
 
@@ -23,6 +28,11 @@ class Harness(Protocol):
 
     def backend(self) -> AbstractAsyncContextManager[Backend]:
         """A backend on the test's own store, closed at exit."""
+        ...
+
+    def worker_backend(self) -> AbstractAsyncContextManager[Backend]:
+        """The backend as a worker process holds it (what its claimer and writes run on), on
+        the test's own store, closed at exit."""
         ...
 
     def transaction(self) -> AbstractAsyncContextManager[Transaction]:
@@ -44,6 +54,23 @@ class PostgresHarness:
         try:
             yield backend
         finally:
+            await backend.close()
+
+    @asynccontextmanager
+    async def worker_backend(self) -> AsyncIterator[Backend]:
+        """On a pool of a worker's shape, as a worker's is (``PostgresBackend.on_pool``): its
+        claimer is the tuned ``PostgresClaimer``."""
+        backend = PostgresBackend(self.dsn, self.schema)
+        pool = await open_pool(
+            self.dsn,
+            AsyncStore(Queries(self.schema)),
+            min_size=WORKER_POOL_MIN,
+            max_size=WORKER_POOL_MAX,
+        )
+        try:
+            yield backend.on_pool(pool)
+        finally:
+            await pool.close()
             await backend.close()
 
     @asynccontextmanager
