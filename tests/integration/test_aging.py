@@ -134,3 +134,25 @@ def test_without_aging_priority_is_strict_and_starves(app: App) -> None:
     waited, ran_before = starved_start(app, aging=None, watch=4)
     assert waited is None, f"the priority-5 job started after {waited:.1f}s without aging"
     assert ran_before > 50, "the stream did not keep the slot busy: the check proves nothing"
+
+
+def test_a_keyed_job_ages_from_its_turn_and_then_goes_before_the_other_keys(
+    app: App, store: SyncStore, db: Any
+) -> None:
+    """Jobs with a ``fair_key`` age as the others do, counted from their turn (their run_at):
+    a tenant's worse-priority job that waited past the steps reaches the best pending priority,
+    and, its turn being the oldest there, is claimed before the other tenants' jobs."""
+
+    @app.task(name="t", queue="q")
+    def t(n: int) -> None: ...
+
+    big = t.with_options(fair_key="big", priority=2).enqueue_many([{"n": n} for n in range(20)])
+    (small,) = t.with_options(fair_key="small", priority=9).enqueue_many([{"n": 99}])
+    conn = db
+    claimed_first = store.job_claim(conn, ["q"], 1, "w", 30.0)
+    assert [j.id for j in claimed_first] == [big[0].id]  # strict priority: the keys' turns
+    backdate(db, app, small.id, 3600)
+    app.sync_client.set_aging("q", 10)
+    assert store.job_age_pending(conn, 100) == {"q": 1}
+    assert priority_and_meta(db, app, small.id) == (2, {"skiplock_aged_from": 9})
+    assert [j.id for j in store.job_claim(conn, ["q"], 2, "w", 30.0)] == [small.id, big[1].id]
