@@ -38,8 +38,8 @@ PROMPT = 4.0
 SIZE = 2
 
 
-@pytest.fixture
-def cluster() -> Iterator[ScratchCluster]:
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ScratchCluster]:  # each test leaves it up
     with scratch_cluster() as c:
         yield c
 
