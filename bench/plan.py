@@ -325,7 +325,9 @@ UNDERLOAD = [
         pgq(10, 1),
         PR_DEFAULT,
         celery("redis", "prefork", 2, 4, False),
+        celery("rabbitmq", "prefork", 2, 4, False),
         dramatiq(2, 8),
+        dramatiq(2, 8, broker="rabbitmq"),
     )
 ]
 
@@ -521,7 +523,9 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             "pgqueuer": 30_000,
             "procrastinate": 2000,
             "celery-redis": 10_000,
+            "celery-rabbitmq": 10_000,
             "dramatiq-redis": 10_000,
+            "dramatiq-rabbitmq": 10_000,
         },
         underload_seconds=10.0,
         underload_settings=UNDERLOAD,

@@ -1174,10 +1174,11 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         f"job on the other queue, for up to {plan.underload_seconds:.0f} s or until the backlog "
         "is gone. Latency = handler start − time just before the enqueue call, over the jobs "
         "sent before the backlog's last job started (**timed**); every job, the backlog's too, "
-        "is verified to have run exactly once. Celery (on Redis) and Dramatiq have no "
-        "higher-priority row: neither broker orders a queue's messages by priority as set up "
-        "here (Celery on Redis only through `priority_steps` lists with the backlog sent at a "
-        "lower priority; Dramatiq's actor priority orders only the messages a worker has "
+        "is verified to have run exactly once, on Redis and on RabbitMQ for Celery and "
+        "Dramatiq. They have no higher-priority row: neither orders a queue's messages by "
+        "priority as set up here (Celery on Redis only through `priority_steps` lists with the "
+        "backlog sent at a lower priority, on RabbitMQ only on a queue declared with "
+        "`x-max-priority`; Dramatiq's actor priority orders only the messages a worker has "
         "already fetched).",
         "",
         underload_section(results),

@@ -22,9 +22,8 @@ def test_every_system_serves_the_second_queue_and_has_a_backlog_size() -> None:
     # the full plan: every system, the backlog where a system drains it in seconds
     full = make_plan(quick=False, repeat=None)
     assert full.underload_settings == UNDERLOAD
-    # (the RabbitMQ peers drain, wait idle and do real work; one broker per peer here)
-    rabbit = {"celery-rabbitmq", "dramatiq-rabbitmq"}
-    assert {s.system for s in UNDERLOAD} == set(SYSTEMS) - rabbit - {"sql-floor"}
+    # Celery and Dramatiq on each of their brokers, Redis and RabbitMQ
+    assert {s.system for s in UNDERLOAD} == set(SYSTEMS) - {"sql-floor"}
     assert full.underload_jobs["skiplock"] == 100_000
 
 
