@@ -30,7 +30,7 @@ def test_a_passing_share_lock_on_the_key_slots_does_not_free_a_running_key(
         assert job is not None and job.id == keyed[0]
         with psycopg.connect(app.dsn, autocommit=True) as sharer, sharer.transaction():
             sharer.execute(
-                sql.SQL("SELECT FROM {} FOR KEY SHARE").format(
+                sql.SQL("SELECT FROM {} FOR KEY SHARE SKIP LOCKED").format(
                     sql.Identifier(app.schema, "held_key_slots")
                 )
             )

@@ -30,6 +30,10 @@ EARLIEST_TIME = datetime(1, 1, 2, tzinfo=UTC)
 LATEST_TIME = datetime(9999, 12, 30, tzinfo=UTC)
 INT_MAX = 2**31 - 1  # PostgreSQL's integer: priorities, attempts, queue limits
 BIGINT_MAX = 2**63 - 1  # PostgreSQL's bigint: job ids
+# A queue's aging step, in seconds (the CHECK queues_bound_aging_step, migration 0029): about
+# 31 years, far past any wait worth aging, and well inside what the leader's interval and time
+# arithmetic hold (1e300 failed its aging statement, for every queue).
+AGING_STEP_MAX = 1e9
 TIME_RANGE = f"{EARLIEST_TIME.date().isoformat()} to {LATEST_TIME.date().isoformat()} UTC"
 _JSON_BOUNDS = (
     f"at most {MAX_JSON_DEPTH} levels deep, integers of at most {MAX_JSON_INT_DIGITS} digits"
