@@ -75,7 +75,7 @@ def test_set_aging_refuses_a_step_beyond_its_bound_and_writes_nothing(
 @pytest.mark.parametrize("step", ["1e300", "NaN", "Infinity", str(2 * AGING_STEP_MAX)])
 def test_the_queues_table_refuses_the_steps_set_aging_refuses(app: App, db: Any, step: str) -> None:
     # A non-Python admin writes the table directly: what it accepts, the leader must run.
-    with pytest.raises(psycopg.errors.CheckViolation):
+    with pytest.raises(psycopg.errors.CheckViolation, match="queues_bound_aging_step"):
         db.execute(
             sql.SQL("INSERT INTO {} (name, aging_step) VALUES ('a', %s::float8)").format(
                 sql.Identifier(app.schema, "queues")
