@@ -57,6 +57,22 @@ _TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 
 
+def check_aging_step(step: float | None) -> float | None:
+    """A queue's aging step as a float: seconds, more than 0 and at most AGING_STEP_MAX (None:
+    no aging); anything else, NaN, infinities, bools and ints past a float too, is refused."""
+    if step is None:
+        return None
+    if (
+        isinstance(step, bool)
+        or not isinstance(step, int | float)
+        or not 0 < step <= AGING_STEP_MAX
+    ):
+        raise ValueError(
+            f"aging step must be a number of seconds > 0 and <= {AGING_STEP_MAX:g}, not {step!r}"
+        )
+    return float(step)
+
+
 def check_queue_name(name: str) -> str:
     if not isinstance(name, str) or not _QUEUE_NAME.fullmatch(name):
         raise InvalidName(
