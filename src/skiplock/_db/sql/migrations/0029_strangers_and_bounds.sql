@@ -33,6 +33,15 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION {schema}.fair_key_take_turn() FROM PUBLIC;
+-- Keyed pending rows written before with a run_at more than a day ahead are due now: no key
+-- takes turns that far ahead (a microsecond a pending job), so only a row written by hand does,
+-- and it held its key turns there.  Rows another transaction holds (a running held-lock job)
+-- are left as they are, not waited for.
+UPDATE {schema}.jobs SET run_at = now()
+WHERE id IN (SELECT id FROM {schema}.jobs
+             WHERE status = 'pending' AND fair_key IS NOT NULL
+               AND run_at > now() + interval '1 day'
+             FOR UPDATE SKIP LOCKED);
 
 -- The slot of a running held-lock job entity key is locked FOR UPDATE (it was FOR NO KEY
 -- UPDATE, migration 0020), which no other row lock shares.  A KEY SHARE lock of any other
