@@ -813,6 +813,16 @@ def test_aging_sets_and_removes_a_queues_aging_step(tasks: App, db: Any) -> None
     assert steps() == {"q6": None}
 
 
+def test_aging_past_its_bound_is_a_usage_error(tasks: App, db: Any) -> None:
+    results = run_all(
+        tasks, ["aging", "q7", "1e300"], ["aging", "q7", "1e400"], ["aging", "q7", "nan"]
+    )
+    for result in results:
+        assert result.code == 2 and "Traceback" not in result.err, result
+        assert "STEP" in result.err
+    assert db.execute(f'SELECT count(*) FROM "{tasks.schema}".queues').fetchone() == (0,)
+
+
 def test_limit_with_a_non_number_is_a_usage_error(tasks: App, db: Any) -> None:
     bad = run(tasks, "limit", "q5", "abc")
     assert bad.code == 2, bad

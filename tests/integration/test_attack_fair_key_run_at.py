@@ -1,9 +1,10 @@
-"""Attack test (outside review, wip/attack), known failing: one row an enqueuer login inserts
+"""Attack test (outside review, wip/attack): one row an enqueuer login inserts
 by hand, pending with a fair_key and a run_at far ahead (the role's policy allows it; enqueue
 itself would make it scheduled), becomes the head of its queue's turns, and the fair_key_turn
 trigger (migration 0027) gives every other producer's keyed job of that queue and priority
-that run_at: behind every unkeyed job, and never aged.  Needs a migration to fix (the
-trigger, or the enqueuer's policy: a pending row is due)."""
+that run_at: behind every unkeyed job, and never aged.  Fixed by migration 0029: the trigger
+gives a keyed pending row a run_at no later than now() (a pending row is due), and takes the
+head of the turns no later than now()."""
 
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ def roles(pg_dsn: str, schema: str, db: psycopg.Connection[Any]) -> Iterator[Rol
         yield made
 
 
-@pytest.mark.xfail(strict=True, reason="attack finding: needs a migration (see module doc)")
 def test_an_enqueuers_future_pending_row_does_not_set_other_keys_turns(
     roles: Roles, pg_dsn: str, schema: str, db: psycopg.Connection[Any]
 ) -> None:

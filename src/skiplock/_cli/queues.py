@@ -4,12 +4,16 @@ interval."""
 
 from __future__ import annotations
 
-import math
-
 import click
 
 from skiplock._cli.common import dsn_option, open_app, plural, schema_option
-from skiplock._db.bounds import INT_MAX, check_key, check_queue_name
+from skiplock._db.bounds import (
+    AGING_STEP_MAX,
+    INT_MAX,
+    check_aging_step,
+    check_key,
+    check_queue_name,
+)
 from skiplock._rate_limit import describe, parse_concurrency_limit, parse_rate
 from skiplock.errors import ConfigurationError
 
@@ -91,13 +95,12 @@ def aging(queue: str, step_text: str, dsn: str | None, schema: str) -> None:
     step: float | None = None
     if step_text.lower() != "none":
         try:
-            step = float(step_text)
+            step = check_aging_step(float(step_text))
         except ValueError:
-            step = 0.0
-        if not (math.isfinite(step) and step > 0):
             raise click.BadParameter(
-                "must be a positive number of seconds or 'none'", param_hint="STEP"
-            )
+                f"must be a number of seconds > 0 and <= {AGING_STEP_MAX:g}, or 'none'",
+                param_hint="STEP",
+            ) from None
     with open_app(dsn, schema) as app:
         app.sync_client.set_aging(queue, step)
     if step is None:

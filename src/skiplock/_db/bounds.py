@@ -30,6 +30,10 @@ EARLIEST_TIME = datetime(1, 1, 2, tzinfo=UTC)
 LATEST_TIME = datetime(9999, 12, 30, tzinfo=UTC)
 INT_MAX = 2**31 - 1  # PostgreSQL's integer: priorities, attempts, queue limits
 BIGINT_MAX = 2**63 - 1  # PostgreSQL's bigint: job ids
+# A queue's aging step, in seconds (the CHECK queues_bound_aging_step, migration 0029): about
+# 31 years, far past any wait worth aging, and well inside what the leader's interval and time
+# arithmetic hold (1e300 failed its aging statement, for every queue).
+AGING_STEP_MAX = 1e9
 TIME_RANGE = f"{EARLIEST_TIME.date().isoformat()} to {LATEST_TIME.date().isoformat()} UTC"
 _JSON_BOUNDS = (
     f"at most {MAX_JSON_DEPTH} levels deep, integers of at most {MAX_JSON_INT_DIGITS} digits"
@@ -51,6 +55,22 @@ TABLE_BOUNDS = {
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$")
 _TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
+
+
+def check_aging_step(step: float | None) -> float | None:
+    """A queue's aging step as a float: seconds, more than 0 and at most AGING_STEP_MAX (None:
+    no aging); anything else, NaN, infinities, bools and ints past a float too, is refused."""
+    if step is None:
+        return None
+    if (
+        isinstance(step, bool)
+        or not isinstance(step, int | float)
+        or not 0 < step <= AGING_STEP_MAX
+    ):
+        raise ValueError(
+            f"aging step must be a number of seconds > 0 and <= {AGING_STEP_MAX:g}, not {step!r}"
+        )
+    return float(step)
 
 
 def check_queue_name(name: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 from asyncio import Lock as PoolLock
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -24,7 +23,13 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from skiplock._db.attempt_log import attempt_history
-from skiplock._db.bounds import BIGINT_MAX, INT_MAX, check_key, check_queue_name
+from skiplock._db.bounds import (
+    BIGINT_MAX,
+    INT_MAX,
+    check_aging_step,
+    check_key,
+    check_queue_name,
+)
 from skiplock._db.caller_connection import AsyncCallerConnection, caller_connection_async
 from skiplock._db.connections import (
     CLIENT_POOL_MAX,
@@ -558,10 +563,11 @@ class AsyncClient:
         """Age ``queue``'s pending jobs: one priority level better per ``step`` seconds they
         have waited since due, up to the best priority pending in the queue, so that a steady
         stream of better-priority jobs cannot keep worse ones waiting for ever (None, the
-        default: priority is strict).  Applied by the maintenance leader each round."""
+        default: priority is strict).  Applied by the maintenance leader each round.  A step
+        is at most 1e9 seconds (``ValueError`` otherwise, as for NaN or infinity), the bound
+        the queues table holds too."""
         check_queue_name(queue)
-        if step is not None and not (math.isfinite(step) and step > 0):
-            raise ValueError(f"aging step must be a positive number of seconds, not {step!r}")
+        step = check_aging_step(step)
         async with self.connection(conn) as c:
             await self.store.queue_set_aging(c, queue, step)
 

@@ -145,9 +145,12 @@ class AsyncQueueStatements(AsyncSeam):
         return bool(found)
 
     async def session_list_lock_strangers(
-        self, conn: AsyncConnection[Any]
+        self, conn: AsyncConnection[Any], queues: Sequence[str] = ()
     ) -> list[tuple[int, str, str, str, bool]]:
         """(pid, user, what, mode, granted) of each session that holds or waits for one of
-        skiplock's advisory keys of the schema without being allowed to write the jobs table."""
-        rows = await self._rows(conn, "session_list_lock_strangers", {"schema": self.schema})
+        skiplock's advisory keys of the schema without being allowed to write the jobs table:
+        a job marker, or the marker of a queue with settings, of held-lock sessions, or of
+        ``queues`` (another schema's markers are not listed)."""
+        params = {"schema": self.schema, "queues": list(queues)}
+        rows = await self._rows(conn, "session_list_lock_strangers", params)
         return [tuple(row) for row in rows]

@@ -94,6 +94,11 @@ class Maintenance:
         self._next_reclaim = 0.0
         self._next_prune = 0.0
         self._strangers: set[tuple[int, str, str, str, bool]] = set()  # see _report_strangers
+        # The queues whose held-lock markers _report_strangers looks for, besides those of the
+        # schema's queues table and held-lock sessions: the served ones, or every task's.
+        self._marker_queues = sorted(
+            queues if queues is not None else {t.queue for t in app.tasks.values()}
+        )
         self._waiting_after = 0  # where the next read of waiting jobs starts (release_waiting)
         self._jobs_waiting = False  # whether the last read found any
         self._next_due: float | None = None  # monotonic time the next scheduled job is due
@@ -364,7 +369,7 @@ class Maintenance:
         (nothing waits on it, nor is counted by it, but workers of the last version count the
         held-lock markers; see docs/security.md) once when it is first seen, and once when it
         has let go."""
-        now = set(await self.store.session_list_lock_strangers(conn))
+        now = set(await self.store.session_list_lock_strangers(conn, self._marker_queues))
         for pid, user, what, mode, granted in sorted(now - self._strangers):
             log.warning(
                 "session %s (%s), which may not write the jobs table, %s %s (%s): claims do "

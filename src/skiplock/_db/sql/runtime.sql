@@ -151,7 +151,12 @@ RETURNING h.pid;
 -- Sessions that hold (or wait for) one of skiplock's advisory keys of this schema (held-lock
 -- markers, which workers of the last version count) without being allowed to write the jobs
 -- table: not workers (see doctor_lock_holders).  Held-lock jobs and their entity keys are
--- marked by row locks no such session may take (migrations 0020 and 0024).
+-- marked by row locks no such session may take (migrations 0020 and 0024).  A job marker's
+-- first key names the schema; a queue marker's first key is the same for every schema, and its
+-- second is the hash of schema and queue: it is of this schema when it is the hash of one of
+-- its queues with settings (a limited queue's count, of the last version, reads it), of
+-- held-lock sessions (held_runs), or of %(queues)s (the worker's).  Two skiplock schemas of
+-- one database do not list each other's workers.
 SELECT l.pid, a.usename::text,
        CASE l.classid WHEN hashtext('skiplock_held_job')::oid THEN 'a held-lock queue marker'
                       ELSE 'a held-lock job marker' END AS what,
@@ -160,8 +165,14 @@ FROM pg_locks AS l
 JOIN pg_stat_activity AS a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.objsubid = 2
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.classid IN (hashtext('skiplock_held_job')::oid,
-                    hashtext('skiplock_held_job_id/' || %(schema)s)::oid)
+  AND (l.classid = hashtext('skiplock_held_job_id/' || %(schema)s)::oid
+       OR l.classid = hashtext('skiplock_held_job')::oid
+          AND l.objid IN (SELECT hashtext(%(schema)s || '/' || q.name)::oid FROM {queues} AS q
+                          UNION ALL
+                          SELECT hashtext(%(schema)s || '/' || h.queue)::oid FROM {held_runs} AS h
+                          UNION ALL
+                          SELECT hashtext(%(schema)s || '/' || w.name)::oid
+                          FROM unnest(%(queues)s::text[]) AS w(name)))
   AND NOT {may_write_jobs}(a.usesysid)
 ORDER BY 1, 3, 4;
 
