@@ -26,6 +26,8 @@ PAIRS = {
     "dependencies_async.py": "dependencies_sync.py",
     "held_async.py": "held_sync.py",
     "store_async.py": "store_sync.py",
+    "client_settings_async.py": "client_settings_sync.py",
+    "client_jobsets_async.py": "client_jobsets_sync.py",
     "client_async.py": "client_sync.py",
 }
 
@@ -45,6 +47,9 @@ NAMES = {
     "AsyncHeldStatements": "SyncHeldStatements",
     "AsyncStore": "SyncStore",
     "AsyncClient": "SyncClient",
+    "AsyncSettingsClient": "SyncSettingsClient",
+    "AsyncJobSetsClient": "SyncJobSetsClient",
+    "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
     "seam_async": "seam_sync",
@@ -55,6 +60,8 @@ NAMES = {
     "held_async": "held_sync",
     "store_async": "store_sync",
     "client_async": "client_sync",
+    "client_settings_async": "client_settings_sync",
+    "client_jobsets_async": "client_jobsets_sync",
     "AsyncCallerConnection": "CallerConnection",
     "caller_connection_async": "caller_connection",
 }

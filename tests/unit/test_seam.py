@@ -17,8 +17,8 @@ from skiplock._db.store_async import AsyncStore
 PACKAGE = Path(skiplock.__file__).parent
 DB = PACKAGE / "_db"
 # The async sources of the store's statements (the sync twins are generated from them; the
-# client, client_async.py, runs none itself: it passes its calls on to the store).
-STORE_SOURCES = sorted(p for p in DB.glob("*_async.py") if p.name != "client_async.py")
+# client, client_*async.py, runs none itself: it passes its calls on to the store).
+STORE_SOURCES = sorted(p for p in DB.glob("*_async.py") if not p.name.startswith("client_"))
 # The rooms of the package that use the seam; the seam may use none of them.
 ABOVE_THE_SEAM = (
     "skiplock._runtime",

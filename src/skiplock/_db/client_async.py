@@ -26,11 +26,10 @@ from skiplock._db.attempt_log import attempt_history
 from skiplock._db.bounds import (
     BIGINT_MAX,
     INT_MAX,
-    check_aging_step,
-    check_key,
-    check_queue_name,
 )
 from skiplock._db.caller_connection import AsyncCallerConnection, caller_connection_async
+from skiplock._db.client_jobsets_async import AsyncJobSetsClient
+from skiplock._db.client_settings_async import AsyncSettingsClient
 from skiplock._db.connections import (
     CLIENT_POOL_MAX,
     RECONNECT_WINDOW,
@@ -39,13 +38,6 @@ from skiplock._db.connections import (
     unavailable,
 )
 from skiplock._db.enqueue import NewJob, NewJobs
-from skiplock._db.job_charts import (
-    CHART_MINUTES,
-    CHART_SCAN,
-    MAX_CHART_MINUTES,
-    FinishedPerMinute,
-)
-from skiplock._db.job_search import SEARCH_SCAN, FoundJobs
 from skiplock._db.migration_lock import LOCK_TIMEOUT as MIGRATE_LOCK_TIMEOUT
 from skiplock._db.migration_lock import LOCK_WAIT as MIGRATE_LOCK_WAIT
 from skiplock._db.migration_lock import check_wait
@@ -54,15 +46,6 @@ from skiplock._db.payload import load_json
 from skiplock._db.presence import is_silent
 from skiplock._db.store_async import ARCHIVE_PARTITIONS_AHEAD, AsyncStore
 from skiplock._db.wakeups import cancel_payload
-from skiplock._rate_limit import check_rate_limit
-from skiplock.bulk import (
-    BULK_BATCH,
-    CancelledJobs,
-    DeletedJobs,
-    JobFilter,
-    RetriedJobs,
-    delete_statuses,
-)
 from skiplock.job import Enqueued, Job
 
 POOL_MAX_SIZE = CLIENT_POOL_MAX
@@ -137,7 +120,7 @@ async def open_pool(
     return pool
 
 
-class AsyncClient:
+class AsyncClient(AsyncJobSetsClient, AsyncSettingsClient):
     def __init__(self, dsn: Callable[[], str], store: AsyncStore, *, prepare: bool = True) -> None:
         self._dsn = dsn
         self.store = store
@@ -223,99 +206,6 @@ class AsyncClient:
     async def cancel_job(self, job_id: int, conn: AsyncConnection[Any] | None = None) -> bool:
         async with self.connection(conn) as c:
             return await self.store.job_cancel(c, job_id)
-
-    async def retry_jobs(
-        self,
-        jobs: JobFilter,
-        statuses: Sequence[str],
-        *,
-        batch: int = BULK_BATCH,
-        conn: AsyncConnection[Any] | None = None,
-    ) -> RetriedJobs:
-        """Retry every matching job in ``statuses`` (failed, cancelled), a batch per statement."""
-        retried = skipped = after_id = 0
-        async with self.connection(conn) as c:
-            while True:
-                seen, after_id, n = await self.store.job_retry_many(
-                    c, jobs, statuses, after_id, batch
-                )
-                retried, skipped = retried + n, skipped + seen - n
-                if seen < batch:
-                    return RetriedJobs(retried, skipped)
-
-    async def cancel_jobs(
-        self,
-        jobs: JobFilter,
-        *,
-        running: bool = False,
-        batch: int = BULK_BATCH,
-        conn: AsyncConnection[Any] | None = None,
-    ) -> CancelledJobs:
-        """Cancel every matching job that has not started, a batch per statement; with
-        ``running``, ask the workers running the matching jobs to cancel them too (leased
-        jobs: a flag their heartbeat reads; held-lock jobs: a request recorded apart, which
-        their worker reads within a poll interval, and a NOTIFY)."""
-        if jobs.finished_within is not None or jobs.older_than is not None:
-            raise ValueError("finished_within and older_than select finished jobs: none to cancel")
-        cancelled = after_id = 0
-        async with self.connection(conn) as c:
-            while True:
-                n, after_id = await self.store.job_cancel_many(c, jobs, after_id, batch)
-                cancelled += n
-                if n < batch:
-                    break
-            if not running:
-                return CancelledJobs(cancelled, 0)
-            requested = await self.store.job_request_cancel_many(c, jobs)
-            held = await self.store.job_held_request_cancel_many(c, jobs)
-            if held:
-                await self.store.channel_notify_many(c, [cancel_payload(i) for i in held])
-        return CancelledJobs(cancelled, requested + len(held))
-
-    async def delete_jobs(
-        self,
-        jobs: JobFilter,
-        statuses: Sequence[str],
-        *,
-        batch: int = BULK_BATCH,
-        conn: AsyncConnection[Any] | None = None,
-    ) -> DeletedJobs:
-        """Delete every matching finished job in ``statuses`` (done, failed, cancelled: see
-        :func:`skiplock.bulk.delete_statuses`), a batch per statement; never an unfinished one."""
-        statuses = delete_statuses(statuses)
-        deleted = skipped = after_id = 0
-        async with self.connection(conn) as c:
-            while True:
-                seen, after_id, n = await self.store.job_delete_finished_many(
-                    c, jobs, statuses, after_id, batch
-                )
-                deleted, skipped = deleted + n, skipped + seen - n
-                if seen < batch:
-                    return DeletedJobs(deleted, skipped)
-
-    async def finished_per_minute(
-        self,
-        minutes: int = CHART_MINUTES,
-        *,
-        scan: int = CHART_SCAN,
-        conn: AsyncConnection[Any] | None = None,
-    ) -> FinishedPerMinute:
-        """Per queue and minute of the last ``minutes``, the jobs that finished done and
-        failed and their wait, reading at most ``scan`` finished jobs (see
-        :mod:`skiplock._db.job_charts`)."""
-        for name, value in (("minutes", minutes), ("scan", scan)):
-            limit = MAX_CHART_MINUTES if name == "minutes" else INT_MAX
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
-                raise ValueError(f"{name} must be a whole number from 1 to {limit}, got {value!r}")
-        async with self.connection(conn) as c:
-            rows = await self.store.job_finished_per_minute(c, minutes, scan)
-        return FinishedPerMinute.from_rows(rows, minutes=minutes, scan=scan)
-
-    async def count_matching(
-        self, jobs: JobFilter, statuses: Sequence[str], conn: AsyncConnection[Any] | None = None
-    ) -> dict[str, int]:
-        async with self.connection(conn) as c:
-            return await self.store.job_count_matching(c, jobs, statuses)
 
     async def counts(self, conn: AsyncConnection[Any] | None = None) -> list[tuple[str, str, int]]:
         async with self.connection(conn) as c:
@@ -491,121 +381,6 @@ class AsyncClient:
             "attempt": found.attempt,
             "worker": found.worker,
             "updated_at": found.updated_at.isoformat(),
-        }
-
-    async def search_jobs(
-        self,
-        payload: str,
-        *,
-        queue: str | None = None,
-        status: str | None = None,
-        task: str | None = None,
-        limit: int = 50,
-        before: int | None = None,
-        scan: int = SEARCH_SCAN,
-        conn: AsyncConnection[Any] | None = None,
-    ) -> FoundJobs:
-        """:meth:`list_jobs` of the jobs whose payload contains ``payload`` (JSON text, see
-        :func:`skiplock._db.job_search.payload_filter`), reading at most ``scan`` jobs."""
-        if before is not None and (isinstance(before, bool) or not 1 <= before <= BIGINT_MAX):
-            raise ValueError(f"before must be a job id from 1 to {BIGINT_MAX}, got {before!r}")
-        for name, value in (("limit", limit), ("scan", scan)):
-            if isinstance(value, bool) or not 1 <= value <= INT_MAX:
-                raise ValueError(f"{name} must be from 1 to {INT_MAX}, got {value!r}")
-        async with self.connection(conn) as c:
-            return await self.store.job_search(
-                c, payload=payload, queue=queue, status=status, task=task, limit=limit,
-                before=before, scan=scan,
-            )  # fmt: skip
-
-    async def set_paused(
-        self, queue: str, paused: bool, conn: AsyncConnection[Any] | None = None
-    ) -> None:
-        async with self.connection(conn) as c:
-            await self.store.queue_set_paused(c, queue, paused)
-
-    async def queue_settings(
-        self, queue: str, conn: AsyncConnection[Any] | None = None
-    ) -> dict[str, Any]:
-        """``queue``'s settings: paused, concurrency_limit, rate_limit, rate_period, aging_step
-        (a queue without settings: not paused, no limits, no aging)."""
-        async with self.connection(conn) as c:
-            found = await self.store.queue_settings_shown(c, queue)
-        return found or {
-            "paused": False, "concurrency_limit": None, "rate_limit": None, "rate_period": None,
-            "aging_step": None,
-        }  # fmt: skip
-
-    async def set_concurrency_limit(
-        self, queue: str, limit: int | None, conn: AsyncConnection[Any] | None = None
-    ) -> None:
-        if limit is not None and (isinstance(limit, bool) or not 1 <= limit <= INT_MAX):
-            raise ValueError(f"a concurrency limit is from 1 to {INT_MAX} (or None), got {limit!r}")
-        async with self.connection(conn) as c:
-            await self.store.queue_set_concurrency_limit(c, queue, limit)
-
-    async def set_rate_limit(
-        self,
-        queue: str,
-        limit: int | None,
-        period: float = 1.0,
-        conn: AsyncConnection[Any] | None = None,
-    ) -> None:
-        """At most ``limit`` job starts of ``queue`` per ``period`` seconds across all workers
-        (None: no rate limit); see :mod:`skiplock._rate_limit`."""
-        check_rate_limit(limit, period)
-        async with self.connection(conn) as c:
-            await self.store.queue_set_rate_limit(c, queue, limit, period)
-
-    async def set_aging(
-        self, queue: str, step: float | None, conn: AsyncConnection[Any] | None = None
-    ) -> None:
-        """Age ``queue``'s pending jobs: one priority level better per ``step`` seconds they
-        have waited since due, up to the best priority pending in the queue, so that a steady
-        stream of better-priority jobs cannot keep worse ones waiting for ever (None, the
-        default: priority is strict).  Applied by the maintenance leader each round.  A step
-        is at most 1e9 seconds (``ValueError`` otherwise, as for NaN or infinity), the bound
-        the queues table holds too."""
-        check_queue_name(queue)
-        step = check_aging_step(step)
-        async with self.connection(conn) as c:
-            await self.store.queue_set_aging(c, queue, step)
-
-    async def set_key_limit(
-        self,
-        key: str,
-        *,
-        concurrency: int | None = None,
-        rate: int | None = None,
-        period: float = 1.0,
-        conn: AsyncConnection[Any] | None = None,
-    ) -> None:
-        """Limits of one key's value (a job's ``limit_key``), across every task, queue and
-        worker: at most ``concurrency`` of its jobs running, at most ``rate`` starts per
-        ``period`` seconds (None: no limit of that kind; both None: the key has none).  Replaces
-        the key's limits; its rate bucket starts full."""
-        if check_key(key, "limit_key") is None:
-            raise ValueError("limit_key must be a non-empty string, got None")
-        if concurrency is not None and (
-            isinstance(concurrency, bool) or not 1 <= concurrency <= INT_MAX
-        ):
-            raise ValueError(
-                f"a concurrency limit is from 1 to {INT_MAX} (or None), got {concurrency!r}"
-            )
-        check_rate_limit(rate, period)
-        async with self.connection(conn) as c:
-            await self.store.limits_set_for_key(c, key, concurrency, rate, period)
-
-    async def key_limits(
-        self, conn: AsyncConnection[Any] | None = None
-    ) -> dict[str, dict[str, Any]]:
-        """Every key with limits: ``{key: {"concurrency": N, "rate": R, "period": S}}`` (None
-        where the key has no limit of that kind)."""
-        async with self.connection(conn) as c:
-            rows = await self.store.limits_of_keys(c)
-        return {
-            key: {"concurrency": concurrency, "rate": rate, "period": period}
-            for key, concurrency, rate, period in rows
         }
 
     async def archive_health(self, conn: AsyncConnection[Any] | None = None) -> dict[str, Any]:
