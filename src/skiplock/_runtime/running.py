@@ -13,6 +13,7 @@ from psycopg import AsyncConnection
 
 from skiplock._runtime.cancel_flag import CancelFlag
 from skiplock._runtime.progress import ProgressSlot
+from skiplock._runtime.thread_calls import ThreadCall
 from skiplock._task_settings import WorkerModel
 from skiplock.job import Job
 
@@ -40,6 +41,10 @@ class RunningJob:
         self.conn: AsyncConnection[Any] | None = None  # a held-lock job's, in its transaction
         self._cancel_flag: threading.Event | None = None
         self._progress_slot: ProgressSlot | None = None
+        # A sync job queued by its slot behind the slot's current one (see LeasedSlots): its
+        # call, and the timer that keeps its timeout until the slot waits for it.
+        self.ahead: ThreadCall | None = None
+        self.ahead_timer: asyncio.TimerHandle | None = None
 
     @property
     def progress_slot(self) -> ProgressSlot:
