@@ -187,3 +187,56 @@ def test_a_sync_job_queued_ahead_times_out_while_its_slot_waits_for_the_one_befo
         f'SELECT last_error FROM "{app.schema}".jobs WHERE id = %s', [overdue_id]
     ).fetchone()
     assert "JobTimeout" in error, error
+
+
+def test_a_sync_job_cancelled_while_queued_ahead_never_runs(app: App, db: Any) -> None:
+    """An admin cancels a job queued behind its slot's current one (which blocks, holding the
+    only thread): the slot is not cancelled, the blocked job goes on and is done, and the
+    cancelled one never runs, recorded cancelled."""
+    go = threading.Event()
+    ran: list[str] = []
+
+    @app.task(name="blocker")
+    def blocker() -> None:
+        go.wait(10)
+        ran.append("blocker")
+
+    @app.task(name="behind")
+    def behind() -> None:
+        ran.append("behind")
+
+    blocker_id = blocker.with_options(priority=1).enqueue().id
+    behind_id = behind.with_options(priority=2).enqueue().id
+    worker = Worker(app, concurrency=1, poll_interval=0.05)
+    claims_ahead(worker)
+
+    def queued_ahead() -> bool:
+        running = worker.state.running.get(behind_id)
+        return running is not None and running.ahead is not None
+
+    def told() -> bool:
+        running = worker.state.running.get(behind_id)
+        return running is not None and running.stop_reason == "cancelled"
+
+    async def main() -> None:
+        task = asyncio.create_task(worker.run())
+        try:
+            await wait_for_async(queued_ahead, 10.0, "the job was not queued ahead")
+            assert app.sync_client.cancel_or_request(behind_id) == "requested"
+            await wait_for_async(told, 10.0, "the worker never heard of the cancel")
+            go.set()
+            await wait_for_async(
+                lambda: worker.stats.done == 1 and worker.stats.cancelled == 1,
+                10.0,
+                lambda: worker.stats,
+            )
+        finally:
+            go.set()
+            worker.stop()
+            await asyncio.wait_for(task, 15)
+
+    asyncio.run(main())
+    assert ran == ["blocker"]
+    blocked, cancelled = app.get_job(blocker_id), app.get_job(behind_id)
+    assert blocked is not None and cancelled is not None
+    assert (blocked.status, cancelled.status) == ("done", "cancelled")
