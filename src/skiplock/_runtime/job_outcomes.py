@@ -107,8 +107,11 @@ class OutcomeReporter:
             job, task, worker_id=self.worker_id, executor=self.executor,
             cancel_flag=lambda: running.cancel_flag, progress_slot=lambda: running.progress_slot,
         )  # fmt: skip
+        if running.ahead is None:
+            return
+        running.ahead_drop = self.executor.drop  # a stop drops it (see RunningJob.stop)
         timeout = task.settings.timeout
-        if running.ahead is not None and timeout is not None:
+        if timeout is not None:
             loop = asyncio.get_running_loop()
             running.ahead_timer = loop.call_later(timeout, self._ahead_overdue, running, timeout)
 
