@@ -8,6 +8,8 @@ import asyncio
 import threading
 from typing import Any
 
+import pytest
+
 from helpers.polling import wait_for_async
 from skiplock import App, JobContext, JobEvent, Worker
 
@@ -189,10 +191,12 @@ def test_a_sync_job_queued_ahead_times_out_while_its_slot_waits_for_the_one_befo
     assert "JobTimeout" in error, error
 
 
-def test_a_sync_job_cancelled_while_queued_ahead_never_runs(app: App, db: Any) -> None:
-    """An admin cancels a job queued behind its slot's current one (which blocks, holding the
+@pytest.mark.parametrize("behind_is", ["sync", "async"])
+def test_a_job_cancelled_while_queued_ahead_never_runs(app: App, db: Any, behind_is: str) -> None:
+    """An admin cancels a job its slot took behind its current one (which blocks, holding the
     only thread): the slot is not cancelled, the blocked job goes on and is done, and the
-    cancelled one never runs, recorded cancelled."""
+    cancelled one never runs, recorded cancelled.  Its call is queued when it is sync; an async
+    one is only taken (started), to run when the slot gets to it."""
     go = threading.Event()
     ran: list[str] = []
 
@@ -201,18 +205,28 @@ def test_a_sync_job_cancelled_while_queued_ahead_never_runs(app: App, db: Any) -
         go.wait(10)
         ran.append("blocker")
 
-    @app.task(name="behind")
-    def behind() -> None:
-        ran.append("behind")
+    if behind_is == "sync":
+
+        @app.task(name="behind")
+        def behind() -> None:
+            ran.append("behind")
+
+    else:
+
+        @app.task(name="behind")
+        async def behind_async() -> None:
+            ran.append("behind")
 
     blocker_id = blocker.with_options(priority=1).enqueue().id
-    behind_id = behind.with_options(priority=2).enqueue().id
+    behind_id = app.enqueue("behind", {}, priority=2).id
     worker = Worker(app, concurrency=1, poll_interval=0.05)
     claims_ahead(worker)
 
-    def queued_ahead() -> bool:
+    def queued_ahead() -> bool:  # taken from the reserve while the blocker runs
         running = worker.state.running.get(behind_id)
-        return running is not None and running.ahead is not None
+        if running is None or any(r is running for r in worker.state.reserved):
+            return False
+        return behind_is == "async" or running.ahead is not None
 
     def told() -> bool:
         running = worker.state.running.get(behind_id)
