@@ -219,7 +219,8 @@ def test_a_job_cancelled_while_queued_ahead_never_runs(app: App, db: Any, behind
 
     blocker_id = blocker.with_options(priority=1).enqueue().id
     behind_id = app.enqueue("behind", {}, priority=2).id
-    worker = Worker(app, concurrency=1, poll_interval=0.05)
+    # A heartbeat every 0.2 s: it reads the cancel request if the notification came too early.
+    worker = Worker(app, concurrency=1, lease_seconds=0.6, poll_interval=0.05)
     claims_ahead(worker)
 
     def queued_ahead() -> bool:  # taken from the reserve while the blocker runs

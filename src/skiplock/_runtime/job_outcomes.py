@@ -144,10 +144,11 @@ class OutcomeReporter:
             running.ahead_timer = None
         try:
             reason = running.stop_reason
-            if reason is not None and running.ahead is not None:
-                # Stopped while queued behind its slot's last job (nothing cancelled the slot):
-                # a call still queued never runs, one that runs keeps its thread.
-                self.executor.keep(running.ahead, running.job.id)
+            if reason is not None:
+                # Stopped while its slot took it behind the one it waited for (nothing cancelled
+                # the slot): it does not run, and a sync call that runs keeps its thread.
+                if running.ahead is not None:
+                    self.executor.keep(running.ahead, running.job.id)
                 outcome = Outcome("cancelled" if reason == "cancelled" else "release")
                 go_on = False
             else:
