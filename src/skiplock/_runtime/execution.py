@@ -6,6 +6,7 @@ import asyncio
 import functools
 import json
 import threading
+import time
 import traceback
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Executor
@@ -18,7 +19,7 @@ from psycopg import AsyncConnection
 from skiplock._db.payload import encode_result
 from skiplock._runtime.cancel_flag import CancelFlag
 from skiplock._runtime.progress import ProgressSlot
-from skiplock._runtime.task_threads import TaskThreads
+from skiplock._runtime.task_threads import TaskThreads, ThreadCall
 from skiplock.errors import Fail, JobTimeout, Retry, UnknownTask
 from skiplock.job import Job, UnrunnableJob
 from skiplock.retry import ExponentialBackoff, RetryPolicy
@@ -165,9 +166,13 @@ async def run_job(
     unknown: UnknownTask | None = None,
     cancel_flag: Callable[[], threading.Event] | None = None,
     progress_slot: Callable[[], ProgressSlot] | None = None,
+    ahead: ThreadCall | None = None,
+    then: Callable[[], None] | None = None,
 ) -> Outcome:
     """Call the job's task within its timeout; exceptions and timeouts become outcomes,
-    cancellation from outside propagates."""
+    cancellation from outside propagates.  ``ahead``: the sync task's call, queued already
+    (see :func:`start_ahead`), its timeout counted from when a thread took it.  ``then``: called
+    once a sync task's call is queued for a thread (the slot may queue its next behind it)."""
     if task is None:  # no worker of this app can run it: retrying would not help
         assert unknown is not None
         give_up = "no task of that name is registered in this worker's app"
@@ -180,10 +185,17 @@ async def run_job(
         slot = progress_slot() if progress_slot is not None else ProgressSlot()
     timeout = task.settings.timeout
     if timeout is None:
-        return await _call(job, task, worker_id, executor, conn, flag, slot)
+        return await _call(job, task, worker_id, executor, conn, flag, slot, ahead, then)
     try:
-        async with asyncio.timeout(timeout):
-            return await _call(job, task, worker_id, executor, conn, flag, slot)
+        if ahead is not None and ahead.kept:
+            # Its timeout passed while its slot waited for the one before (the call was told
+            # and kept then: see OutcomeReporter.start_ahead); a timeout, whenever it returns.
+            raise TimeoutError
+        left = timeout
+        if ahead is not None and ahead.began is not None:
+            left -= time.monotonic() - ahead.began  # it has run since: counted from then
+        async with asyncio.timeout(left):
+            return await _call(job, task, worker_id, executor, conn, flag, slot, ahead, then)
     except TimeoutError:
         if flag is not None:
             flag.set()  # a sync task cannot be interrupted: it is told instead
@@ -198,13 +210,21 @@ async def _call(
     conn: AsyncConnection[Any] | None,
     cancel_flag: threading.Event | None,
     progress_slot: ProgressSlot | None = None,
+    ahead: ThreadCall | None = None,
+    then: Callable[[], None] | None = None,
 ) -> Outcome:
     args: tuple[Any, ...] = ()
-    if cancel_flag is not None:
+    if ahead is not None:  # built and queued by start_ahead: its arguments' count only
+        args = () if cancel_flag is None else (None,)
+    elif cancel_flag is not None:
         held_conn = conn if task.is_async else None
         slot = progress_slot or ProgressSlot()
         args = (JobContext(job, worker_id, held_conn, cancel_flag, slot),)
     try:
+        if ahead is not None:
+            assert isinstance(executor, TaskThreads)
+            value = await wait_in_thread(executor, ahead, job.id, then)
+            return _done(stored_result(value, task))
         if not isinstance(job.payload, dict):
             raise TypeError(f"payload of job {job.id} is not a JSON object")
         # The payload's JSON values as the parameters' types (the payload itself when the task
@@ -228,7 +248,7 @@ async def _call(
             call = functools.partial(task.fn, *args, **kwargs)
             if task.app.job_hooks:
                 call = functools.partial(_call_hooked, job, task, call)
-            result = stored_result(await in_thread(executor, call, job.id), task)
+            result = stored_result(await in_thread(executor, call, job.id, then), task)
     except Retry as request:
         return Outcome("snooze", delay=request.delay)
     except ArgumentDecodeError as exc:
@@ -248,7 +268,39 @@ async def _call(
         # Raised by the task's own code (the worker's signals stop it by other means): a
         # failure of this job, not the end of the worker and of every job it runs.
         return task_failure(job, exc, task)
+    return _done(result)
+
+
+def _done(result: str | None) -> Outcome:
     return DONE if result is None else Outcome("done", result=result)
+
+
+def start_ahead(
+    job: Job,
+    task: Task[Any, Any],
+    *,
+    worker_id: str,
+    executor: TaskThreads,
+    cancel_flag: Callable[[], threading.Event],
+    progress_slot: Callable[[], ProgressSlot],
+) -> ThreadCall | None:
+    """Queue a sync task's call for the task threads before its slot waits for it (behind the
+    call the slot waits for now: see LeasedSlots); :func:`run_job` with ``ahead`` waits for it.
+    None when the job is to run the ordinary way: an async task, or a payload that does not
+    decode (it fails there, as it would have)."""
+    if task.is_async or not isinstance(job.payload, dict):
+        return None
+    args: tuple[Any, ...] = ()
+    if task.settings.pass_context:
+        args = (JobContext(job, worker_id, None, cancel_flag(), progress_slot()),)
+    try:
+        kwargs = task.decoding.decode(job.payload)
+    except Exception:
+        return None
+    call = functools.partial(task.fn, *args, **kwargs)
+    if task.app.job_hooks:
+        call = functools.partial(_call_hooked, job, task, call)
+    return executor.start(call)
 
 
 def arguments_mismatch(task: Task[Any, Any], args: tuple[Any, ...], payload: Any) -> str | None:
@@ -271,20 +323,33 @@ def unrunnable(job: UnrunnableJob) -> Outcome:
     return Outcome("failed", error=f"{job.reason}\n\n{note}")
 
 
-async def in_thread(executor: Executor | TaskThreads, call: Callable[[], Any], job_id: int) -> Any:
+async def in_thread(
+    executor: Executor | TaskThreads,
+    call: Callable[[], Any],
+    job_id: int,
+    then: Callable[[], None] | None = None,
+) -> Any:
     """Run a sync task's call in a task thread and wait for it.  If the wait is cancelled (the
     job timed out, or was stopped) while the call runs, the call keeps its thread, and the
     worker's threads put another in its place (:meth:`TaskThreads.keep`); a call not yet
-    started never runs."""
+    started never runs.  ``then``: called once the call is queued."""
     if isinstance(executor, TaskThreads):
-        started = executor.start(call)
-        assert started.waiter is not None
-        try:
-            return await started.waiter
-        except asyncio.CancelledError:
-            executor.keep(started, job_id)
-            raise
+        return await wait_in_thread(executor, executor.start(call), job_id, then)
     return await asyncio.wrap_future(executor.submit(call))
+
+
+async def wait_in_thread(
+    executor: TaskThreads, started: ThreadCall, job_id: int, then: Callable[[], None] | None
+) -> Any:
+    """Wait for a call queued for the task threads (see :func:`in_thread`)."""
+    assert started.waiter is not None
+    try:
+        if then is not None:
+            then()
+        return await started.waiter
+    except asyncio.CancelledError:
+        executor.keep(started, job_id)
+        raise
 
 
 def hooked(job: Job, task: Task[Any, Any]) -> AbstractContextManager[object]:

@@ -19,9 +19,10 @@ from psycopg import AsyncConnection
 
 from skiplock._db.store_async import AsyncStore
 from skiplock._runtime.completer import Completer, Recorded
-from skiplock._runtime.execution import Outcome, run_job, unrunnable
+from skiplock._runtime.execution import Outcome, run_job, start_ahead, unrunnable
 from skiplock._runtime.running import RunningJob
 from skiplock._runtime.task_threads import TaskThreads
+from skiplock._runtime.thread_calls import DROPPED
 from skiplock._runtime.worker_state import WorkerState
 from skiplock._task_settings import WorkerModel
 from skiplock.app import App
@@ -71,8 +72,14 @@ class OutcomeReporter:
         if self.listeners or log.isEnabledFor(logging.DEBUG):
             self._emit(JobEvent("started", job, self.worker_id))
 
-    async def outcome(self, running: RunningJob, conn: AsyncConnection[Any] | None) -> Outcome:
-        """Run the job's task (on ``conn``, a held-lock job's transaction) to its outcome."""
+    async def outcome(
+        self,
+        running: RunningJob,
+        conn: AsyncConnection[Any] | None,
+        then: Callable[[], None] | None = None,
+    ) -> Outcome:
+        """Run the job's task (on ``conn``, a held-lock job's transaction) to its outcome;
+        ``then``, once a sync task's call is queued (see :func:`run_job`)."""
         job = running.job
         if isinstance(job, UnrunnableJob):
             return unrunnable(job)
@@ -81,19 +88,71 @@ class OutcomeReporter:
         outcome = await run_job(
             job, task, worker_id=self.worker_id, executor=self.executor, conn=conn,
             unknown=unknown, cancel_flag=lambda: running.cancel_flag,
-            progress_slot=lambda: running.progress_slot,
+            progress_slot=lambda: running.progress_slot, ahead=running.ahead, then=then,
         )  # fmt: skip
         self.stats.timed_out += outcome.timed_out
         return outcome
 
-    async def run_leased(self, running: RunningJob) -> bool:
+    def start_ahead(self, running: RunningJob) -> None:
+        """Queue a started leased job's sync call behind the one its slot waits for (see
+        LeasedSlots); it stays the ordinary way when it cannot (see :func:`start_ahead`).
+        Until its slot waits for it, a timer keeps its timeout (see ``_ahead_overdue``)."""
+        job = running.job
+        if isinstance(job, UnrunnableJob):
+            return
+        task = self.app.tasks.get(job.task)
+        if task is None:
+            return
+        running.ahead = start_ahead(
+            job, task, worker_id=self.worker_id, executor=self.executor,
+            cancel_flag=lambda: running.cancel_flag, progress_slot=lambda: running.progress_slot,
+        )  # fmt: skip
+        if running.ahead is None:
+            return
+        running.ahead_drop = self.executor.drop  # a stop drops it (see RunningJob.stop)
+        timeout = task.settings.timeout
+        if timeout is not None:
+            loop = asyncio.get_running_loop()
+            running.ahead_timer = loop.call_later(timeout, self._ahead_overdue, running, timeout)
+
+    def _ahead_overdue(self, running: RunningJob, timeout: float) -> None:
+        """A queued-ahead call's timeout, while its slot still waits for the one before: a call
+        that has run for its timeout is told (``ctx.cancelled``) and keeps its thread, another
+        taking its place, as at a timeout; its slot then records the timeout."""
+        call = running.ahead
+        running.ahead_timer = None
+        if call is None or call.returned or call.state == DROPPED or call.kept:
+            return
+        began = call.began
+        left = timeout if began is None else timeout - (time.monotonic() - began)
+        if left > 0:  # not begun (it cannot have overrun yet), or not for long enough
+            loop = asyncio.get_running_loop()
+            running.ahead_timer = loop.call_later(left, self._ahead_overdue, running, timeout)
+            return
+        running.cancel_flag.set()
+        self.executor.keep(call, running.job.id)
+
+    async def run_leased(self, running: RunningJob, then: Callable[[], None] | None = None) -> bool:
         """Run one leased job and hand its outcome to the completer; False when it was stopped
-        (cancelled, or at shutdown): the task it ran in is not to run another job."""
+        (cancelled, or at shutdown): the task it ran in is not to run another job.  ``then``:
+        called once a sync task's call is queued (the slot may queue its next behind it)."""
         state = self.state
         state.handlers += 1
         go_on = True
+        if running.ahead_timer is not None:
+            running.ahead_timer.cancel()  # its wait's own timeout from here
+            running.ahead_timer = None
         try:
-            outcome = await self.outcome(running, None)
+            reason = running.stop_reason
+            if reason is not None:
+                # Stopped while its slot took it behind the one it waited for (nothing cancelled
+                # the slot): it does not run, and a sync call that runs keeps its thread.
+                if running.ahead is not None:
+                    self.executor.keep(running.ahead, running.job.id)
+                outcome = Outcome("cancelled" if reason == "cancelled" else "release")
+                go_on = False
+            else:
+                outcome = await self.outcome(running, None, then)
         except asyncio.CancelledError:
             reason = running.stop_reason
             if reason is None:

@@ -68,12 +68,15 @@ class LeasedSlots:
         self.on_freed = on_freed  # a slot's job ended: start what waits, claim if due
         self.on_taken = on_taken  # a slot took a reserved job: claim if due
         self.parked: deque[ParkedSlot] = deque()  # the idle slots
+        self.ahead = 0  # jobs started and queued behind their slot's current one
         state.reserved.weights = claims.turns.weights  # the reserve takes the claim's turns
         self._doubt_logged_at = -math.inf  # when the last "not starting job" line was logged
 
     def room(self, unwritten: int) -> int:
         state = self.state
-        return self.capacity.to_claim(len(state.busy), len(state.reserved), unwritten)
+        # A job queued ahead counts as a busy slot would: the claimed jobs stay as many.
+        active = len(state.busy) + self.ahead
+        return self.capacity.to_claim(active, len(state.reserved), unwritten)
 
     async def claim(self, queues: list[str], limit: int) -> int:
         """Claim up to ``limit`` jobs, reserve them, and start as many as slots are free."""
@@ -92,7 +95,7 @@ class LeasedSlots:
     def _startable(self) -> int:
         """Jobs the slots could start now, none reserved for them."""
         state = self.state
-        return self.capacity.concurrency - len(state.busy) - len(state.reserved)
+        return self.capacity.concurrency - len(state.busy) - self.ahead - len(state.reserved)
 
     def give_back_waiting(self) -> None:
         reserved = self.state.reserved
@@ -173,10 +176,38 @@ class LeasedSlots:
         slot = asyncio.current_task()
         assert slot is not None
         loop = asyncio.get_running_loop()
+        ahead: list[RunningJob] = []  # the job queued behind the one the slot waits for
+
+        def queue_next() -> None:
+            """The slot's sync call is queued: while calls are quick, start the next reserved
+            job and queue its call behind it, so that a thread that returns from this one
+            takes that one at once (see docs/design.md, "Sync tasks in batches")."""
+            if ahead or self.state.stopping or not self.reporter.executor.quick():
+                return
+            if not self.capacity.startable(len(self.state.busy) - 1, self.completer.pending):
+                return
+            following = self._next_reserved()
+            if following is None:
+                return
+            self.ahead += 1
+            self.on_taken()
+            self.reporter.start_ahead(following)
+            ahead.append(following)
+
         while True:
             yield_at = time.monotonic() + self._slot_turn()
             while True:
-                if not await self.reporter.run_leased(running):
+                go_on = await self.reporter.run_leased(running, queue_next)
+                if ahead:
+                    # Started already: its outcome is this slot's to record, whatever else.
+                    running = ahead.pop()
+                    self.ahead -= 1
+                    running.task = slot
+                    if not go_on or self.state.stopping:
+                        await self._finish_ahead(running)
+                        return
+                    continue
+                if not go_on:
                     return
                 if time.monotonic() >= yield_at:
                     await asyncio.sleep(0)
@@ -208,6 +239,18 @@ class LeasedSlots:
             if handed is None:
                 return  # let go at shutdown
             running = handed
+
+    async def _finish_ahead(self, running: RunningJob) -> None:
+        """The slot ends with a job queued ahead: one whose call no thread has taken is given
+        back (it never ran); one that ran, or runs, is waited for and recorded."""
+        call = running.ahead
+        if call is not None and self.reporter.executor.drop(call):
+            if running.ahead_timer is not None:
+                running.ahead_timer.cancel()
+            running.task = None
+            self.reporter.give_back(running)
+            return
+        await self.reporter.run_leased(running)
 
     def let_go_idle(self) -> list[asyncio.Task[None]]:
         """Let the parked slots end (at shutdown); returns their tasks."""

@@ -7,12 +7,14 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from psycopg import AsyncConnection
 
 from skiplock._runtime.cancel_flag import CancelFlag
 from skiplock._runtime.progress import ProgressSlot
+from skiplock._runtime.thread_calls import ThreadCall
 from skiplock._task_settings import WorkerModel
 from skiplock.job import Job
 
@@ -40,6 +42,11 @@ class RunningJob:
         self.conn: AsyncConnection[Any] | None = None  # a held-lock job's, in its transaction
         self._cancel_flag: threading.Event | None = None
         self._progress_slot: ProgressSlot | None = None
+        # A sync job queued by its slot behind the slot's current one (see LeasedSlots): its
+        # call, and the timer that keeps its timeout until the slot waits for it.
+        self.ahead: ThreadCall | None = None
+        self.ahead_drop: Callable[[ThreadCall], object] | None = None  # TaskThreads.drop
+        self.ahead_timer: asyncio.TimerHandle | None = None
 
     @property
     def progress_slot(self) -> ProgressSlot:
@@ -71,6 +78,10 @@ class RunningJob:
             self._cancel_flag.set()
         if self.task is not None:
             self.task.cancel()
+        elif self.ahead is not None and self.ahead_drop is not None:
+            # Queued behind its slot's current job, which the slot waits for (not cancelled):
+            # a call no thread has taken never runs, and the slot records the stop later.
+            self.ahead_drop(self.ahead)
 
     def cancel_requested(self) -> None:
         """An admin asked to cancel the job (its heartbeat saw the flag, a NOTIFY came, or a

@@ -18,7 +18,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
-from time import perf_counter
+from time import monotonic
 from typing import Any, ParamSpec, TypeVar
 
 from skiplock._runtime.django_requests import as_request_if_django, django_is_set_up
@@ -93,6 +93,11 @@ class TaskThreads:
         future.set_running_or_notify_cancel()
         self._put(call, force=True)  # from any thread: no loop watches for it
         return future
+
+    def quick(self) -> bool:
+        """Whether calls are quick (see ``QUICK_CALL``): a slot may then queue its next job's
+        call behind the one it waits for (see LeasedSlots)."""
+        return self._call_time < QUICK_CALL
 
     def _put(self, call: ThreadCall, force: bool) -> None:
         if self._shutdown:
@@ -190,9 +195,9 @@ class TaskThreads:
                 self._running += 1
                 if queue:
                     self._hand_on()
-            began = perf_counter()
+            call.began = began = monotonic()
             call.run()
-            self._call_time += (perf_counter() - began - self._call_time) * 0.125
+            self._call_time += (monotonic() - began - self._call_time) * 0.125
             if call.future is not None:
                 call.settle_future()
             elif queue and self._call_time < QUICK_CALL and watch.on:
@@ -203,6 +208,13 @@ class TaskThreads:
                 outcomes.hand_back(call)
             done = call
             del call
+
+    def drop(self, call: ThreadCall) -> bool:
+        """Drop ``call`` if no thread has taken it (it never runs); whether it was dropped."""
+        with self._lock:
+            if call.state == QUEUED:
+                call.state = DROPPED
+            return call.state == DROPPED
 
     # -- calls the worker stopped waiting for -------------------------------------------------
 

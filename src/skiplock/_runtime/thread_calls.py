@@ -18,7 +18,7 @@ QUEUED, RUNNING, RETURNED, DROPPED = range(4)
 class ThreadCall:
     """One call handed to the task threads, and what became of it."""
 
-    __slots__ = ("error", "fn", "future", "kept", "returned", "state", "value", "waiter")
+    __slots__ = ("began", "error", "fn", "future", "kept", "returned", "state", "value", "waiter")
 
     def __init__(self, fn: Callable[[], Any], waiter: asyncio.Future[Any] | None = None) -> None:
         self.fn = fn
@@ -29,6 +29,7 @@ class ThreadCall:
         self.future: Future[Any] | None = None  # a thread's (see TaskThreads.submit)
         self.kept = False
         self.returned = False  # set (without the lock) as soon as it has
+        self.began: float | None = None  # time.monotonic() when a thread took it
 
     def run(self) -> None:
         """In a task thread: call it, keeping what it returned or raised."""
