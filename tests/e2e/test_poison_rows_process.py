@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers.bad_rows import insert_row, job_state, nested
+from helpers.bad_rows import UNDECODABLE_DEPTH, insert_row, job_state, nested
 from skiplock import App
 
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ def work(n: int) -> None:
 """
 
 BAD = {  # columns of each bad row -> what its last_error says
-    "deep payload": ({"payload": nested(3000)}, "payload could not be decoded"),
+    "deep payload": ({"payload": nested(UNDECODABLE_DEPTH)}, "payload could not be decoded"),
     "long integer": ({"payload": '{"n": ' + "7" * 5000 + "}"}, "payload could not be decoded"),
     "run_at -infinity": ({"payload": '{"n": 0}', "run_at": "-infinity"}, "run_at is -infinity"),
     "unknown task": ({"payload": "{}", "task": "ghost"}, "unknown task 'ghost'"),
