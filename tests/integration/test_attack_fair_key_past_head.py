@@ -16,6 +16,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from helpers.stores import SyncStore
+from skiplock import App
+
 from .test_roles_fair_key import producer
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -23,8 +26,9 @@ EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 @pytest.mark.xfail(
     strict=True,
-    reason="attack finding: needs a migration (fair_key_take_turn: a keyed pending row's own"
-    " run_at, when it is the first of its queue and priority, should be now(), not earlier)",
+    reason="attack finding: needs a migration (fair_key_take_turn should start a keyed pending"
+    " row from now(), NEW.run_at := now(), not least(NEW.run_at, now()): a producer's run_at"
+    " in the past then heads no turns)",
 )
 def test_a_back_dated_keyed_job_does_not_back_date_other_tenants_turns(
     pg_dsn: str, schema: str, db: psycopg.Connection[object]
@@ -43,3 +47,25 @@ def test_a_back_dated_keyed_job_does_not_back_date_other_tenants_turns(
     assert run_at >= started - dt.timedelta(minutes=1), (
         f"another tenant's keyed job was given the turn {run_at}"
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack finding: needs a migration (as above: the back-dated head of the turns"
+    " ages every other tenant's keyed job at once)",
+)
+def test_a_back_dated_keyed_job_does_not_age_other_tenants_jobs_past_better_ones(
+    app: App, store: SyncStore, db: psycopg.Connection[object]
+) -> None:
+    @app.task(name="t", queue="q")
+    def t(n: int) -> None: ...
+
+    app.sync_client.set_aging("q", 60)
+    (urgent,) = t.with_options(priority=0).enqueue_many([{"n": 0}])
+    t.with_options(priority=9, fair_key="careless", run_at=EPOCH).enqueue_many([{"n": 1}])
+    (tenant,) = t.with_options(priority=9, fair_key="tenant").enqueue_many([{"n": 2}])
+    store.job_age_pending(db, 100)
+    # The careless producer's own job may go first (it dated it); the other tenant's job, due
+    # for less than a step, may not pass the urgent one.
+    first_two = [j.id for j in store.job_claim(db, ["q"], 2, "w", 30.0)]
+    assert tenant.id not in first_two and urgent.id in first_two
