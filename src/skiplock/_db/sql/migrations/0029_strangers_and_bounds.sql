@@ -5,11 +5,12 @@
 -- run_at is ahead as scheduled.  But a producer writing SQL (the enqueuer role may insert a
 -- pending row) could give a keyed pending row a run_at of year 9999: as the head of its queue
 -- turns, it gave that run_at to every other key job of its queue and priority, which then came
--- after every unkeyed job and never aged.  So a keyed pending row takes now() as its run_at
--- when it was given a later one (enqueue never does: its pending rows are due by the same
--- now()), and the head taken is never later than now(): a row written before this migration
--- delays no other key.  A key turns still go one microsecond apart, so a key with many pending
--- jobs has its last turns ahead of now(), as before.
+-- after every unkeyed job and never aged; and a run_at of 1970 (enqueue takes any past
+-- run_at) gave the other keys turns in 1970, before every unkeyed job however long it had
+-- waited, and aged them at once.  So a keyed pending row's turn is counted from now(), never
+-- from the run_at it was given, and the head taken is never later than now(): a row written
+-- before this migration delays no other key.  A key turns still go one microsecond apart, so
+-- a key with many pending jobs has its last turns ahead of now(), as before.
 CREATE OR REPLACE FUNCTION {schema}.fair_key_take_turn() RETURNS trigger
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
@@ -17,7 +18,7 @@ DECLARE
     head timestamptz;
     last timestamptz;
 BEGIN
-    NEW.run_at := least(NEW.run_at, now());
+    NEW.run_at := now();
     SELECT run_at INTO head FROM {schema}.jobs
     WHERE status = 'pending' AND fair_key IS NOT NULL AND queue = NEW.queue
       AND priority = NEW.priority
