@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Any, Protocol
@@ -21,6 +21,7 @@ from skiplock._db.connections import WORKER_POOL_MAX, WORKER_POOL_MIN
 from skiplock._db.sql import Queries
 from skiplock._db.store_async import AsyncStore
 from skiplock.backends import Backend, NewJob, PostgresBackend, Transaction
+from skiplock.job import Enqueued
 
 
 class Harness(Protocol):
@@ -123,3 +124,16 @@ def new_job(
         idempotency_key=idempotency_key,
         expires_at=expires_at,
     )
+
+
+def check_claimed_once(
+    taken: Sequence[Sequence[int]], plain: Sequence[Enqueued], same_key: Sequence[Enqueued]
+) -> None:
+    """What concurrent claimers took (``taken``, the ids each took): no job twice, every plain
+    job, one of the jobs sharing an entity key (the others wait while it runs), and more than
+    one claimer with jobs (else the race did not happen)."""
+    every = [job_id for ids in taken for job_id in ids]
+    assert len(every) == len(set(every)), "a job was handed to two claims"
+    assert {e.id for e in plain} <= set(every)
+    assert len(set(every) & {e.id for e in same_key}) == 1
+    assert sum(1 for ids in taken if ids) > 1, "the claims did not overlap; test is moot"
