@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,6 +19,32 @@ def statuses(db: Any, app: App) -> dict[str, int]:
     return dict(
         db.execute(f'SELECT status, count(*) FROM "{app.schema}".jobs GROUP BY status').fetchall()
     )
+
+
+def run_until(
+    worker: Worker, done: Callable[[], bool], then: threading.Event | None = None
+) -> None:
+    """Run ``worker`` until ``done()`` (30 s at most); then set ``then`` (what its tasks wait
+    for, if any) and stop it."""
+
+    async def main() -> None:
+        task = asyncio.create_task(worker.run())
+        try:
+            await wait_for_async(done, 30.0, lambda: worker.stats)
+        finally:
+            if then is not None:
+                then.set()
+            worker.stop()
+            await asyncio.wait_for(task, 15)
+
+    asyncio.run(main())
+
+
+def last_error(db: Any, app: App, job_id: int) -> str:
+    (error,) = db.execute(
+        f'SELECT last_error FROM "{app.schema}".jobs WHERE id = %s', [job_id]
+    ).fetchone()
+    return str(error)
 
 
 def claims_ahead(worker: Worker) -> None:
@@ -80,25 +107,10 @@ def test_a_slow_sync_job_among_quick_ones_times_out_alone(app: App, db: Any) -> 
     quick.with_options(priority=-2).enqueue_many([{"n": n} for n in range(500, 1000)])
     worker = Worker(app, concurrency=4, poll_interval=0.05)
 
-    async def main() -> None:
-        task = asyncio.create_task(worker.run())
-        try:
-            await wait_for_async(
-                lambda: worker.stats.done == 1000 and worker.stats.timed_out == 1,
-                30.0,
-                lambda: worker.stats,
-            )
-        finally:
-            release.set()
-            worker.stop()
-            await asyncio.wait_for(task, 15)
-
-    asyncio.run(main())
+    run_until(worker, lambda: worker.stats.done == 1000 and worker.stats.timed_out == 1, release)
     assert seen == [True]
     assert statuses(db, app) == {"done": 1000, "failed": 1}
-    (error,) = db.execute(
-        f'SELECT last_error FROM "{app.schema}".jobs WHERE id = %s', [slow_id]
-    ).fetchone()
+    error = last_error(db, app, slow_id)
     assert "JobTimeout" in error, error
 
 
@@ -124,15 +136,7 @@ def test_a_slot_queues_its_next_sync_job_behind_the_one_it_waits_for(app: App, d
     worker = Worker(app, concurrency=1, poll_interval=0.05, on_event=on_event)
     claims_ahead(worker)
 
-    async def main() -> None:
-        task = asyncio.create_task(worker.run())
-        try:
-            await wait_for_async(lambda: worker.stats.done == 2, 30.0, lambda: worker.stats)
-        finally:
-            worker.stop()
-            await asyncio.wait_for(task, 15)
-
-    asyncio.run(main())
+    run_until(worker, lambda: worker.stats.done == 2)
     assert seen == [True, True]
     assert statuses(db, app) == {"done": 2}
 
@@ -167,27 +171,12 @@ def test_a_sync_job_queued_ahead_times_out_while_its_slot_waits_for_the_one_befo
     worker = Worker(app, concurrency=2, poll_interval=0.05)
     claims_ahead(worker)
 
-    async def main() -> None:
-        task = asyncio.create_task(worker.run())
-        try:
-            await wait_for_async(
-                lambda: worker.stats.done == 2 and worker.stats.timed_out == 1,
-                30.0,
-                lambda: worker.stats,
-            )
-        finally:
-            overdue_told.set()
-            worker.stop()
-            await asyncio.wait_for(task, 15)
-
-    asyncio.run(main())
+    run_until(worker, lambda: worker.stats.done == 2 and worker.stats.timed_out == 1, overdue_told)
     assert statuses(db, app) == {"done": 2, "failed": 1}
     blocked = app.get_job(blocker_id)
     assert blocked is not None
     assert blocked.result is True  # told while the blocker ran, before it gave up waiting
-    (error,) = db.execute(
-        f'SELECT last_error FROM "{app.schema}".jobs WHERE id = %s', [overdue_id]
-    ).fetchone()
+    error = last_error(db, app, overdue_id)
     assert "JobTimeout" in error, error
 
 
