@@ -8,13 +8,13 @@ Creates and drops its own schema ``bench_claim_figures``; prints one line per fi
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 
+from bench.db import default_dsn
 from skiplock import App
 from skiplock._db.store_sync import SyncStore
 
@@ -29,7 +29,7 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = os.environ.get("SKIPLOCK_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    default = default_dsn()
     parser.add_argument("--dsn", default=default)
     dsn = parser.parse_args().dsn
     app = App(dsn, SCHEMA)

@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import secrets
 import statistics
 import time
 
 import psycopg
 
+from bench.db import default_dsn
 from skiplock import App, Worker
 from skiplock._db.sql import Queries
 from skiplock._db.store_sync import SyncStore
@@ -89,7 +89,7 @@ def drain(dsn: str, n: int, keyed: bool) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = os.environ.get("SKIPLOCK_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    default = default_dsn()
     parser.add_argument("--dsn", default=default)
     parser.add_argument("--jobs", type=int, default=2000, help="jobs per drain")
     args = parser.parse_args()

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
 import statistics
 import time
 from collections.abc import Callable
 
+from bench.db import default_dsn
 from skiplock import App
 
 ROUNDS, WARM = 15, 3
@@ -58,7 +58,7 @@ def one_round(dsn: str) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = os.environ.get("SKIPLOCK_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    default = default_dsn()
     parser.add_argument("--dsn", default=default)
     args = parser.parse_args()
     print(json.dumps(one_round(args.dsn)))

@@ -22,6 +22,7 @@ import time
 
 import psycopg
 
+from bench.db import default_dsn
 from skiplock import App
 from skiplock._db.sql import Queries
 from skiplock._db.store_sync import SyncStore
@@ -73,7 +74,7 @@ def one_round(dsn: str, n: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = os.environ.get("SKIPLOCK_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    default = default_dsn()
     parser.add_argument("--dsn", default=default)
     parser.add_argument("--jobs", type=int, default=1000)
     args = parser.parse_args()

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
 import statistics
 import time
 
 import psycopg
 
+from bench.db import default_dsn
 from skiplock import App
 from skiplock._db.sql import Queries
 from skiplock._db.store_sync import SyncStore
@@ -73,7 +73,7 @@ def one_round(dsn: str, stale: int, reads: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = os.environ.get("SKIPLOCK_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    default = default_dsn()
     parser.add_argument("--dsn", default=default)
     parser.add_argument("--stale", type=int, default=20_000)
     parser.add_argument("--reads", type=int, default=50)

@@ -25,9 +25,9 @@ import os
 import statistics
 import time
 
+from bench.db import default_dsn
 from skiplock import App, Worker
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 VARIANTS = ("none", "other key", "every job", "queue limit")
 
 
@@ -58,7 +58,7 @@ def drain(dsn: str, jobs: int, variant: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dsn", default=os.environ.get("SKIPLOCK_DATABASE_URL", DEFAULT_DSN))
+    parser.add_argument("--dsn", default=default_dsn())
     parser.add_argument("--jobs", type=int, default=5_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")

@@ -13,11 +13,11 @@ It works in a schema of its own (``bench_keylim_plan``), dropped at the end.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 import psycopg
 
+from bench.db import default_dsn
 from skiplock import App
 from skiplock._db.sql import Queries
 
@@ -51,7 +51,7 @@ def explain(conn: psycopg.Connection[Any], text: str, params: dict[str, Any]) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    default = os.environ.get("SKIPLOCK_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    default = default_dsn()
     parser.add_argument("--dsn", default=default)
     parser.add_argument("--jobs", type=int, default=100_000)
     args = parser.parse_args()
