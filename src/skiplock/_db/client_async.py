@@ -91,11 +91,9 @@ async def open_pool(
     await probe.close()
 
     async def try_again(pool: AsyncConnectionPool) -> None:
-        """A chain of tries to reconnect gave up (RECONNECT_WINDOW): begin another at once,
-        if the pool is short of its min_size (check() grows the pool by one connection whenever
-        it is below max_size: called at every chain given up, as while the server refuses
-        with "too many clients", it left an idle pool larger after each such shortage, up to
-        max_size; above min_size, a client that waits grows the pool itself)."""
+        """A chain of tries to reconnect gave up (RECONNECT_WINDOW): begin another at once, only
+        below min_size (check() grows any pool below max_size by one; above min_size a waiting
+        client grows it), so that a "too many clients" shortage leaves no idle pool larger."""
         if not pool.closed and pool.get_stats()["pool_size"] < pool.min_size:
             await pool.check()
 
