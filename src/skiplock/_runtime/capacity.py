@@ -8,7 +8,10 @@ and never sits on work another worker could start now.  When its claims take lon
 (a server some milliseconds away), it reserves what it starts within a few claims' time instead:
 what is left when the next claim is sent must last until that claim's jobs arrive
 (docs/design.md, "The reserve covers the claim's round trip").  Reserved jobs have not run: a crash
-leaves them to be reclaimed when their leases expire, it does not run them twice.
+leaves them to be reclaimed when their leases expire, it does not run them twice.  While its
+slots have work it claims in pieces of about ``PIECE`` jobs, as soon as there is room for one,
+so that a job enqueued meanwhile is claimed within a small claim's time (docs/design.md,
+"Claims in pieces").
 
 Finished jobs whose outcomes are not written yet (*unwritten*) may number up to
 ``max(concurrency, 600)`` before the worker stops starting and claiming: short jobs share one
@@ -40,6 +43,12 @@ UNWRITTEN_FLOOR = 600
 # few jobs (docs/design.md, "The reserve covers the claim's round trip").
 CLAIMS_AHEAD = 4
 CLAIM_TIMES_KEPT = 5  # recent claims whose middle time sets the reach
+# While its slots have work a worker claims in pieces of PIECE jobs, or, when its server is far
+# away, as many as make the round trip a third of a claim's time.  A job enqueued during a
+# backlog waits for the next claim to be sent and then for that claim: a piece's time each,
+# not half the target's (docs/design.md, "Claims in pieces").
+PIECE = 200
+PIECE_ROUND_TRIP_SHARE = 1 / 3
 
 
 class Throughput:
@@ -95,10 +104,33 @@ class Capacity:
         self.unwritten_max: int = max(concurrency, UNWRITTEN_FLOOR)
         self.throughput: Throughput = throughput or Throughput()
         self._claim_times: deque[float] = deque(maxlen=CLAIM_TIMES_KEPT)
+        self._claim_sizes: deque[int] = deque(maxlen=CLAIM_TIMES_KEPT)
+        self._round_trips: deque[float] = deque(maxlen=CLAIM_TIMES_KEPT)
+        self._piece: int | None = None
 
-    def claim_took(self, seconds: float) -> None:
-        """A claim took this long, from its send to its jobs in the worker."""
+    def claim_took(self, seconds: float, jobs: int | None = None) -> None:
+        """A claim (of ``jobs``, when known) took this long, from its send to its jobs in the
+        worker."""
         self._claim_times.append(seconds)
+        if jobs:
+            self._claim_sizes.append(jobs)
+            self._piece = None
+
+    def round_trip_took(self, seconds: float) -> None:
+        """A statement that does nothing took this long on a connection of the worker's."""
+        self._round_trips.append(seconds)
+        self._piece = None
+
+    def piece(self) -> int | None:
+        """The most one claim asks for while the slots have work; None before a round trip
+        and a few claims of jobs are timed."""
+        if self._piece is None and self._round_trips and len(self._claim_sizes) == CLAIM_TIMES_KEPT:
+            trip = statistics.median(self._round_trips)
+            took = statistics.median(self._claim_times)
+            per_job = max(took - trip, 1e-6) / statistics.median(self._claim_sizes)
+            share = PIECE_ROUND_TRIP_SHARE
+            self._piece = max(PIECE, int(trip * (1 - share) / share / per_job))
+        return self._piece
 
     def claim_time(self) -> float | None:
         """What a claim takes lately (the middle of the recent ones: one slow claim among them
@@ -123,7 +155,9 @@ class Capacity:
 
     def refill_below(self) -> int:
         """Claim again once active + reserved jobs drop below this (see :meth:`to_claim`)."""
-        return self._refill_below(self.concurrency + self.ahead())
+        target = self.concurrency + self.ahead()
+        half, piece = self._refill_below(target), self.piece()
+        return half if piece is None else max(half, target - piece + 1)
 
     @staticmethod
     def _refill_below(target: int) -> int:
@@ -148,6 +182,9 @@ class Capacity:
                 target, room, taken = self.max_in_flight, self.max_in_flight - in_flight, in_flight
         if room <= 0:
             return 0
+        piece = self.piece()
+        if piece is not None and room >= piece:
+            return piece  # room for a piece: claim it now, not once half the target is gone
         if reserved == 0 and active < self.concurrency and unwritten <= self.unwritten_max:
             return room
         return room if taken < self._refill_below(target) else 0

@@ -158,7 +158,7 @@ class ClaimLoop:
                 try:
                     claimed = await self.slots.claim(active, want)
                     self.claim_error = None
-                    self.capacity.claim_took(time.monotonic() - sent)
+                    self.capacity.claim_took(time.monotonic() - sent, claimed)
                 except (psycopg.Error, SkiplockError) as exc:
                     self.claim_error = str(exc).strip().splitlines()[0] or type(exc).__name__
                     again = "" if self.burst else ", retrying after the poll interval"
@@ -184,6 +184,10 @@ class ClaimLoop:
                 empty_claims = 0 if claimed else empty_claims + 1
             if claimed:
                 idle_rounds = 0
+                # A piece (docs/design.md, "Claims in pieces"): send the next one at once if
+                # there is room for it, not after the slots' next turns.
+                piece = self.capacity.piece()
+                woken_by_news = piece is not None and want >= piece
                 continue
             in_flight = self.state.busy or self.state.reserved or self.completer.pending
             if self.recycling.reason is not None and not in_flight:

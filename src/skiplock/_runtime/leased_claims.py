@@ -9,6 +9,7 @@ claim.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 
 from psycopg_pool import AsyncConnectionPool
@@ -58,6 +59,13 @@ class LeasedClaims:
         )
         # Where the next claim of limited keys' jobs goes on, in each queue with limits.
         self.queue_after_key: dict[str, str | None] = {}
+
+    async def round_trip(self) -> float:
+        """Seconds an empty statement takes on a connection of the worker's pool."""
+        async with self.pool.connection() as conn:
+            sent = time.monotonic()
+            await AsyncConnectionPool.check_connection(conn)
+            return time.monotonic() - sent
 
     async def claim(self, queues: list[str], limit: int, startable: Callable[[], int]) -> list[Job]:
         """Up to ``limit`` jobs, leased; from queues with a concurrency limit, and of keys with

@@ -37,6 +37,7 @@ log = logging.getLogger("skiplock.worker")
 # docs/design.md, "Parked slots").
 SLOTS_TURN = 0.001
 SLOT_TURN_MIN = 0.00005
+ROUND_TRIP_EVERY = 5.0  # seconds between two timings of the server's round trip
 
 ParkedSlot = tuple[asyncio.Task[None], "asyncio.Future[RunningJob | None]"]
 
@@ -71,6 +72,7 @@ class LeasedSlots:
         self.ahead = 0  # jobs started and queued behind their slot's current one
         state.reserved.weights = claims.turns.weights  # the reserve takes the claim's turns
         self._doubt_logged_at = -math.inf  # when the last "not starting job" line was logged
+        self._next_round_trip = -math.inf  # when to time the server's round trip again
 
     def room(self, unwritten: int) -> int:
         state = self.state
@@ -81,6 +83,9 @@ class LeasedSlots:
     async def claim(self, queues: list[str], limit: int) -> int:
         """Claim up to ``limit`` jobs, reserve them, and start as many as slots are free."""
         state = self.state
+        if time.monotonic() >= self._next_round_trip:  # what a claim's piece follows
+            self._next_round_trip = time.monotonic() + ROUND_TRIP_EVERY
+            self.capacity.round_trip_took(await self.claims.round_trip())
         sent = time.monotonic()  # the leases run from the claim's commit, a little later
         jobs = await self.claims.claim(queues, limit, self._startable)
         self.recycling.count_claimed(len(jobs))
