@@ -31,6 +31,7 @@ from .systems import QUEUES, SYSTEMS, Setting, versions
 from .workloads import (
     Context,
     drain,
+    drop_templates,
     enqueue,
     latency,
     long_transaction,
@@ -522,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, reason in skipped.items():
         log.warning("skipping %s: %s", name, reason)
     log_dir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
-    ctx = Context(db, log_dir, args.quick)
+    # quick: each system's schema installed once, copied for each run (workloads.fresh)
+    ctx = Context(db, log_dir, args.quick, templates={} if args.quick else None)
     runner = Runner(ctx, plan)
     started = datetime.now(UTC)
     meta: dict[str, Any] = {
@@ -550,10 +552,11 @@ def main(argv: list[str] | None = None) -> int:
         meta["source_end"] = source_state()
         meta["timings"] = runner.timings
         meta["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
-        try:
-            db.drop()
-        except Exception as exc:  # the report matters more than the cleanup
-            log.warning("could not drop %s: %s", args.database, exc)
+        for cleanup in (db.drop, lambda: drop_templates(ctx)):
+            try:
+                cleanup()
+            except Exception as exc:  # the report matters more than the cleanup
+                log.warning("could not drop %s or its templates: %s", args.database, exc)
         (out / "results.json").write_text(
             json.dumps(
                 {"meta": meta, "plan": report.plan_dict(plan), "results": runner.results},

@@ -162,7 +162,7 @@ def drain(
         text = statements.script(mode, batch)
         res = run_pgbench(ctx.db, text, batch, clients, transactions=per_client, mon=mon)
         s0, s1 = mon.samples[0], mon.samples[-1]
-        wait_backends_gone(mon)
+        wait_backends_gone(mon, ctx.quick)
         table = sql.Identifier(*statements.table)
         by_status = sql.SQL("SELECT status, count(*) FROM {} GROUP BY status").format(table)
         rows = dict(mon.conn.execute(by_status).fetchall())

@@ -66,12 +66,16 @@ class BenchDatabase:
         other.url = as_url(dsn)
         return other
 
-    def recreate(self) -> None:
+    def recreate(self, template: str | None = None) -> None:
+        """Dropped and created again: empty, or a copy of the database ``template``."""
+        create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name))
+        if template is not None:
+            create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
         with connect(self.server_dsn) as conn:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.name))
             )
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
+            conn.execute(create)
 
     def drop(self) -> None:
         with connect(self.server_dsn) as conn:

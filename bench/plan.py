@@ -388,14 +388,14 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             quick=True,
             repeat=repeat or 1,
             # Every workload and system once, each as small as still exercises it (the tests
-            # run this): the drains' bounded settings, but one setting per peer.
+            # run this): the drains' bounded settings, but one setting per peer; skiplock's
+            # sync handler in the full plan.
             enqueue_single=100,
             enqueue_bulk=2000,
             bulk_batch=500,
             drain_sizes=[1000],
             drain_settings=[
                 SK_DEFAULT,
-                SK_SYNC,
                 SK_C100X2_DELETE,
                 SK_C100X2_DELETE_F1000,
                 SK_C100X2_DELETE_F150,
@@ -409,14 +409,14 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             big_drain_repeat=1,
             procrastinate_drain=200,
             latency_rate=50.0,
-            latency_seconds=1.0,
+            latency_seconds=0.5,
             latency_settings=[SK_DEFAULT, pgq(10, 1), PR_DEFAULT, CELERY_LATENCY[0], SQL_FLOOR],
             scale_background=10_000,
             scale_due=1000,
             scale_claims=20,
             scale_drain_s=1.0,
             scale_setting=SK_DEFAULT,
-            longtx=(1.0, 2.0, 1.0),
+            longtx=(0.5, 1.0, 0.5),
             longtx_settings=[SK_DEFAULT, pgq(100, 1), PR_C10],
             ceiling_batches=[1, 10, 100],
             ceiling_modes=["done", "delete"],
@@ -432,11 +432,14 @@ def make_plan(quick: bool, repeat: int | None) -> Plan:
             work_settings=[SK_WORK[0], SK_WORK[2]],
             celery_drain=500,
             # backlogs that outlast the first trickled jobs; one broker peer (Dramatiq: its drain
-            # is the shorter), Procrastinate's and Celery's in the full plan
+            # is the shorter), Procrastinate's and Celery's in the full plan; skiplock's default
+            # worker only (the targets'), its prefetch settings in the full plan
             underload_jobs={"skiplock": 5000, "pgqueuer": 2000, "dramatiq-redis": 500},
             underload_seconds=1.0,
             underload_settings=[
-                s for s in UNDERLOAD if s.system in ("skiplock", "pgqueuer", "dramatiq-redis")
+                s
+                for s in UNDERLOAD
+                if s.system in ("pgqueuer", "dramatiq-redis") or s.key == "skiplock/default"
             ],
         )
     pgq_all = [pgq(b, p) for b in (10, 100, 500) for p in (1, 2)]

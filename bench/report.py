@@ -1203,8 +1203,8 @@ def write(out: Path, meta: dict[str, Any], plan: Plan, results: list[dict[str, A
         "enqueues; it follows the handlers' own start counts, not the table: counting pending "
         "rows every 50 ms walks the index entries the held snapshot keeps, and took most of a "
         "server process during the hold, in earlier runs); after "
-        f"{plan.longtx[0]:.0f} s a REPEATABLE READ session takes a snapshot and holds it for "
-        f"{plan.longtx[1]:.0f} s, then {plan.longtx[2]:.0f} s more. jobs/s from handler starts per "
+        f"{plan.longtx[0]:g} s a REPEATABLE READ session takes a snapshot and holds it for "
+        f"{plan.longtx[1]:g} s, then {plan.longtx[2]:g} s more. jobs/s from handler starts per "
         "window (first moments of each window skipped); dead tuples from `pg_stat_user_tables`. "
         "One repetition per system (each run takes the whole duration).",
         "",

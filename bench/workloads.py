@@ -22,6 +22,7 @@ from typing import Any
 
 from .db import COUNTER_XACTS, BenchDatabase, Counters, connect, read_counters
 from .runner import CpuTracker, Monitor, Sample, Workers
+from .system_base import Brokered
 from .systems import Setting, System
 from .wire import CountingProxy, WireCounts
 
@@ -36,11 +37,32 @@ class Context:
     db: BenchDatabase
     log_dir: Path
     quick: bool
+    # Set (the smoke run, ``python -m bench --quick``): each system's schema is installed once,
+    # in a database of its own kept here by system, and every fresh database of that system is a
+    # copy of it (CREATE DATABASE ... TEMPLATE) instead of an install of its own.  The caller
+    # drops them (:func:`drop_templates`).
+    templates: dict[str, BenchDatabase] | None = None
 
 
 def fresh(ctx: Context, system: System) -> None:
-    ctx.db.recreate()
-    system.install(ctx.db)
+    if ctx.templates is None or isinstance(system, Brokered):  # a broker's queues: per run
+        ctx.db.recreate()
+        system.install(ctx.db)
+        return
+    template = ctx.templates.get(system.name)
+    if template is None:
+        template = BenchDatabase(
+            ctx.db.server_dsn, f"{ctx.db.name}_{system.name.replace('-', '_')}"
+        )
+        template.recreate()
+        system.install(template)
+        ctx.templates[system.name] = template
+    ctx.db.recreate(template=template.name)
+
+
+def drop_templates(ctx: Context) -> None:
+    for template in (ctx.templates or {}).values():
+        template.drop()
 
 
 async def _enqueue_many(system: System, db: BenchDatabase, numbers: range, batch: int) -> float:
@@ -61,9 +83,9 @@ def preload(ctx: Context, system: System, n: int, batch: int = 5000) -> float:
     return seconds
 
 
-def wait_backends_gone(mon: Monitor, timeout: float = 10.0) -> None:
+def wait_backends_gone(mon: Monitor, quick: bool = False, timeout: float = 10.0) -> None:
     """Until no client backend is connected to the database but the monitor's (their statistics
-    are flushed when they exit)."""
+    are flushed when they exit), and a moment more (not in a quick run)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         row = mon.execute(
@@ -75,7 +97,8 @@ def wait_backends_gone(mon: Monitor, timeout: float = 10.0) -> None:
         if row is not None and row[0] == 0:
             break
         time.sleep(0.05)
-    time.sleep(0.2)
+    if not quick:
+        time.sleep(0.2)
 
 
 def check_records(numbers: list[int], expected: range) -> list[str]:
@@ -167,7 +190,7 @@ def enqueue(ctx: Context, system: System, n: int, bulk: int | None) -> dict[str,
     seconds, client_cpu = result[0]
     w1 = mon.samples[-1]
     warm = min(bulk, 100) if bulk else 1
-    wait_backends_gone(mon)
+    wait_backends_gone(mon, ctx.quick)
     total = mon.execute(f"SELECT count(*) FROM {system.table}")
     mon.close()
     c1 = read_counters(ctx.db.dsn, ctx.db.name)
@@ -287,7 +310,7 @@ def _drain(
         codes = workers.stop()
         if detach is not None:
             detach()
-        wait_backends_gone(mon)
+        wait_backends_gone(mon, ctx.quick)
         mon.close()
         c1 = read_counters(ctx.db.dsn, ctx.db.name)
         with connect(ctx.db.dsn) as conn:
@@ -433,7 +456,9 @@ def latency(
     mon: Monitor | None = None
     try:
         workers.start()
-        time.sleep(1.5 if ctx.quick else 3.0)  # started, connected, listening, idle
+        # started, connected, listening, idle (quick: _paced_enqueue's warm-up job still waits
+        # for a worker's first start)
+        time.sleep(0.5 if ctx.quick else 3.0)
         ready_by = time.monotonic() + 60
         while not system.ready(workers.record_dir, setting) and time.monotonic() < ready_by:
             time.sleep(0.1)
@@ -446,7 +471,13 @@ def latency(
         sent = asyncio.run(
             _paced_enqueue(system, producer_db or ctx.db, rate, seconds, workers.started_so_far)
         )
-        time.sleep(1.0)
+        if ctx.quick:  # until every job sent (and the warm-up) has started, at most 1 s
+            until = time.monotonic() + 1.0
+            while workers.started_so_far() < len(sent) + 1 and time.monotonic() < until:
+                time.sleep(0.02)
+            time.sleep(0.1)  # the last one finished
+        else:
+            time.sleep(1.0)
         s1 = mon.finish()
         workers.stop()
         numbers, starts = workers.records()
@@ -661,7 +692,7 @@ def long_transaction(
     schema, _, table = system.table.rpartition(".")
     try:
         workers.start()
-        time.sleep(2.0)
+        time.sleep(1.0 if ctx.quick else 2.0)  # started and idle
         t0 = time.time()
         t_hold, t_release, t_stop = t0 + before, t0 + before + during, t0 + before + during + after
 
@@ -688,7 +719,7 @@ def long_transaction(
                     timeline.append(
                         {"t": now - t0, "dead": row[0], "live": row[1], "bytes": row[2]}
                     )
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(0.25 if ctx.quick else 1.0)  # quick: its 0.5 s windows
             return await producer
 
         enqueued = asyncio.run(run())

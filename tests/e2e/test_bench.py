@@ -46,15 +46,22 @@ SYSTEMS = {
 }
 
 
+BENCH_DATABASES = (
+    "SELECT datname FROM pg_database WHERE datname = %s OR starts_with(datname, %s || '_')"
+)
+
+
 @pytest.fixture
 def bench_database(pg_dsn: str) -> Iterator[str]:
-    """A database name of our own (the bench creates and drops it); dropped again after."""
+    """A database name of our own (the bench creates and drops it, and its systems' template
+    databases, named after it); dropped again after."""
     name = f"skiplock_bench_test_{secrets.token_hex(4)}"
     yield name
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+        for (left,) in conn.execute(BENCH_DATABASES, (name, name)).fetchall():
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(left))
+            )
 
 
 def test_quick_benchmark_runs_every_workload_and_verifies_counts(
@@ -262,9 +269,7 @@ def test_quick_benchmark_runs_every_workload_and_verifies_counts(
     assert "; delete, best of" in delete_target
     for chart in ("drain.png", "latency.png", "scale.png", "longtx.png"):
         assert (out / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", chart
-    # The bench dropped its database when it finished.
+    # The bench dropped its database when it finished, and the template databases it copied.
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_database WHERE datname = %s", (bench_database,)
-        ).fetchone()
-    assert row == (0,)
+        left = conn.execute(BENCH_DATABASES, (bench_database, bench_database)).fetchall()
+    assert left == []
