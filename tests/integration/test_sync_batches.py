@@ -244,3 +244,37 @@ def test_a_job_cancelled_while_queued_ahead_never_runs(app: App, db: Any, behind
     blocked, cancelled = app.get_job(blocker_id), app.get_job(behind_id)
     assert blocked is not None and cancelled is not None
     assert (blocked.status, cancelled.status) == ("done", "cancelled")
+
+
+def test_sync_jobs_that_sleep_a_few_milliseconds_are_queued_ahead_too(
+    app: App, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sync jobs that block for a few milliseconds (I/O) are short, not quick: a slot queues its
+    next job's call behind the one it waits for, so the thread returning from that one takes it
+    at once (on main only calls under QUICK_CALL were, and each such job waited for the loop to
+    hand it over).  Every job still runs once."""
+    from skiplock._runtime.job_outcomes import OutcomeReporter
+
+    ran: list[int] = []
+    queued_ahead: list[int] = []
+    start_ahead = OutcomeReporter.start_ahead
+
+    def counting(reporter: OutcomeReporter, running: Any) -> None:
+        queued_ahead.append(running.job.id)
+        start_ahead(reporter, running)
+
+    monkeypatch.setattr(OutcomeReporter, "start_ahead", counting)
+
+    @app.task(name="io")
+    def io(n: int) -> None:
+        threading.Event().wait(0.005)  # a blocking call of 5 ms
+        ran.append(n)
+
+    jobs = 300
+    app.enqueue_many("io", [{"n": n} for n in range(jobs)])
+    worker = Worker(app, concurrency=4, poll_interval=0.2)
+    claims_ahead(worker)
+    run_until(worker, lambda: len(ran) == jobs)
+    assert sorted(ran) == list(range(jobs))
+    assert statuses(db, app) == {"done": jobs}
+    assert len(queued_ahead) > jobs // 2

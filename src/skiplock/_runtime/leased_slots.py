@@ -184,10 +184,10 @@ class LeasedSlots:
         ahead: list[RunningJob] = []  # the job queued behind the one the slot waits for
 
         def queue_next() -> None:
-            """The slot's sync call is queued: while calls are quick, start the next reserved
+            """The slot's sync call is queued: while calls are short, start the next reserved
             job and queue its call behind it, so that a thread that returns from this one
             takes that one at once (see docs/design.md, "Sync tasks in batches")."""
-            if ahead or self.state.stopping or not self.reporter.executor.quick():
+            if ahead or self.state.stopping or not self.reporter.executor.short():
                 return
             if not self.capacity.startable(len(self.state.busy) - 1, self.completer.pending):
                 return

@@ -43,6 +43,10 @@ R = TypeVar("R")
 # Calls that take less than this (on a moving average) are quick: a thread running one will
 # soon take the next queued call, so no sleeping thread is woken for it (see QueueWatch).
 QUICK_CALL = 0.0001
+# Calls shorter than this (on the same average) are short: a slot queues its next job's call
+# behind the one it waits for, so that the thread returning from that one takes it at once
+# instead of waiting for the event loop to hand it over (see LeasedSlots).
+SHORT_CALL = 0.02
 
 
 class TaskThreads:
@@ -94,10 +98,10 @@ class TaskThreads:
         self._put(call, force=True)  # from any thread: no loop watches for it
         return future
 
-    def quick(self) -> bool:
-        """Whether calls are quick (see ``QUICK_CALL``): a slot may then queue its next job's
+    def short(self) -> bool:
+        """Whether calls are short (see ``SHORT_CALL``): a slot may then queue its next job's
         call behind the one it waits for (see LeasedSlots)."""
-        return self._call_time < QUICK_CALL
+        return self._call_time < SHORT_CALL
 
     def _put(self, call: ThreadCall, force: bool) -> None:
         if self._shutdown:
