@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.claim_drain import drain
 from helpers.fake_clock import FakeClock
 from skiplock._runtime.capacity import CLAIMS_AHEAD, UNWRITTEN_FLOOR, Capacity, Throughput
 
@@ -127,27 +128,9 @@ def _drain_rate(claim_seconds: float, prefetch: int, *, jobs: int = 20_000) -> f
     second, fed by claims that each take ``claim_seconds`` (one at a time, as the claim loop
     sends them), sized by the capacity's arithmetic, outcomes recorded as the jobs end."""
     clock = FakeClock()
-    start, step, service = clock.now, 0.001, 20_000
     cap = Capacity(10, prefetch, horizon=0.1, throughput=Throughput(clock=clock))
-    left, reserved, done = jobs, 0, 0
-    arriving: tuple[float, int] | None = None  # the claim in flight: when it returns, its jobs
-    while done < jobs:
-        if arriving is not None and clock.now >= arriving[0] - 1e-9:
-            reserved += arriving[1]
-            cap.claim_took(claim_seconds)
-            arriving = None
-        if arriving is None and left:
-            want = min(cap.to_claim(active=0, reserved=reserved, unwritten=0), left)
-            if want:
-                left -= want
-                arriving = (clock.now + claim_seconds, want)
-        ran = min(reserved, int(service * step))
-        reserved -= ran
-        done += ran
-        if ran:
-            cap.throughput.add(ran)
-        clock.now += step
-    return jobs / (clock.now - start)
+    run = drain(cap, clock, lambda _: claim_seconds, jobs=jobs, service=20_000, step=0.001)
+    return jobs / run.seconds
 
 
 def test_a_slow_claim_does_not_hold_the_reserve_to_a_crawl() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.claim_drain import drain
 from helpers.fake_clock import FakeClock
 from skiplock._runtime.capacity import CLAIM_TIMES_KEPT, PIECE, Capacity, Throughput
 
@@ -71,48 +72,33 @@ def _backlog(pieces: bool, *, fixed: float = 0.002, per_job: float = 22e-6) -> t
     timed, ``pieces``, or not).  Returns the drain's jobs per second and the 99th percentile of
     how long a job enqueued at a random moment waits for the claim that brings it."""
     clock = FakeClock()
-    start, step, service = clock.now, 0.0001, 80_000
+    start = clock.now
     cap = Capacity(10, 500, horizon=0.1, throughput=Throughput(clock=clock))
     if pieces:
         cap.round_trip_took(fixed / 4)  # an empty statement is quicker than a claim's start
-    reserved, done, jobs = 0, 0, 100_000
-    sent_at: list[float] = []  # when each claim was sent, and when it returned
-    back_at: list[float] = []
-    arriving: tuple[float, int, float] | None = None
-    while done < jobs:
-        if arriving is not None and clock.now >= arriving[0] - 1e-12:
-            reserved += arriving[1]
-            cap.claim_took(arriving[2], arriving[1])
-            back_at.append(clock.now)
-            arriving = None
-        if arriving is None:
-            want = cap.to_claim(
-                active=min(10, reserved), reserved=max(0, reserved - 10), unwritten=0
-            )
-            if want:
-                took = fixed + per_job * want
-                arriving = (clock.now + took, want, took)
-                sent_at.append(clock.now)
-        ran = min(reserved, int(service * step))
-        reserved -= ran
-        done += ran
-        if ran:
-            cap.throughput.add(ran)
-        clock.now += step
-    rate = jobs / (clock.now - start)
+    jobs = 100_000
+    run = drain(
+        cap,
+        clock,
+        lambda n: fixed + per_job * n,
+        jobs=jobs,
+        service=80_000,
+        step=0.0001,
+        slots_busy=True,
+    )
     # a job enqueued at t is brought by the first claim sent after t
     waits = []
     claim = 0
     t = start + 0.5  # past the ramp
-    while t < back_at[-1]:
-        while claim < len(sent_at) and sent_at[claim] < t:
+    while t < run.back_at[-1]:
+        while claim < len(run.sent_at) and run.sent_at[claim] < t:
             claim += 1
-        if claim >= len(back_at):
+        if claim >= len(run.back_at):
             break
-        waits.append(back_at[claim] - t)
+        waits.append(run.back_at[claim] - t)
         t += 0.0007
     waits.sort()
-    return rate, waits[int(0.99 * len(waits))]
+    return jobs / run.seconds, waits[int(0.99 * len(waits))]
 
 
 def test_pieces_bring_a_new_job_sooner_and_keep_the_drain() -> None:
