@@ -60,9 +60,10 @@ class LeasedClaims:
         # Where the next claim of limited keys' jobs goes on, in each queue with limits.
         self.queue_after_key: dict[str, str | None] = {}
 
-    async def round_trip(self) -> float:
-        """Seconds an empty statement takes on a connection of the worker's pool."""
-        async with self.pool.connection() as conn:
+    async def round_trip(self, wait: float) -> float:
+        """Seconds an empty statement takes on a connection of the worker's pool (waited for
+        at most ``wait`` seconds: PoolTimeout after that)."""
+        async with self.pool.connection(timeout=wait) as conn:
             sent = time.monotonic()
             await AsyncConnectionPool.check_connection(conn)
             return time.monotonic() - sent
