@@ -12,38 +12,14 @@ from typing import Any
 import pytest
 
 from helpers.polling import wait_for_async
+from helpers.worker_runs import record_claims, run_until
 from skiplock import App, Worker
 from skiplock._runtime.capacity import PIECE
-from skiplock._runtime.leased_slots import LeasedSlots
-
-
-def _record(monkeypatch: pytest.MonkeyPatch, seen: list[tuple[int, int]]) -> None:
-    claim = LeasedSlots.claim
-
-    async def recording(slots: LeasedSlots, queues: list[str], limit: int) -> int:
-        st = slots.state
-        in_flight = len(st.busy) + slots.ahead + len(st.reserved) + slots.completer.pending
-        seen.append((in_flight, limit))
-        return await claim(slots, queues, limit)
-
-    monkeypatch.setattr(LeasedSlots, "claim", recording)
 
 
 def _pieces(seen: list[tuple[int, int]]) -> int:
     """How many claims asked for a piece: the attack is on them."""
     return sum(1 for _, limit in seen if limit == PIECE)
-
-
-def _drain(worker: Worker, done: Any, timeout: float = 60.0) -> None:
-    async def main() -> None:
-        run = asyncio.create_task(worker.run())
-        try:
-            await wait_for_async(done, timeout, lambda: worker.stats)
-        finally:
-            worker.stop()
-            await run
-
-    asyncio.run(main())
 
 
 def test_max_in_flight_holds_with_pieces(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,9 +32,8 @@ def test_max_in_flight_holds_with_pieces(app: App, monkeypatch: pytest.MonkeyPat
     jobs = 8000
     app.enqueue_many("noop", [{"n": n} for n in range(jobs)])
     worker = Worker(app, concurrency=10, prefetch=2000, max_in_flight=450, poll_interval=0.5)
-    seen: list[tuple[int, int]] = []
-    _record(monkeypatch, seen)
-    _drain(worker, lambda: len(ran) == jobs)
+    seen = record_claims(monkeypatch)
+    run_until(worker, lambda: len(ran) == jobs, 60.0)
     assert _pieces(seen), seen
     assert sorted(ran) == list(range(jobs))
     assert max(f + lim for f, lim in seen) <= 450, max(seen, key=lambda s: s[0] + s[1])
@@ -73,8 +48,7 @@ def test_max_jobs_with_pieces(app: App, db: Any, monkeypatch: pytest.MonkeyPatch
 
     app.enqueue_many("noop", [{"n": n} for n in range(6000)])
     worker = Worker(app, concurrency=10, prefetch=2000, max_jobs=3000, poll_interval=0.5)
-    seen: list[tuple[int, int]] = []
-    _record(monkeypatch, seen)
+    seen = record_claims(monkeypatch)
 
     async def main() -> None:
         await asyncio.wait_for(worker.run(), 60)
@@ -98,9 +72,8 @@ def test_long_backlog_concurrency_1_keeps_leases(app: App, monkeypatch: pytest.M
     jobs = 30000
     app.enqueue_many("noop", [{"n": n} for n in range(jobs)])
     worker = Worker(app, concurrency=1, prefetch=5000, lease_seconds=1.5, poll_interval=0.5)
-    seen: list[tuple[int, int]] = []
-    _record(monkeypatch, seen)
-    _drain(worker, lambda: len(ran) == jobs, 120)
+    seen = record_claims(monkeypatch)
+    run_until(worker, lambda: len(ran) == jobs, 120)
     assert _pieces(seen), seen
     assert sorted(ran) == list(range(jobs))
     assert ran == list(range(jobs))  # one queue, one priority, one slot: claim order
@@ -118,9 +91,8 @@ def test_priorities_one_slot_order(app: App, monkeypatch: pytest.MonkeyPatch) ->
     for p in (5, 1, 3, 0):
         app.enqueue_many("noop", [{"n": n, "p": p} for n in range(jobs // 4)], priority=p)
     worker = Worker(app, concurrency=1, prefetch=2000, poll_interval=0.5)
-    seen: list[tuple[int, int]] = []
-    _record(monkeypatch, seen)
-    _drain(worker, lambda: len(ran) == jobs)
+    seen = record_claims(monkeypatch)
+    run_until(worker, lambda: len(ran) == jobs, 60.0)
     assert _pieces(seen), seen
     assert ran == sorted(ran)
 
@@ -134,8 +106,7 @@ def test_burst_finishes_with_pieces(app: App, db: Any, monkeypatch: pytest.Monke
 
     app.enqueue_many("noop", [{"n": n} for n in range(8000)])
     worker = Worker(app, concurrency=10, prefetch=2000, burst=True, poll_interval=0.5)
-    seen: list[tuple[int, int]] = []
-    _record(monkeypatch, seen)
+    seen = record_claims(monkeypatch)
     asyncio.run(asyncio.wait_for(worker.run(), 60))
     assert _pieces(seen), seen
     assert sorted(ran) == list(range(8000)) and worker.claim_error is None
@@ -173,12 +144,11 @@ def test_limits_with_pieces(app: App, db: Any, monkeypatch: pytest.MonkeyPatch) 
         return jobs
 
     monkeypatch.setattr(LeasedClaims, "claim", checking)
-    seen: list[tuple[int, int]] = []
-    _record(monkeypatch, seen)
+    seen = record_claims(monkeypatch)
     worker = Worker(
         app, queues=["default", "lim"], concurrency=10, prefetch=2000, poll_interval=0.2
     )
-    _drain(worker, lambda: len(ran) == 8400, 90)
+    run_until(worker, lambda: len(ran) == 8400, 90)
     assert _pieces(seen), seen
     assert peak["lim"] <= 2 and peak["k"] <= 1 and not over
 
@@ -195,10 +165,9 @@ def test_weights_and_fair_keys_keep_order_within(app: App, monkeypatch: pytest.M
             app.enqueue_many(
                 "w", [{"n": n, "q": q, "f": f} for n in range(1000)], queue=q, fair_key=f"{q}{f}"
             )
-    seen: list[tuple[int, int]] = []
-    _record(monkeypatch, seen)
+    seen = record_claims(monkeypatch)
     worker = Worker(app, queues={"a": 3, "b": 1}, concurrency=1, prefetch=2000, poll_interval=0.2)
-    _drain(worker, lambda: len(ran) == 6000, 90)
+    run_until(worker, lambda: len(ran) == 6000, 90)
     assert _pieces(seen), seen
     for q in ("a", "b"):
         for f in ("x", "y", "z"):
@@ -247,10 +216,9 @@ def test_prefetch_0_big_concurrency(app: App, db: Any, monkeypatch: pytest.Monke
         ran.append(n)
 
     app.enqueue_many("noop", [{"n": n} for n in range(10000)])
-    seen: list[tuple[int, int]] = []
-    _record(monkeypatch, seen)
+    seen = record_claims(monkeypatch)
     worker = Worker(app, concurrency=300, prefetch=0, poll_interval=0.5)
-    _drain(worker, lambda: len(ran) == 10000)
+    run_until(worker, lambda: len(ran) == 10000, 60.0)
     assert _pieces(seen), seen
     assert sorted(ran) == list(range(10000))
     assert max(f + lim for f, lim in seen) <= 300 + 600  # concurrency + the unwritten floor
@@ -264,8 +232,7 @@ def test_stop_mid_pieces(app: App, db: Any, monkeypatch: pytest.MonkeyPatch) -> 
         ran.append(n)
 
     app.enqueue_many("noop", [{"n": n} for n in range(40000)])
-    seen: list[tuple[int, int]] = []
-    _record(monkeypatch, seen)
+    seen = record_claims(monkeypatch)
     worker = Worker(app, concurrency=10, prefetch=3000, poll_interval=0.5)
 
     async def main() -> None:

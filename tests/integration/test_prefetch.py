@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 
 from helpers.polling import wait_for_async
+from helpers.worker_runs import run_until
 from skiplock import App, FixedDelay, JobContext, Worker
 
 pytestmark = pytest.mark.smoke
@@ -25,20 +25,6 @@ pytestmark = pytest.mark.smoke
 def rows(db: Any, app: App) -> dict[int, tuple[str, int]]:
     found = db.execute(f'SELECT id, status, attempts FROM "{app.schema}".jobs').fetchall()
     return {job_id: (status, attempts) for job_id, status, attempts in found}
-
-
-def run_until(worker: Worker, done: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Run the worker until ``done()`` (failing after ``timeout`` seconds), then stop it."""
-
-    async def main() -> None:
-        run = asyncio.create_task(worker.run())
-        try:
-            await wait_for_async(done, timeout, lambda: worker.stats)
-        finally:
-            worker.stop()
-            await run
-
-    asyncio.run(main())
 
 
 def reserving(worker: Worker, ahead: int) -> Worker:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from helpers.polling import wait_for_async
+from helpers.worker_runs import run_until
 from skiplock import App, JobContext, JobEvent, Worker
 
 
@@ -21,23 +21,7 @@ def statuses(db: Any, app: App) -> dict[str, int]:
     )
 
 
-def run_until(
-    worker: Worker, done: Callable[[], bool], then: threading.Event | None = None
-) -> None:
-    """Run ``worker`` until ``done()`` (30 s at most); then set ``then`` (what its tasks wait
-    for, if any) and stop it."""
-
-    async def main() -> None:
-        task = asyncio.create_task(worker.run())
-        try:
-            await wait_for_async(done, 30.0, lambda: worker.stats)
-        finally:
-            if then is not None:
-                then.set()
-            worker.stop()
-            await asyncio.wait_for(task, 15)
-
-    asyncio.run(main())
+SYNC_RUN, STOP_WAIT = 30.0, 15.0  # seconds: each run's bound, and its stop's
 
 
 def last_error(db: Any, app: App, job_id: int) -> str:
@@ -107,7 +91,13 @@ def test_a_slow_sync_job_among_quick_ones_times_out_alone(app: App, db: Any) -> 
     quick.with_options(priority=-2).enqueue_many([{"n": n} for n in range(500, 1000)])
     worker = Worker(app, concurrency=4, poll_interval=0.05)
 
-    run_until(worker, lambda: worker.stats.done == 1000 and worker.stats.timed_out == 1, release)
+    run_until(
+        worker,
+        lambda: worker.stats.done == 1000 and worker.stats.timed_out == 1,
+        SYNC_RUN,
+        then=release,
+        stop_timeout=STOP_WAIT,
+    )
     assert seen == [True]
     assert statuses(db, app) == {"done": 1000, "failed": 1}
     error = last_error(db, app, slow_id)
@@ -136,7 +126,7 @@ def test_a_slot_queues_its_next_sync_job_behind_the_one_it_waits_for(app: App, d
     worker = Worker(app, concurrency=1, poll_interval=0.05, on_event=on_event)
     claims_ahead(worker)
 
-    run_until(worker, lambda: worker.stats.done == 2)
+    run_until(worker, lambda: worker.stats.done == 2, SYNC_RUN, stop_timeout=STOP_WAIT)
     assert seen == [True, True]
     assert statuses(db, app) == {"done": 2}
 
@@ -171,7 +161,13 @@ def test_a_sync_job_queued_ahead_times_out_while_its_slot_waits_for_the_one_befo
     worker = Worker(app, concurrency=2, poll_interval=0.05)
     claims_ahead(worker)
 
-    run_until(worker, lambda: worker.stats.done == 2 and worker.stats.timed_out == 1, overdue_told)
+    run_until(
+        worker,
+        lambda: worker.stats.done == 2 and worker.stats.timed_out == 1,
+        SYNC_RUN,
+        then=overdue_told,
+        stop_timeout=STOP_WAIT,
+    )
     assert statuses(db, app) == {"done": 2, "failed": 1}
     blocked = app.get_job(blocker_id)
     assert blocked is not None
@@ -274,7 +270,7 @@ def test_sync_jobs_that_sleep_a_few_milliseconds_are_queued_ahead_too(
     app.enqueue_many("io", [{"n": n} for n in range(jobs)])
     worker = Worker(app, concurrency=4, poll_interval=0.2)
     claims_ahead(worker)
-    run_until(worker, lambda: len(ran) == jobs)
+    run_until(worker, lambda: len(ran) == jobs, SYNC_RUN, stop_timeout=STOP_WAIT)
     assert sorted(ran) == list(range(jobs))
     assert statuses(db, app) == {"done": jobs}
     assert len(queued_ahead) > jobs // 2
