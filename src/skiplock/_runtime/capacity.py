@@ -121,11 +121,15 @@ class Capacity:
         self._round_trips.append(seconds)
         self._piece = None
 
+    def round_trips_known(self) -> bool:
+        """Whether as many round trips are timed as the piece looks back on."""
+        return len(self._round_trips) == CLAIM_TIMES_KEPT
+
     def piece(self) -> int | None:
         """The most one claim asks for while the slots have work; None before a round trip
         and a few claims of jobs are timed."""
         if self._piece is None and self._round_trips and len(self._claim_sizes) == CLAIM_TIMES_KEPT:
-            trip = statistics.median(self._round_trips)
+            trip = min(self._round_trips)  # a round trip is only ever slowed, never sped up
             took = statistics.median(self._claim_times)
             per_job = max(took - trip, 1e-6) / statistics.median(self._claim_sizes)
             share = PIECE_ROUND_TRIP_SHARE

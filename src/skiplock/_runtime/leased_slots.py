@@ -39,7 +39,12 @@ log = logging.getLogger("skiplock.worker")
 # docs/design.md, "Parked slots").
 SLOTS_TURN = 0.001
 SLOT_TURN_MIN = 0.00005
-ROUND_TRIP_EVERY = 5.0  # seconds between two timings of the server's round trip
+# Seconds between two timings of the server's round trip, once a few are known (until then
+# every claim times it: the first, on a connection just opened, is often slow).
+ROUND_TRIP_EVERY = 5.0
+# A skipped timing (no pooled connection free yet, as while the pool opens) is tried again this
+# soon, not a whole ROUND_TRIP_EVERY later with the worker claiming without pieces meanwhile.
+ROUND_TRIP_RETRY = 0.1
 # The most a claim waits for a pooled connection to time the round trip on: it claims on a
 # connection of its own, and the timing is skipped when the pool has none free meanwhile.
 ROUND_TRIP_POOL_WAIT = 0.05
@@ -89,7 +94,6 @@ class LeasedSlots:
         """Claim up to ``limit`` jobs, reserve them, and start as many as slots are free."""
         state = self.state
         if time.monotonic() >= self._next_round_trip:  # what a claim's piece follows
-            self._next_round_trip = time.monotonic() + ROUND_TRIP_EVERY
             await self._time_round_trip()
         sent = time.monotonic()  # the leases run from the claim's commit, a little later
         jobs = await self.claims.claim(queues, limit, self._startable)
@@ -111,8 +115,11 @@ class LeasedSlots:
             took = await self.claims.round_trip(ROUND_TRIP_POOL_WAIT)
         except psycopg.Error as exc:
             log.debug("round trip not timed: %s", exc)
+            self._next_round_trip = time.monotonic() + ROUND_TRIP_RETRY
             return
         self.capacity.round_trip_took(took)
+        if self.capacity.round_trips_known():
+            self._next_round_trip = time.monotonic() + ROUND_TRIP_EVERY
 
     def _startable(self) -> int:
         """Jobs the slots could start now, none reserved for them."""
